@@ -1,0 +1,70 @@
+"""Checks on a composed config that stop a run before anything is built.
+
+Each failure names the config key, the value it got and what is allowed, so a user can
+fix the override without reading code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key and what is allowed."""
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
+    devices_count(cfg.trainer.get("devices", "auto"))
+    for key in ("datamodule.num_classes", "model.num_classes"):
+        _require(_get(cfg, key), key, lambda v: isinstance(v, int) and v >= 2, "an integer >= 2")
+    for key, minimum in (
+        ("datamodule.patch_size", 1),
+        ("datamodule.patches_per_image", 1),
+        ("datamodule.batch_size", 1),
+        ("datamodule.num_workers", 0),
+    ):
+        value = _get(cfg, key)
+        _require(value, key, lambda v, m=minimum: isinstance(v, int) and v >= m, f"an integer >= {minimum}")
+    lr = _get(cfg, "optimizer.lr")
+    _require(lr, "optimizer.lr", lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
+             "a positive learning rate such as 0.01")
+
+
+def devices_count(devices: Any, available: int | None = None) -> int:
+    """Number of devices that ``trainer.devices`` asks for on this node.
+
+    Accepts a positive count, ``-1`` or ``"auto"`` (all ``available``), or a list of
+    distinct device indices such as ``[0, 2]``, as Lightning does.
+    """
+    expected = "a positive count, -1 or 'auto' (all devices), or a list of indices such as [0,2]"
+    if isinstance(devices, (list, tuple, ListConfig)):
+        indices = list(devices)
+        ok = indices and all(isinstance(i, int) and i >= 0 for i in indices)
+        _require(devices, "trainer.devices", lambda _: ok and len(set(indices)) == len(indices),
+                 expected)
+        return len(indices)
+    if devices in ("auto", -1, "-1"):
+        return max(1, available or 1)
+    if isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    _require(devices, "trainer.devices", lambda v: isinstance(v, int) and v >= 1, expected)
+    return devices
+
+
+def _get(cfg: DictConfig, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if part not in node:
+            raise ConfigError(f"{dotted} is missing from the config")
+        node = node[part]
+    return node
+
+
+def _require(value: Any, key: str, ok: Any, expected: str) -> None:
+    if isinstance(value, bool) or not ok(value):
+        shown = list(value) if isinstance(value, ListConfig) else value
+        raise ConfigError(f"{key}={shown!r} is not allowed: expected {expected}")

@@ -1,0 +1,79 @@
+"""``python train.py``: compose the config, build the objects, fit, summarize.
+
+The whole path from the command line to ``Trainer.fit`` is in ``train`` below; each
+object comes from the config group of the same name (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from segscale.checks import ConfigError, check_config, devices_count
+from segscale.models.module import SegmentationModule
+from segscale.training.callbacks import RunSummary
+from segscale.training.checkpoint_io import AtomicCheckpointIO
+from segscale.training.launch import available_devices, job_ranks
+
+log = logging.getLogger(__name__)
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[3] / "conf")
+"""The repository's ``conf/`` folder (the package is installed in editable mode)."""
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train the configured network; return the run summary (empty on ranks > 0)."""
+    check_config(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+    strategy = instantiate(cfg.strategy)
+    datamodule = instantiate(cfg.datamodule, _convert_="all")
+    datamodule.check()
+    num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
+    with job_ranks(cfg.strategy.get("start_method"), num_processes, cfg.output_dir):
+        module = SegmentationModule(
+            network=instantiate(cfg.model),
+            optimizer=instantiate(cfg.optimizer),
+            num_classes=datamodule.num_classes,
+            class_names=datamodule.class_names,
+            ignore_index=datamodule.ignore_index,
+            mean=datamodule.mean,
+            std=datamodule.std,
+        )
+        summary = RunSummary(cfg.output_dir)
+        trainer = instantiate(
+            cfg.trainer,
+            strategy=strategy,
+            callbacks=[*instantiate_each(cfg.get("callbacks")), summary],
+            logger=list(instantiate_each(cfg.get("logger"))) or False,
+            plugins=[AtomicCheckpointIO()],
+            # The datamodule shards every epoch by rank itself (EpochShardSampler).
+            use_distributed_sampler=False,
+        )
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        return summary.summary(trainer) if trainer.is_global_zero else {}
+
+
+def instantiate_each(group: DictConfig | None) -> list[Any]:
+    """Instantiate every entry of a name → config mapping (callbacks, loggers)."""
+    if not group:
+        return []
+    return [instantiate(node) for node in group.values() if node is not None and "_target_" in node]
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    """Entry point of ``train.py``; returns the validation mIoU (for sweepers)."""
+    try:
+        summary = train(cfg)
+    except ConfigError as error:
+        log.error("%s", error)
+        sys.exit(2)
+    log.info("summary: %s", OmegaConf.to_yaml(OmegaConf.create(summary)) if summary else "{}")
+    return summary.get("metrics", {}).get("val/mIoU")

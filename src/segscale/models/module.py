@@ -1,0 +1,103 @@
+"""The LightningModule: normalization, loss with an ignore index, metrics, optimizer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import lightning as L
+import torch
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+def scores_from_confusion(confusion: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Pixel accuracy, per-class IoU and mean IoU from a (true × predicted) pixel count.
+
+    Mean IoU averages over the classes that occur in the target or the prediction;
+    a class absent from both has no IoU (NaN) and does not pull the mean down.
+    """
+    confusion = confusion.double()
+    true_positive = confusion.diag()
+    union = confusion.sum(0) + confusion.sum(1) - true_positive
+    iou = torch.where(union > 0, true_positive / union.clamp(min=1), torch.nan)
+    return {
+        "acc": true_positive.sum() / confusion.sum().clamp(min=1),
+        "mIoU": iou.nanmean(),
+        "iou": iou,
+    }
+
+
+class SegmentationModule(L.LightningModule):
+    """Trains a segmentation network with cross-entropy and measures it on validation.
+
+    Validation metrics are torchmetrics states (a confusion matrix and a pixel-weighted
+    mean loss) that Lightning syncs across ranks before they are computed, so a DDP run
+    reports the metrics of the whole validation set, not an average of per-rank values.
+    """
+
+    def __init__(
+        self,
+        network: nn.Module,
+        optimizer: OptimizerFactory,
+        num_classes: int,
+        class_names: Sequence[str],
+        ignore_index: int = 255,
+        mean: Sequence[float] = (0.485, 0.456, 0.406),
+        std: Sequence[float] = (0.229, 0.224, 0.225),
+    ) -> None:
+        super().__init__()
+        self.network, self.optimizer_factory = network, optimizer
+        self.num_classes, self.class_names, self.ignore_index = num_classes, tuple(class_names), ignore_index
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1) * 255, persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1) * 255, persistent=False)
+        self.loss_fn = nn.CrossEntropyLoss(ignore_index=ignore_index, reduction="sum")
+        self.val_confusion = MulticlassConfusionMatrix(num_classes, ignore_index=ignore_index)
+        self.val_loss = MeanMetric()
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        """Class logits (N×C×H×W) for uint8 or float images (N×C×H×W, 0-255 range)."""
+        return self.network((image.float() - self.mean) / self.std)
+
+    def _loss(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Mean over labelled pixels; a batch with none gives a zero loss, not NaN.
+        valid = (mask != self.ignore_index).sum()
+        return self.loss_fn(logits, mask) / valid.clamp(min=1), valid
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """Cross-entropy on one batch; logs the loss and the batch's pixel accuracy."""
+        logits = self(batch["image"])
+        loss, valid = self._loss(logits, batch["mask"])
+        with torch.no_grad():
+            labelled = batch["mask"] != self.ignore_index
+            correct = ((logits.argmax(1) == batch["mask"]) & labelled).sum()
+            acc = correct / valid.clamp(min=1)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", acc)
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        """Accumulate the confusion matrix and loss of one validation batch."""
+        logits = self(batch["image"])
+        loss, valid = self._loss(logits, batch["mask"])
+        self.val_loss.update(loss, weight=valid)
+        self.val_confusion.update(logits.argmax(1), batch["mask"])
+
+    def on_validation_epoch_end(self) -> None:
+        """Log validation loss, accuracy, mean IoU and per-class IoU over all ranks."""
+        scores = scores_from_confusion(self.val_confusion.compute())
+        # compute() has already gathered every rank's state, so these values are the
+        # same on all ranks and need no further reduction.
+        metrics = {"val/loss": self.val_loss.compute(), "val/acc": scores["acc"], "val/mIoU": scores["mIoU"]}
+        for name, iou in zip(self.class_names, scores["iou"], strict=True):
+            metrics[f"val/IoU_{name}"] = iou
+        for key, value in metrics.items():
+            self.log(key, value.float(), prog_bar=key == "val/mIoU")
+        self.val_confusion.reset()
+        self.val_loss.reset()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """The optimizer from the ``optimizer`` config group, over all parameters."""
+        return self.optimizer_factory(self.parameters())

@@ -1,0 +1,200 @@
+"""How a job's processes start: the strategy object, and the extra ranks of a DDP job.
+
+Lightning's own ``ddp`` launcher re-executes ``sys.argv`` for every extra rank. Under a
+Hydra multirun that re-runs the whole sweep in each rank. We start the ranks ourselves
+instead: each extra rank runs ``train.py`` with *this job's* resolved overrides and
+``hydra.run.dir`` set to this job's folder, and is told its rank through the standard
+variables (``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). Lightning
+sees ``LOCAL_RANK`` and does not launch anything itself. Ranks started by ``torchrun``
+or SLURM already have ``LOCAL_RANK`` set, and then nothing is started here either.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from lightning.pytorch.strategies import SingleDeviceStrategy
+
+from segscale.checks import ConfigError, devices_count
+
+log = logging.getLogger(__name__)
+
+
+def resolve_accelerator(accelerator: str) -> str:
+    """The concrete accelerator (``cuda``, ``mps`` or ``cpu``) that ``accelerator`` means."""
+    if accelerator in ("gpu", "cuda"):
+        return "cuda"
+    if accelerator == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    return accelerator
+
+
+def available_devices(accelerator: str) -> int:
+    """How many devices of ``accelerator`` this machine has (1 for the CPU)."""
+    kind = resolve_accelerator(accelerator)
+    if kind == "cuda":
+        return torch.cuda.device_count()
+    return 1
+
+
+def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> SingleDeviceStrategy:
+    """One process on one device; an error that names ``strategy=ddp`` for more."""
+    count = devices_count(devices, available_devices(accelerator))
+    if count != 1:
+        raise ConfigError(
+            f"strategy=single runs one process on one device, but trainer.devices={_shown(devices)} "
+            f"asks for {count}; use strategy=ddp (or strategy=ddp_spawn) to train on several devices"
+        )
+    kind = resolve_accelerator(accelerator)
+    if kind == "cpu":
+        return SingleDeviceStrategy(device=torch.device("cpu"))
+    index = list(devices)[0] if isinstance(devices, Sequence) and not isinstance(devices, str) else 0
+    return SingleDeviceStrategy(device=torch.device(kind, index))
+
+
+class RankProcesses:
+    """The extra ranks (1 … N-1) of a job whose rank 0 is this process.
+
+    A watchdog thread follows them: when one fails, the others are stopped and this
+    process is ended too, so a crash on one rank never leaves the rest waiting forever
+    in a collective.
+    """
+
+    def __init__(self, commands: list[list[str]], envs: list[dict[str, str]], cwd: str) -> None:
+        self.processes = [subprocess.Popen(c, env=e, cwd=cwd) for c, e in zip(commands, envs, strict=True)]
+        self._done = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, daemon=True)
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            for rank, process in enumerate(self.processes, start=1):
+                code = process.poll()
+                if code not in (None, 0):
+                    log.error("rank %d exited with code %d; stopping the other ranks", rank, code)
+                    self.terminate()
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+    def wait(self, timeout_s: float = 300.0) -> None:
+        """Wait for every extra rank to finish; raise if one failed."""
+        deadline = time.monotonic() + timeout_s
+        self._done.set()
+        for rank, process in enumerate(self.processes, start=1):
+            try:
+                code = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.terminate()
+                raise RuntimeError(f"rank {rank} did not finish within {timeout_s:.0f} s of rank 0") from None
+            if code != 0:
+                raise RuntimeError(f"rank {rank} exited with code {code}")
+
+    def terminate(self) -> None:
+        """Stop every extra rank that is still running."""
+        self._done.set()
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def must_start_ranks(start_method: str | None, num_processes: int) -> bool:
+    """Whether this process must start the job's other ranks itself."""
+    return start_method == "popen" and num_processes > 1 and "LOCAL_RANK" not in os.environ
+
+
+@contextmanager
+def job_ranks(start_method: str | None, num_processes: int, output_dir: str) -> Iterator[None]:
+    """Run the body as rank 0 of a DDP job, with ranks 1 … N-1 started beside it.
+
+    Does nothing unless ``must_start_ranks``. On leaving, waits for the other ranks (or
+    stops them if the body raised) and tears down the process group, so the next job of
+    a multirun starts clean.
+    """
+    if not must_start_ranks(start_method, num_processes):
+        try:
+            yield
+        finally:
+            _destroy_process_group()
+        return
+    saved = dict(os.environ)
+    threads = max(1, (os.cpu_count() or 1) // num_processes)
+    shared = {
+        "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        "MASTER_PORT": os.environ.get("MASTER_PORT", str(_free_port())),
+        "WORLD_SIZE": str(num_processes),
+        "NODE_RANK": "0",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
+    }
+    envs = [saved | shared | {"LOCAL_RANK": str(r)} for r in range(1, num_processes)]
+    commands = [rank_command(r, output_dir) for r in range(1, num_processes)]
+    os.environ.update(shared | {"LOCAL_RANK": "0"})
+    torch.set_num_threads(int(shared["OMP_NUM_THREADS"]))
+    log.info("started ranks 1..%d: %s", num_processes - 1, " ".join(commands[0]))
+    ranks = RankProcesses(commands, envs, cwd=os.getcwd())
+    try:
+        yield
+    except BaseException:
+        ranks.terminate()
+        raise
+    else:
+        ranks.wait()
+    finally:
+        _destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def rank_command(local_rank: int, output_dir: str) -> list[str]:
+    """The command line that runs rank ``local_rank`` of the current Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    if spec is None:
+        command = [sys.executable, os.path.abspath(sys.argv[0])]
+    else:
+        command = [sys.executable, "-m", spec.name]
+    quoted = output_dir.replace("\\", "\\\\").replace("'", "\\'")
+    return [
+        *command,
+        *HydraConfig.get().overrides.task,
+        f"hydra.run.dir='{quoted}'",
+        "hydra.output_subdir=null",  # rank 0 alone writes the config
+        "hydra/job_logging=none",  # and the log file
+        "hydra/hydra_logging=none",
+        f"hydra.job.name=rank{local_rank}",
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _destroy_process_group() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def _shown(value: Any) -> Any:
+    return list(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
