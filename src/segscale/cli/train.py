@@ -6,6 +6,7 @@ object comes from the config group of the same name (DESIGN.md §3).
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -57,7 +58,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             use_distributed_sampler=False,
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-        return summary.summary(trainer) if trainer.is_global_zero else {}
+    # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
+    path = Path(cfg.output_dir) / "summary.json"
+    return json.loads(path.read_text()) if trainer.is_global_zero and path.is_file() else {}
 
 
 def instantiate_each(group: DictConfig | None) -> list[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 
 import lightning as L
@@ -9,6 +10,10 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
+
+# Validation metrics are computed from torchmetrics states that are already gathered
+# from every rank, so Lightning's hint to average them again with sync_dist is moot.
+warnings.filterwarnings("ignore", message=r".*sync_dist=True.*when logging on epoch level", module="lightning")
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 

@@ -65,10 +65,11 @@ def load_encoder_weights(network: nn.Module, path: Path) -> None:
     prefix = "encoder."
     if any(k.startswith(prefix) for k in state):
         state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    missing, unexpected = network.encoder.load_state_dict(state, strict=False)
+    missing = sorted(set(network.encoder.state_dict()) - set(state))
     if missing:
         raise ConfigError(
             f"model.encoder_weights={str(path)!r} does not fit the encoder: "
             f"{len(missing)} weights missing, for example {missing[:3]}"
         )
-    del unexpected  # classifier heads of ImageNet checkpoints are expected extras
+    # Extra keys (the classifier head of an ImageNet checkpoint) are expected and skipped.
+    network.encoder.load_state_dict(state, strict=False)

@@ -1,0 +1,58 @@
+"""Shared fixtures: tiny synthetic tiles and the real config composed for a fast run."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from segscale.cli.train import CONFIG_DIR
+from segscale.data.synthetic import SyntheticTiles
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding a tiny synthetic dataset, generated once per test session."""
+    root = tmp_path_factory.mktemp("data")
+    SyntheticTiles(root=str(root), num_train=2, num_val=1, image_size=192, seed=0).prepare()
+    return root
+
+
+def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
+    """Overrides that make the default config train in seconds on tiny tiles."""
+    return [
+        f"output_dir={output_dir}",
+        f"datamodule.source.root={data_root}",
+        "datamodule.source.num_train=2",
+        "datamodule.source.num_val=1",
+        "datamodule.source.image_size=192",
+        "datamodule.patch_size=64",
+        "datamodule.patches_per_image=8",
+        "datamodule.batch_size=4",
+        "datamodule.num_workers=0",
+        "trainer.max_epochs=2",
+        "trainer.accelerator=cpu",
+        "trainer.log_every_n_steps=1",
+    ]
+
+
+@pytest.fixture
+def make_config(tiny_data_root: Path, tmp_path: Path) -> Callable[..., DictConfig]:
+    """Compose ``conf/train.yaml`` with the tiny overrides plus the given ones."""
+
+    def make(*overrides: str) -> DictConfig:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose("train", overrides=[*tiny_overrides(tiny_data_root, tmp_path / "run"), *overrides])
+
+    return make
+
+
+def train_command(*args: str) -> list[str]:
+    """``python train.py ARGS`` with this interpreter."""
+    return [sys.executable, str(REPO / "train.py"), *args]

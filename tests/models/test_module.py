@@ -1,0 +1,106 @@
+import math
+import os
+from functools import partial
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from segscale.models.module import SegmentationModule, scores_from_confusion
+
+
+class PixelLinear(nn.Module):
+    """A 1×1 convolution: enough of a network to test the module around it."""
+
+    def __init__(self, classes: int = 3) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def module(classes: int = 3) -> SegmentationModule:
+    torch.manual_seed(0)
+    return SegmentationModule(PixelLinear(classes), partial(torch.optim.SGD, lr=0.1), classes, ["a", "b", "c"][:classes])
+
+
+def test_scores_from_confusion():
+    confusion = torch.tensor([[3, 1, 0], [0, 2, 0], [0, 0, 0]])
+    scores = scores_from_confusion(confusion)
+    assert scores["acc"].item() == pytest.approx(5 / 6)
+    assert scores["iou"][0].item() == pytest.approx(3 / 4)
+    assert scores["iou"][1].item() == pytest.approx(2 / 3)
+    assert math.isnan(scores["iou"][2].item())  # absent everywhere: not counted
+    assert scores["mIoU"].item() == pytest.approx((3 / 4 + 2 / 3) / 2)
+
+
+def test_loss_ignores_the_ignore_index():
+    seg = module()
+    logits = torch.randn(2, 3, 4, 4)
+    mask = torch.randint(0, 3, (2, 4, 4))
+    loss, valid = seg._loss(logits, mask)
+    ignored = mask.clone()
+    ignored[:, :2] = 255
+    loss_part, valid_part = seg._loss(logits, ignored)
+    expected = nn.functional.cross_entropy(logits, mask, reduction="none")[:, 2:].mean()
+    assert valid == 32 and valid_part == 16
+    assert loss_part.item() == pytest.approx(expected.item(), rel=1e-5)
+    all_ignored, _ = seg._loss(logits, torch.full_like(mask, 255))
+    assert all_ignored.item() == 0.0
+
+
+def batches(count: int = 4) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(count):
+        mask = torch.randint(0, 3, (2, 8, 8), generator=generator)
+        mask[:, 0] = 255
+        image = torch.randint(0, 256, (2, 3, 8, 8), generator=generator, dtype=torch.uint8)
+        out.append({"image": image, "mask": mask})
+    return out
+
+
+def metric_values(seg: SegmentationModule, data: list[dict[str, torch.Tensor]]) -> list[float]:
+    with torch.no_grad():
+        for batch in data:
+            logits = seg(batch["image"])
+            loss, valid = seg._loss(logits, batch["mask"])
+            seg.val_loss.update(loss, weight=valid)
+            seg.val_confusion.update(logits.argmax(1), batch["mask"])
+    scores = scores_from_confusion(seg.val_confusion.compute())
+    return [seg.val_loss.compute().item(), scores["acc"].item(), scores["mIoU"].item()]
+
+
+def _rank(rank: int, port: int, queue) -> None:
+    os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    # Uneven shares: rank 0 sees three batches, rank 1 one.
+    data = batches()
+    share = data[:3] if rank == 0 else data[3:]
+    queue.put((rank, metric_values(module(), share)))
+    dist.destroy_process_group()
+
+
+def test_metrics_under_ddp_equal_one_process():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_rank, args=(r, port, queue)) for r in range(2)]
+    for p in processes:
+        p.start()
+    results = dict(queue.get(timeout=120) for _ in processes)
+    for p in processes:
+        p.join(timeout=60)
+    expected = metric_values(module(), batches())
+    assert results[0] == pytest.approx(expected, rel=1e-6)
+    assert results[1] == pytest.approx(expected, rel=1e-6)
+    # Averaging the per-rank values instead would be wrong here.
+    averaged = [(a + b) / 2 for a, b in zip(metric_values(module(), batches()[:3]), metric_values(module(), batches()[3:]))]
+    assert averaged != pytest.approx(expected, rel=1e-6)

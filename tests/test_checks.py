@@ -1,0 +1,37 @@
+import pytest
+from omegaconf import OmegaConf
+
+from segscale.checks import ConfigError, check_config, devices_count
+
+
+@pytest.mark.parametrize(("devices", "count"), [(1, 1), (2, 2), ("3", 3), ([0, 2], 2), ("auto", 1), (-1, 1)])
+def test_devices_count(devices, count):
+    assert devices_count(OmegaConf.create({"d": devices}).d) == count
+
+
+@pytest.mark.parametrize("devices", [0, -2, [], [0, 0], [-1], "two", 1.5, True])
+def test_bad_devices_name_the_key(devices):
+    with pytest.raises(ConfigError, match=r"trainer\.devices=.*expected a positive count"):
+        devices_count(devices)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("datamodule.num_classes=1", "datamodule.num_classes"),
+        ("model.num_classes=1", "model.num_classes"),
+        ("optimizer.lr=-0.1", "optimizer.lr"),
+        ("optimizer.lr=0", "optimizer.lr"),
+        ("datamodule.batch_size=0", "datamodule.batch_size"),
+        ("datamodule.patch_size=-5", "datamodule.patch_size"),
+        ("trainer.devices=0", "trainer.devices"),
+    ],
+)
+def test_check_config_names_the_key(make_config, override, key):
+    cfg = make_config(override)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        check_config(cfg)
+
+
+def test_default_config_passes(make_config):
+    check_config(make_config())

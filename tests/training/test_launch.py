@@ -1,0 +1,34 @@
+import pytest
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from segscale.checks import ConfigError
+from segscale.training.launch import must_start_ranks, rank_command, single_device_strategy
+
+
+def test_single_device_strategy_refuses_several_devices():
+    assert single_device_strategy("cpu", 1).root_device == torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"trainer\.devices=2.*use strategy=ddp"):
+        single_device_strategy("cpu", 2)
+    with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 1\].*use strategy=ddp"):
+        single_device_strategy("cpu", OmegaConf.create([0, 1]))
+
+
+def test_ranks_are_started_only_by_the_launching_process(monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert must_start_ranks("popen", 2)
+    assert not must_start_ranks("popen", 1)
+    assert not must_start_ranks("spawn", 2)
+    monkeypatch.setenv("LOCAL_RANK", "0")  # torchrun, SLURM, or a rank we started
+    assert not must_start_ranks("popen", 2)
+
+
+def test_rank_command_carries_the_jobs_own_overrides(monkeypatch):
+    hydra_cfg = OmegaConf.create({"hydra": {"overrides": {"task": ["optimizer.lr=0.03", "trainer.devices=[0,2]"]}}})
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
+    command = rank_command(1, "/runs/it's here")
+    assert "optimizer.lr=0.03" in command and "trainer.devices=[0,2]" in command
+    assert "hydra.run.dir='/runs/it\\'s here'" in command
+    assert "hydra.output_subdir=null" in command and "hydra/job_logging=none" in command
+    assert "-m" not in command[2:] and "--multirun" not in command
