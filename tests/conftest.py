@@ -48,7 +48,9 @@ def make_config(tiny_data_root: Path, tmp_path: Path) -> Callable[..., DictConfi
 
     def make(*overrides: str) -> DictConfig:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose("train", overrides=[*tiny_overrides(tiny_data_root, tmp_path / "run"), *overrides])
+            return compose(
+                "train", overrides=[*tiny_overrides(tiny_data_root, tmp_path / "run"), *overrides]
+            )
 
     return make
 

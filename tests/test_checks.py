@@ -4,7 +4,9 @@ from omegaconf import OmegaConf
 from segscale.checks import ConfigError, check_config, devices_count
 
 
-@pytest.mark.parametrize(("devices", "count"), [(1, 1), (2, 2), ("3", 3), ([0, 2], 2), ("auto", 1), (-1, 1)])
+@pytest.mark.parametrize(
+    ("devices", "count"), [(1, 1), (2, 2), ("3", 3), ([0, 2], 2), ("auto", 1), (-1, 1)]
+)
 def test_devices_count(devices, count):
     assert devices_count(OmegaConf.create({"d": devices}).d) == count
 

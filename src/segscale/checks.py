@@ -28,10 +28,19 @@ def check_config(cfg: DictConfig) -> None:
         ("datamodule.num_workers", 0),
     ):
         value = _get(cfg, key)
-        _require(value, key, lambda v, m=minimum: isinstance(v, int) and v >= m, f"an integer >= {minimum}")
+        _require(
+            value,
+            key,
+            lambda v, m=minimum: isinstance(v, int) and v >= m,
+            f"an integer >= {minimum}",
+        )
     lr = _get(cfg, "optimizer.lr")
-    _require(lr, "optimizer.lr", lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
-             "a positive learning rate such as 0.01")
+    _require(
+        lr,
+        "optimizer.lr",
+        lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
+        "a positive learning rate such as 0.01",
+    )
 
 
 def devices_count(devices: Any, available: int | None = None) -> int:
@@ -44,8 +53,9 @@ def devices_count(devices: Any, available: int | None = None) -> int:
     if isinstance(devices, (list, tuple, ListConfig)):
         indices = list(devices)
         ok = indices and all(isinstance(i, int) and i >= 0 for i in indices)
-        _require(devices, "trainer.devices", lambda _: ok and len(set(indices)) == len(indices),
-                 expected)
+        _require(
+            devices, "trainer.devices", lambda _: ok and len(set(indices)) == len(indices), expected
+        )
         return len(indices)
     if devices in ("auto", -1, "-1"):
         return max(1, available or 1)

@@ -32,7 +32,12 @@ def test_every_option_composes_and_instantiates(make_config, group, option):
     if group == "datamodule":
         built.check()
     if group == "model":
-        assert built.eval()(torch.zeros(1, 3, 64, 64)).shape == (1, cfg.datamodule.num_classes, 64, 64)
+        assert built.eval()(torch.zeros(1, 3, 64, 64)).shape == (
+            1,
+            cfg.datamodule.num_classes,
+            64,
+            64,
+        )
 
 
 def test_single_device_run_writes_the_run_folder(make_config, tmp_path):
@@ -68,8 +73,16 @@ def cli_overrides(data_root: Path) -> list[str]:
 def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     run = tmp_path / "run"
     result = subprocess.run(
-        train_command("strategy=ddp", "trainer.devices=2", f"hydra.run.dir={run}", *cli_overrides(tiny_data_root)),
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        train_command(
+            "strategy=ddp",
+            "trainer.devices=2",
+            f"hydra.run.dir={run}",
+            *cli_overrides(tiny_data_root),
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # exactly one run folder
@@ -79,7 +92,13 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     assert "val/mIoU" in (run / "metrics.csv").read_text()
     assert (run / ".hydra" / "config.yaml").is_file()
     # Only rank 0 writes files: one log, one config folder, no per-rank leftovers.
-    assert sorted(p.name for p in run.iterdir()) == [".hydra", "checkpoints", "metrics.csv", "summary.json", "train.log"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        ".hydra",
+        "checkpoints",
+        "metrics.csv",
+        "summary.json",
+        "train.log",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -97,7 +116,10 @@ def test_bad_input_stops_before_training(tiny_data_root, tmp_path, overrides, ex
     run = tmp_path / "run"
     result = subprocess.run(
         train_command(*cli_overrides(tiny_data_root), f"hydra.run.dir={run}", *overrides),
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode != 0
     assert expected in result.stdout + result.stderr
@@ -113,12 +135,20 @@ def learning_data(tmp_path_factory):
 def test_default_run_learns(learning_data, tmp_path):
     """The default recipe, shortened, beats predicting the majority class by far."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=[
-            f"output_dir={tmp_path}", f"datamodule.source.root={learning_data}",
-            "datamodule.source.image_size=512", "datamodule.source.num_train=3",
-            "datamodule.source.num_val=1", "datamodule.patches_per_image=64",
-            "trainer.max_epochs=2", "trainer.accelerator=cpu", "callbacks=none",
-        ])
+        cfg = compose(
+            "train",
+            overrides=[
+                f"output_dir={tmp_path}",
+                f"datamodule.source.root={learning_data}",
+                "datamodule.source.image_size=512",
+                "datamodule.source.num_train=3",
+                "datamodule.source.num_val=1",
+                "datamodule.patches_per_image=64",
+                "trainer.max_epochs=2",
+                "trainer.accelerator=cpu",
+                "callbacks=none",
+            ],
+        )
     summary = train(cfg)
     masks = [read_mask(p.mask) for p in instantiate(cfg.datamodule.source).pairs("val")]
     counts = np.bincount(np.concatenate([m.ravel() for m in masks]), minlength=6)

@@ -24,7 +24,9 @@ class PixelLinear(nn.Module):
 
 def module(classes: int = 3) -> SegmentationModule:
     torch.manual_seed(0)
-    return SegmentationModule(PixelLinear(classes), partial(torch.optim.SGD, lr=0.1), classes, ["a", "b", "c"][:classes])
+    return SegmentationModule(
+        PixelLinear(classes), partial(torch.optim.SGD, lr=0.1), classes, ["a", "b", "c"][:classes]
+    )
 
 
 def test_scores_from_confusion():
@@ -41,7 +43,7 @@ def test_loss_ignores_the_ignore_index():
     seg = module()
     logits = torch.randn(2, 3, 4, 4)
     mask = torch.randint(0, 3, (2, 4, 4))
-    loss, valid = seg._loss(logits, mask)
+    _, valid = seg._loss(logits, mask)
     ignored = mask.clone()
     ignored[:, :2] = 255
     loss_part, valid_part = seg._loss(logits, ignored)
@@ -102,5 +104,6 @@ def test_metrics_under_ddp_equal_one_process():
     assert results[0] == pytest.approx(expected, rel=1e-6)
     assert results[1] == pytest.approx(expected, rel=1e-6)
     # Averaging the per-rank values instead would be wrong here.
-    averaged = [(a + b) / 2 for a, b in zip(metric_values(module(), batches()[:3]), metric_values(module(), batches()[3:]))]
+    first, second = metric_values(module(), batches()[:3]), metric_values(module(), batches()[3:])
+    averaged = [(a + b) / 2 for a, b in zip(first, second, strict=True)]
     assert averaged != pytest.approx(expected, rel=1e-6)

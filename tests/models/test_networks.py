@@ -7,7 +7,12 @@ from segscale.models.networks import build_network
 
 @pytest.mark.parametrize(
     ("arch", "kwargs"),
-    [("DeepLabV3Plus", {"output_stride": 16}), ("DeepLabV3Plus", {"output_stride": 8}), ("Unet", {}), ("FPN", {})],
+    [
+        ("DeepLabV3Plus", {"output_stride": 16}),
+        ("DeepLabV3Plus", {"output_stride": 8}),
+        ("Unet", {}),
+        ("FPN", {}),
+    ],
 )
 def test_architectures_give_class_logits_at_input_size(arch, kwargs):
     network = build_network(arch, "resnet18", num_classes=5, in_channels=4, **kwargs).eval()
@@ -16,11 +21,11 @@ def test_architectures_give_class_logits_at_input_size(arch, kwargs):
 
 
 def test_bad_names_and_strides_are_config_errors():
-    with pytest.raises(ConfigError, match="model.arch"):
+    with pytest.raises(ConfigError, match=r"model\.arch"):
         build_network("DeepLabV9")
-    with pytest.raises(ConfigError, match="model.encoder"):
+    with pytest.raises(ConfigError, match=r"model\.encoder"):
         build_network(encoder="resnet7")
-    with pytest.raises(ConfigError, match="model.output_stride"):
+    with pytest.raises(ConfigError, match=r"model\.output_stride"):
         build_network("Unet", output_stride=16)
 
 

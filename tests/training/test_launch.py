@@ -25,7 +25,9 @@ def test_ranks_are_started_only_by_the_launching_process(monkeypatch):
 
 
 def test_rank_command_carries_the_jobs_own_overrides(monkeypatch):
-    hydra_cfg = OmegaConf.create({"hydra": {"overrides": {"task": ["optimizer.lr=0.03", "trainer.devices=[0,2]"]}}})
+    hydra_cfg = OmegaConf.create(
+        {"hydra": {"overrides": {"task": ["optimizer.lr=0.03", "trainer.devices=[0,2]"]}}}
+    )
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
     command = rank_command(1, "/runs/it's here")
     assert "optimizer.lr=0.03" in command and "trainer.devices=[0,2]" in command

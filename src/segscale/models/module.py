@@ -13,7 +13,9 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 
 # Validation metrics are computed from torchmetrics states that are already gathered
 # from every rank, so Lightning's hint to average them again with sync_dist is moot.
-warnings.filterwarnings("ignore", message=r".*sync_dist=True.*when logging on epoch level", module="lightning")
+warnings.filterwarnings(
+    "ignore", message=r".*sync_dist=True.*when logging on epoch level", module="lightning"
+)
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -55,7 +57,11 @@ class SegmentationModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.network, self.optimizer_factory = network, optimizer
-        self.num_classes, self.class_names, self.ignore_index = num_classes, tuple(class_names), ignore_index
+        self.num_classes, self.class_names, self.ignore_index = (
+            num_classes,
+            tuple(class_names),
+            ignore_index,
+        )
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1) * 255, persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1) * 255, persistent=False)
         self.loss_fn = nn.CrossEntropyLoss(ignore_index=ignore_index, reduction="sum")
@@ -95,7 +101,11 @@ class SegmentationModule(L.LightningModule):
         scores = scores_from_confusion(self.val_confusion.compute())
         # compute() has already gathered every rank's state, so these values are the
         # same on all ranks and need no further reduction.
-        metrics = {"val/loss": self.val_loss.compute(), "val/acc": scores["acc"], "val/mIoU": scores["mIoU"]}
+        metrics = {
+            "val/loss": self.val_loss.compute(),
+            "val/acc": scores["acc"],
+            "val/mIoU": scores["mIoU"],
+        }
         for name, iou in zip(self.class_names, scores["iou"], strict=True):
             metrics[f"val/IoU_{name}"] = iou
         for key, value in metrics.items():

@@ -36,7 +36,8 @@ def build_network(
     if encoder not in smp.encoders.get_encoder_names() and not encoder.startswith("tu-"):
         raise ConfigError(
             f"model.encoder={encoder!r} is unknown: expected an smp encoder name such as "
-            "resnet18, resnet50, mobilenet_v2, efficientnet-b0 (see smp.encoders.get_encoder_names())"
+            "resnet18, resnet50, mobilenet_v2, efficientnet-b0 "
+            "(see smp.encoders.get_encoder_names())"
         )
     kwargs = dict(arch_kwargs)
     if output_stride is not None:
@@ -47,8 +48,11 @@ def build_network(
             )
         kwargs["encoder_output_stride"] = output_stride
     network = model_class(
-        encoder_name=encoder, encoder_weights=None, in_channels=in_channels,
-        classes=num_classes, **kwargs,
+        encoder_name=encoder,
+        encoder_weights=None,
+        in_channels=in_channels,
+        classes=num_classes,
+        **kwargs,
     )
     if encoder_weights is not None:
         load_encoder_weights(network, Path(encoder_weights))
@@ -58,13 +62,15 @@ def build_network(
 def load_encoder_weights(network: nn.Module, path: Path) -> None:
     """Load a local state dict (an encoder's, or a whole network's) into the encoder."""
     if not path.is_file():
-        raise ConfigError(f"model.encoder_weights={str(path)!r}: no such file; expected a local .pth file")
+        raise ConfigError(
+            f"model.encoder_weights={str(path)!r}: no such file; expected a local .pth file"
+        )
     state = torch.load(path, map_location="cpu", weights_only=True)
     state = state.get("state_dict", state)
     # Accept an encoder's own keys, or a whole network's with an "encoder." prefix.
     prefix = "encoder."
     if any(k.startswith(prefix) for k in state):
-        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
     missing = sorted(set(network.encoder.state_dict()) - set(state))
     if missing:
         raise ConfigError(

@@ -38,8 +38,14 @@ class RunSummary(L.Callback):
         """Start the training clock (after the sanity check)."""
         self._train_start, self._val_s = time.perf_counter(), 0.0
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
-                           batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: dict[str, torch.Tensor],
+        batch_idx: int,
+    ) -> None:
         """Count this batch's patches on every rank."""
         self.patches += batch["image"].shape[0] * trainer.world_size
 
@@ -81,7 +87,8 @@ class RunSummary(L.Callback):
             "num_nodes": trainer.num_nodes,
             "accelerator": type(trainer.accelerator).__name__,
             "devices": [str(d) for d in trainer.strategy.parallel_devices]
-            if hasattr(trainer.strategy, "parallel_devices") else [str(trainer.strategy.root_device)],
+            if hasattr(trainer.strategy, "parallel_devices")
+            else [str(trainer.strategy.root_device)],
             "per_device_batch_size": per_device,
             "global_batch_size": per_device * trainer.world_size if per_device else None,
             "learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
@@ -90,7 +97,9 @@ class RunSummary(L.Callback):
             "train_patches": self.patches,
             "train_time_s": round(self.train_s, 3),
             "wall_time_s": round(time.perf_counter() - self._fit_start, 3),
-            "throughput_patches_per_s": round(self.patches / self.train_s, 3) if self.train_s > 0 else None,
+            "throughput_patches_per_s": round(self.patches / self.train_s, 3)
+            if self.train_s > 0
+            else None,
             **self.extra,
         }
 

@@ -19,11 +19,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     the previous checkpoint or the new one, never half of one.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any = None
+    ) -> None:
         """Save ``checkpoint`` to ``path`` atomically."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        handle, temporary = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+        )
         try:
             with os.fdopen(handle, "wb") as stream:
                 torch.save(checkpoint, stream)

@@ -57,13 +57,15 @@ def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> Singl
     count = devices_count(devices, available_devices(accelerator))
     if count != 1:
         raise ConfigError(
-            f"strategy=single runs one process on one device, but trainer.devices={_shown(devices)} "
-            f"asks for {count}; use strategy=ddp (or strategy=ddp_spawn) to train on several devices"
+            f"strategy=single runs one process on one device, but "
+            f"trainer.devices={_shown(devices)} asks for {count}; use strategy=ddp "
+            "(or strategy=ddp_spawn) to train on several devices"
         )
     kind = resolve_accelerator(accelerator)
     if kind == "cpu":
         return SingleDeviceStrategy(device=torch.device("cpu"))
-    index = list(devices)[0] if isinstance(devices, Sequence) and not isinstance(devices, str) else 0
+    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
+    index = next(iter(devices)) if listed else 0
     return SingleDeviceStrategy(device=torch.device(kind, index))
 
 
@@ -76,7 +78,9 @@ class RankProcesses:
     """
 
     def __init__(self, commands: list[list[str]], envs: list[dict[str, str]], cwd: str) -> None:
-        self.processes = [subprocess.Popen(c, env=e, cwd=cwd) for c, e in zip(commands, envs, strict=True)]
+        self.processes = [
+            subprocess.Popen(c, env=e, cwd=cwd) for c, e in zip(commands, envs, strict=True)
+        ]
         self._done = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, daemon=True)
         self._watchdog.start()
@@ -99,7 +103,9 @@ class RankProcesses:
                 code = process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.terminate()
-                raise RuntimeError(f"rank {rank} did not finish within {timeout_s:.0f} s of rank 0") from None
+                raise RuntimeError(
+                    f"rank {rank} did not finish within {timeout_s:.0f} s of rank 0"
+                ) from None
             if code != 0:
                 raise RuntimeError(f"rank {rank} exited with code {code}")
 
