@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -12,6 +13,8 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
+
+log = logging.getLogger(__name__)
 
 
 class RunSummary(L.Callback):
@@ -23,8 +26,8 @@ class RunSummary(L.Callback):
     objects: world size, per-device and global batch, learning rate.
     """
 
-    def __init__(self, output_dir: str, extra: dict[str, Any] | None = None) -> None:
-        self.output_dir, self.extra = Path(output_dir), dict(extra or {})
+    def __init__(self, output_dir: str) -> None:
+        self.output_dir = Path(output_dir)
         self.patches = 0
         self.train_s = 0.0
         self._fit_start = self._train_start = self._val_start = 0.0
@@ -35,8 +38,11 @@ class RunSummary(L.Callback):
         self._fit_start = time.perf_counter()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Start the training clock (after the sanity check)."""
+        """Start the training clock (after the sanity check) and log the effective values."""
         self._train_start, self._val_s = time.perf_counter(), 0.0
+        if trainer.is_global_zero:
+            values = self.effective_values(trainer)
+            log.info("effective: %s", ", ".join(f"{k}={v}" for k, v in values.items()))
 
     def on_train_batch_end(
         self,
@@ -72,26 +78,33 @@ class RunSummary(L.Callback):
         temporary.write_text(json.dumps(summary, indent=2))
         os.replace(temporary, path)
 
-    def summary(self, trainer: L.Trainer) -> dict[str, Any]:
-        """The run's summary as a JSON-ready dict."""
+    @staticmethod
+    def effective_values(trainer: L.Trainer) -> dict[str, Any]:
+        """World size, devices, batch sizes and learning rate, read from the running objects."""
         loader = trainer.train_dataloader
         per_device = loader.batch_size if loader is not None else None
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        strategy = trainer.strategy
+        devices = getattr(strategy, "parallel_devices", None) or [strategy.root_device]
+        return {
+            "world_size": trainer.world_size,
+            "num_nodes": trainer.num_nodes,
+            "accelerator": type(trainer.accelerator).__name__,
+            "devices": [str(d) for d in devices],
+            "per_device_batch_size": per_device,
+            "global_batch_size": per_device * trainer.world_size if per_device else None,
+            "learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
+        }
+
+    def summary(self, trainer: L.Trainer) -> dict[str, Any]:
+        """The run's summary as a JSON-ready dict."""
         checkpoint = trainer.checkpoint_callback
         return {
             "metrics": {k: _number(v) for k, v in sorted(trainer.callback_metrics.items())},
             "best_checkpoint": getattr(checkpoint, "best_model_path", None) or None,
             "best_score": _number(getattr(checkpoint, "best_model_score", None)),
             "last_checkpoint": getattr(checkpoint, "last_model_path", None) or None,
-            "world_size": trainer.world_size,
-            "num_nodes": trainer.num_nodes,
-            "accelerator": type(trainer.accelerator).__name__,
-            "devices": [str(d) for d in trainer.strategy.parallel_devices]
-            if hasattr(trainer.strategy, "parallel_devices")
-            else [str(trainer.strategy.root_device)],
-            "per_device_batch_size": per_device,
-            "global_batch_size": per_device * trainer.world_size if per_device else None,
-            "learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
+            **self.effective_values(trainer),
             "epochs": trainer.current_epoch,
             "steps": trainer.global_step,
             "train_patches": self.patches,
@@ -100,7 +113,6 @@ class RunSummary(L.Callback):
             "throughput_patches_per_s": round(self.patches / self.train_s, 3)
             if self.train_s > 0
             else None,
-            **self.extra,
         }
 
 
