@@ -4,7 +4,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from segscale.checks import ConfigError
-from segscale.training.launch import must_start_ranks, rank_command, single_device_strategy
+from segscale.training.launch import (
+    job_ranks,
+    must_start_ranks,
+    rank_command,
+    single_device_strategy,
+)
 
 
 def test_single_device_strategy_refuses_several_devices():
@@ -34,3 +39,10 @@ def test_rank_command_carries_the_jobs_own_overrides(monkeypatch):
     assert "hydra.run.dir='/runs/it\\'s here'" in command
     assert "hydra.output_subdir=null" in command and "hydra/job_logging=none" in command
     assert "-m" not in command[2:] and "--multirun" not in command
+
+
+def test_multi_node_ranks_are_not_started_from_one_node(monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    refused = pytest.raises(ConfigError, match=r"trainer\.num_nodes=2.*torchrun")
+    with refused, job_ranks("popen", 1, "/tmp/run", num_nodes=2):
+        pass

@@ -37,7 +37,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate(cfg.datamodule, _convert_="all")
     datamodule.check()
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
-    with job_ranks(cfg.strategy.get("start_method"), num_processes, cfg.output_dir):
+    start_method = cfg.strategy.get("start_method")
+    with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes):
         module = SegmentationModule(
             network=instantiate(cfg.model),
             optimizer=instantiate(cfg.optimizer),

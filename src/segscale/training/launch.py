@@ -128,13 +128,20 @@ def must_start_ranks(start_method: str | None, num_processes: int) -> bool:
 
 
 @contextmanager
-def job_ranks(start_method: str | None, num_processes: int, output_dir: str) -> Iterator[None]:
+def job_ranks(
+    start_method: str | None, num_processes: int, output_dir: str, num_nodes: int = 1
+) -> Iterator[None]:
     """Run the body as rank 0 of a DDP job, with ranks 1 … N-1 started beside it.
 
     Does nothing unless ``must_start_ranks``. On leaving, waits for the other ranks (or
     stops them if the body raised) and tears down the process group, so the next job of
-    a multirun starts clean.
+    a multirun starts clean. Ranks on other nodes cannot be started from here.
     """
+    if start_method == "popen" and num_nodes != 1 and "LOCAL_RANK" not in os.environ:
+        raise ConfigError(
+            f"trainer.num_nodes={num_nodes}: the ranks of a multi-node job must be started "
+            "on every node by torchrun or SLURM's srun, which set LOCAL_RANK"
+        )
     if not must_start_ranks(start_method, num_processes):
         try:
             yield
