@@ -14,6 +14,7 @@ from typing import Any
 
 import hydra
 import lightning as L
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -33,21 +34,23 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Train the configured network; return the run summary (empty on ranks > 0)."""
     check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
-    strategy = instantiate(cfg.strategy)
-    datamodule = instantiate(cfg.datamodule, _convert_="all")
+    strategy = build(cfg.strategy)
+    datamodule = build(cfg.datamodule, _convert_="all")
     datamodule.check()
+    module = SegmentationModule(
+        network=build(cfg.model),
+        optimizer=build(cfg.optimizer),
+        num_classes=datamodule.num_classes,
+        class_names=datamodule.class_names,
+        ignore_index=datamodule.ignore_index,
+        mean=datamodule.mean,
+        std=datamodule.std,
+    )
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     start_method = cfg.strategy.get("start_method")
+    # Everything above is checked before any other rank starts; the trainer comes after,
+    # since Lightning reads the rank variables that job_ranks sets.
     with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes):
-        module = SegmentationModule(
-            network=instantiate(cfg.model),
-            optimizer=instantiate(cfg.optimizer),
-            num_classes=datamodule.num_classes,
-            class_names=datamodule.class_names,
-            ignore_index=datamodule.ignore_index,
-            mean=datamodule.mean,
-            std=datamodule.std,
-        )
         summary = RunSummary(cfg.output_dir)
         trainer = instantiate(
             cfg.trainer,
@@ -64,11 +67,25 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if trainer.is_global_zero and path.is_file() else {}
 
 
+def build(node: DictConfig, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate``, but a ``ConfigError`` comes out as itself.
+
+    Hydra wraps whatever a target raises in an ``InstantiationException``; unwrapping
+    ours keeps the message that names the config key in front of the user.
+    """
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, ConfigError):
+            raise error.__cause__ from None
+        raise
+
+
 def instantiate_each(group: DictConfig | None) -> list[Any]:
     """Instantiate every entry of a name → config mapping (callbacks, loggers)."""
     if not group:
         return []
-    return [instantiate(node) for node in group.values() if node is not None and "_target_" in node]
+    return [build(node) for node in group.values() if node is not None and "_target_" in node]
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")

@@ -1,0 +1,115 @@
+"""The LightningDataModule: tiles in memory, random training patches, a validation grid."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import lightning as L
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+
+from segscale.checks import ConfigError
+from segscale.data.augment import Augmentation
+from segscale.data.patches import GridPatchDataset, RandomPatchDataset
+from segscale.data.samplers import EpochShardSampler
+from segscale.data.sources import TileSource, load_tiles
+
+
+class SegmentationDataModule(L.LightningDataModule):
+    """Random augmented patches for training and a fixed patch grid for validation.
+
+    Under DDP each rank reads its rank and the world size from the trainer and draws
+    only its own shard (``EpochShardSampler``); the trainer must therefore be built with
+    ``use_distributed_sampler=False``, which ``segscale.cli.train`` does.
+    """
+
+    def __init__(
+        self,
+        source: TileSource,
+        num_classes: int,
+        class_names: Sequence[str],
+        patch_size: int = 128,
+        patches_per_image: int = 64,
+        batch_size: int = 8,
+        num_workers: int = 1,
+        augmentation: Augmentation | None = None,
+        ignore_index: int = 255,
+        seed: int = 0,
+        shuffle: bool = True,
+        val_batch_size: int | None = None,
+        pin_memory: bool = False,
+        mean: Sequence[float] = (0.485, 0.456, 0.406),
+        std: Sequence[float] = (0.229, 0.224, 0.225),
+        in_channels: int = 3,
+    ) -> None:
+        super().__init__()
+        self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
+        self.patch_size, self.patches_per_image = patch_size, patches_per_image
+        self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.augmentation = augmentation or Augmentation()
+        self.ignore_index, self.seed, self.shuffle = ignore_index, seed, shuffle
+        self.mean, self.std, self.in_channels = tuple(mean), tuple(std), in_channels
+        self.train_set: RandomPatchDataset | None = None
+        self.val_set: GridPatchDataset | None = None
+
+    def check(self) -> None:
+        """Make the data available and check it against the settings, before training."""
+        self.source.prepare()
+        side = self.source.min_image_side()
+        if self.patch_size > side:
+            raise ConfigError(
+                f"datamodule.patch_size={self.patch_size} is larger than the smallest image "
+                f"side ({side} px); expected a patch_size of at most {side}"
+            )
+        if len(self.source.class_names) != self.num_classes:
+            raise ConfigError(
+                f"datamodule.num_classes={self.num_classes} but the dataset has "
+                f"{len(self.source.class_names)} classes: {list(self.source.class_names)}"
+            )
+
+    def prepare_data(self) -> None:
+        """Generate or unpack the data once per machine."""
+        self.source.prepare()
+
+    def setup(self, stage: str) -> None:
+        """Decode the tiles of the splits that ``stage`` needs into memory."""
+        # Patches are small: OpenCV's thread pool only oversubscribes the CPU that
+        # DataLoader workers share. Set here, before workers fork: calling it inside a
+        # forked worker deadlocks when the parent's pool is already running.
+        cv2.setNumThreads(1)
+        if stage == "fit" and self.train_set is None:
+            self.train_set = RandomPatchDataset(
+                load_tiles(self.source.pairs("train")), self.patch_size, self.patches_per_image,
+                self.augmentation, self.seed, self.ignore_index,
+            )
+        if stage in ("fit", "validate") and self.val_set is None:
+            self.val_set = GridPatchDataset(
+                load_tiles(self.source.pairs("val")), self.patch_size, self.ignore_index
+            )
+
+    def _rank_and_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+
+    def train_dataloader(self) -> DataLoader:
+        """This rank's shard of each epoch's random patches."""
+        rank, world = self._rank_and_world()
+        sampler = EpochShardSampler(len(self.train_set), world, rank, self.shuffle, self.seed)
+        return self._loader(self.train_set, self.batch_size, sampler=sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        """This rank's share of the validation grid (metrics are synced across ranks)."""
+        rank, world = self._rank_and_world()
+        shard = Subset(self.val_set, range(rank, len(self.val_set), world))
+        return self._loader(shard, self.val_batch_size)
+
+    def _loader(self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )

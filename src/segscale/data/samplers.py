@@ -1,0 +1,48 @@
+"""Samplers that hand each rank its own shard of an index-addressed epoch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+from torch.utils.data import Sampler
+
+
+class EpochShardSampler(Sampler[tuple[int, int]]):
+    """Yields ``(epoch, index)`` keys: this rank's share of one epoch's patches.
+
+    The epoch's order is a permutation of ``range(dataset_len)`` drawn from
+    ``(seed, epoch)`` (or the identity when ``shuffle`` is false), the same on every
+    rank. It is padded with the fresh indices ``dataset_len, dataset_len + 1, ...`` to a
+    multiple of ``num_replicas``, and rank ``r`` takes positions ``r, r + N, r + 2N, ...``.
+    So the ranks' shards are disjoint, never repeat, and have equal length (DDP needs
+    the same number of steps on every rank), and the ``k``-th global batch of ``N``
+    ranks × ``b`` holds the same patches as the ``k``-th batch of size ``N·b`` on one
+    process. Call ``set_epoch`` before each epoch (Lightning does).
+    """
+
+    def __init__(
+        self, dataset_len: int, num_replicas: int = 1, rank: int = 0, shuffle: bool = True, seed: int = 0
+    ) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        self.dataset_len, self.num_replicas, self.rank = dataset_len, num_replicas, rank
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose keys the next iteration yields."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(self.dataset_len / self.num_replicas)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        total = len(self) * self.num_replicas
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(self.dataset_len)
+        else:
+            order = np.arange(self.dataset_len)
+        order = np.concatenate([order, np.arange(self.dataset_len, total)])
+        for position in range(self.rank, total, self.num_replicas):
+            yield self.epoch, int(order[position])
