@@ -159,4 +159,5 @@ def test_default_run_learns(learning_data, tmp_path):
     masks = [read_mask(p.mask) for p in instantiate(cfg.datamodule.source).pairs("val")]
     counts = np.bincount(np.concatenate([m.ravel() for m in masks]), minlength=6)
     majority_miou = counts.max() / counts.sum() / np.count_nonzero(counts)
-    assert summary["metrics"]["val/mIoU"] > 3 * majority_miou
+    # Measured here: mIoU 0.55 against a majority-class mIoU of 0.04.
+    assert summary["metrics"]["val/mIoU"] > max(0.3, 3 * majority_miou)

@@ -29,11 +29,14 @@ def test_pixels_from_outside_the_image_are_ignored():
 
 
 def test_transforms_are_reseeded_per_patch():
-    augmentation = Augmentation(transforms=[A.HorizontalFlip(p=0.5), A.RandomBrightnessContrast(p=1.0)])
+    flips = [A.HorizontalFlip(p=0.5), A.RandomBrightnessContrast(p=1.0)]
+    augmentation = Augmentation(transforms=flips)
     image, mask = ramp()
     first = augmentation.transform(image, mask, patch_rng(0, 0, 5))[0]
     augmentation.transform(image, mask, patch_rng(0, 0, 6))  # an unrelated patch in between
     again = augmentation.transform(image, mask, patch_rng(0, 0, 5))[0]
     np.testing.assert_array_equal(first, again)
-    outputs = {augmentation.transform(image, mask, patch_rng(0, 0, i))[0].tobytes() for i in range(8)}
+    outputs = {
+        augmentation.transform(image, mask, patch_rng(0, 0, i))[0].tobytes() for i in range(8)
+    }
     assert len(outputs) == 8

@@ -49,7 +49,8 @@ def test_ranks_and_workers_draw_disjoint_patches(tiles):
         sampler.set_epoch(2)
         loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2)
         for batch in loader:
-            drawn += [(tuple(k.tolist()), img.numpy().tobytes()) for k, img in zip(batch["key"], batch["image"])]
+            for key, image in zip(batch["key"], batch["image"], strict=True):
+                drawn.append((tuple(key.tolist()), image.numpy().tobytes()))
     keys = [k for k, _ in drawn]
     assert len(keys) == len(set(keys)) == len(data)
     assert {k[0] for k in keys} == {2}
@@ -71,7 +72,8 @@ def test_masks_stay_aligned_under_augmentation():
         # Compare away from class borders (and the patch's own edge, whose neighbours lie
         # outside it), where bilinear and nearest sampling must agree.
         edge = {"mode": "constant", "cval": 254}
-        interior = (maximum_filter(labels, 3, **edge) == minimum_filter(labels, 3, **edge)) & (labels != 255)
+        uniform = maximum_filter(labels, 3, **edge) == minimum_filter(labels, 3, **edge)
+        interior = uniform & (labels != 255)
         assert interior.mean() > 0.5
         np.testing.assert_array_equal(grey[interior], labels[interior].astype(np.uint8) * 40)
 

@@ -24,7 +24,8 @@ def test_global_batches_match_one_process():
     batch = 2  # per rank; the single process uses 4
     for step in range(4):
         single = set(one[4 * step : 4 * step + 4])
-        split = set(ranks[0][batch * step : batch * step + batch]) | set(ranks[1][batch * step : batch * step + batch])
+        window = slice(batch * step, batch * step + batch)
+        split = set(ranks[0][window]) | set(ranks[1][window])
         assert single == split
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from segscale.checks import ConfigError
 
+
 def patch_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The random generator that owns every choice made for one patch."""
     return np.random.default_rng([seed, epoch, index])
@@ -95,12 +96,19 @@ def cut_patch(
     )
     flags = cv2.WARP_INVERSE_MAP
     patch = cv2.warpAffine(
-        image, matrix, (size, size), flags=flags | cv2.INTER_LINEAR,
+        image,
+        matrix,
+        (size, size),
+        flags=flags | cv2.INTER_LINEAR,
         borderMode=cv2.BORDER_REFLECT_101,
     )
     labels = cv2.warpAffine(
-        mask, matrix, (size, size), flags=flags | cv2.INTER_NEAREST,
-        borderMode=cv2.BORDER_CONSTANT, borderValue=ignore_index,
+        mask,
+        matrix,
+        (size, size),
+        flags=flags | cv2.INTER_NEAREST,
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=ignore_index,
     )
     if patch.ndim == 2:  # cv2 drops a trailing channel axis of size 1
         patch = patch[:, :, None]

@@ -80,8 +80,12 @@ class SegmentationDataModule(L.LightningDataModule):
         cv2.setNumThreads(1)
         if stage == "fit" and self.train_set is None:
             self.train_set = RandomPatchDataset(
-                load_tiles(self.source.pairs("train")), self.patch_size, self.patches_per_image,
-                self.augmentation, self.seed, self.ignore_index,
+                load_tiles(self.source.pairs("train")),
+                self.patch_size,
+                self.patches_per_image,
+                self.augmentation,
+                self.seed,
+                self.ignore_index,
             )
         if stage in ("fit", "validate") and self.val_set is None:
             self.val_set = GridPatchDataset(
@@ -93,18 +97,20 @@ class SegmentationDataModule(L.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
-        """This rank's shard of each epoch's random patches."""
+        """Random patches of each epoch: the shard of this rank."""
         rank, world = self._rank_and_world()
         sampler = EpochShardSampler(len(self.train_set), world, rank, self.shuffle, self.seed)
         return self._loader(self.train_set, self.batch_size, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
-        """This rank's share of the validation grid (metrics are synced across ranks)."""
+        """Validation grid patches: the share of this rank (metrics are synced across ranks)."""
         rank, world = self._rank_and_world()
         shard = Subset(self.val_set, range(rank, len(self.val_set), world))
         return self._loader(shard, self.val_batch_size)
 
-    def _loader(self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None) -> DataLoader:
+    def _loader(
+        self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None
+    ) -> DataLoader:
         return DataLoader(
             dataset,
             batch_size=batch_size,

@@ -13,7 +13,9 @@ PatchKey = tuple[int, int]
 """``(epoch, index)``: the address of one random patch."""
 
 
-def _as_sample(image: np.ndarray, mask: np.ndarray, key: tuple[int, ...]) -> dict[str, torch.Tensor]:
+def _as_sample(
+    image: np.ndarray, mask: np.ndarray, key: tuple[int, ...]
+) -> dict[str, torch.Tensor]:
     # Images stay uint8 on their way through the DataLoader (4× less to copy between
     # processes); the LightningModule converts and normalizes them on the device.
     return {

@@ -23,7 +23,12 @@ class EpochShardSampler(Sampler[tuple[int, int]]):
     """
 
     def __init__(
-        self, dataset_len: int, num_replicas: int = 1, rank: int = 0, shuffle: bool = True, seed: int = 0
+        self,
+        dataset_len: int,
+        num_replicas: int = 1,
+        rank: int = 0,
+        shuffle: bool = True,
+        seed: int = 0,
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")

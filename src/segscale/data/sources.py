@@ -60,7 +60,9 @@ def read_mask(path: Path) -> np.ndarray:
     """Decode a class-index mask file to an H×W uint8 array."""
     with Image.open(path) as img:
         if img.mode not in ("L", "P"):
-            raise ValueError(f"{path}: expected a single-channel class-index mask, got mode {img.mode}")
+            raise ValueError(
+                f"{path}: expected a single-channel class-index mask, got mode {img.mode}"
+            )
         return np.ascontiguousarray(np.asarray(img, dtype=np.uint8))
 
 

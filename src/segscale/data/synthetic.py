@@ -46,7 +46,8 @@ class SyntheticTiles:
     @property
     def folder(self) -> Path:
         """Folder holding this generator's tiles; its name encodes the settings."""
-        name = f"v{_FORMAT_VERSION}_n{self.num_train}+{self.num_val}_s{self.image_size}_seed{self.seed}"
+        counts = f"n{self.num_train}+{self.num_val}"
+        name = f"v{_FORMAT_VERSION}_{counts}_s{self.image_size}_seed{self.seed}"
         return Path(self.root) / name
 
     def min_image_side(self) -> int:
