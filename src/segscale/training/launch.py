@@ -89,7 +89,8 @@ class RankProcesses:
         while not self._done.wait(0.5):
             for rank, process in enumerate(self.processes, start=1):
                 code = process.poll()
-                if code not in (None, 0):
+                # Once rank 0 stops the ranks itself (_done), their exits are expected.
+                if code not in (None, 0) and not self._done.is_set():
                     log.error("rank %d exited with code %d; stopping the other ranks", rank, code)
                     self.terminate()
                     os.kill(os.getpid(), signal.SIGKILL)
