@@ -34,6 +34,10 @@ def check_config(cfg: DictConfig) -> None:
             lambda v, m=minimum: isinstance(v, int) and v >= m,
             f"an integer >= {minimum}",
         )
+    from segscale.training.optim import SOLVERS  # here: optim imports ConfigError from us
+
+    solver = _get(cfg, "optimizer.solver")
+    _require(solver, "optimizer.solver", lambda v: v in SOLVERS, f"one of {list(SOLVERS)}")
     lr = _get(cfg, "optimizer.lr")
     _require(
         lr,

@@ -12,7 +12,16 @@ from segscale.cli.train import CONFIG_DIR, instantiate_each, train
 from segscale.data.sources import read_mask
 from tests.conftest import tiny_overrides, train_command
 
-GROUPS = ["model", "datamodule", "strategy", "optimizer", "trainer", "callbacks", "logger"]
+GROUPS = [
+    "model",
+    "datamodule",
+    "strategy",
+    "optimizer",
+    "scheduler",
+    "trainer",
+    "callbacks",
+    "logger",
+]
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((Path(CONFIG_DIR) / g).glob("*.yaml"))]
 
 
@@ -23,7 +32,8 @@ def test_every_option_composes_and_instantiates(make_config, group, option):
         "model": lambda: instantiate(cfg.model),
         "datamodule": lambda: instantiate(cfg.datamodule, _convert_="all"),
         "strategy": lambda: instantiate(cfg.strategy),
-        "optimizer": lambda: instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))]),
+        "optimizer": lambda: instantiate(cfg.optimizer)(torch.nn.Linear(1, 1)),
+        "scheduler": lambda: instantiate(cfg.scheduler),
         "trainer": lambda: instantiate(cfg.trainer, strategy="auto"),
         "callbacks": lambda: instantiate_each(cfg.callbacks),
         "logger": lambda: instantiate_each(cfg.logger),
@@ -161,3 +171,20 @@ def test_default_run_learns(learning_data, tmp_path):
     majority_miou = counts.max() / counts.sum() / np.count_nonzero(counts)
     # Measured here: mIoU 0.55 against a majority-class mIoU of 0.04.
     assert summary["metrics"]["val/mIoU"] > max(0.3, 3 * majority_miou)
+
+
+def test_the_trainer_follows_the_schedule(make_config, tmp_path):
+    train(
+        make_config("scheduler=piecewise", "scheduler.drop_period=1", "scheduler.drop_factor=0.5")
+    )
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    lr_column, step_column = header.index("lr-SGD"), header.index("step")
+    lr_at = {}
+    for row in rows[1:]:
+        cells = row.split(",")
+        if cells[lr_column]:
+            lr_at[int(cells[step_column])] = float(cells[lr_column])
+    # 4 steps an epoch: 0.03 for steps 0-3, 0.015 for steps 4-7.
+    assert lr_at[0] == lr_at[3] == pytest.approx(0.03)
+    assert lr_at[4] == lr_at[7] == pytest.approx(0.015)

@@ -40,6 +40,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module = SegmentationModule(
         network=build(cfg.model),
         optimizer=build(cfg.optimizer),
+        schedule=build(cfg.scheduler),
         num_classes=datamodule.num_classes,
         class_names=datamodule.class_names,
         ignore_index=datamodule.ignore_index,

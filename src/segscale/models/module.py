@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -11,13 +13,15 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from segscale.training.optim import Schedule, lr_scheduler
+
 # Validation metrics are computed from torchmetrics states that are already gathered
 # from every rank, so Lightning's hint to average them again with sync_dist is moot.
 warnings.filterwarnings(
     "ignore", message=r".*sync_dist=True.*when logging on epoch level", module="lightning"
 )
 
-OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
 
 
 def scores_from_confusion(confusion: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -54,9 +58,11 @@ class SegmentationModule(L.LightningModule):
         ignore_index: int = 255,
         mean: Sequence[float] = (0.485, 0.456, 0.406),
         std: Sequence[float] = (0.229, 0.224, 0.225),
+        schedule: Schedule | None = None,
     ) -> None:
         super().__init__()
         self.network, self.optimizer_factory = network, optimizer
+        self.schedule = schedule or Schedule("none")
         self.num_classes, self.class_names, self.ignore_index = (
             num_classes,
             tuple(class_names),
@@ -113,6 +119,14 @@ class SegmentationModule(L.LightningModule):
         self.val_confusion.reset()
         self.val_loss.reset()
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """The optimizer from the ``optimizer`` config group, over all parameters."""
-        return self.optimizer_factory(self.parameters())
+    def configure_optimizers(self) -> dict[str, Any]:
+        """The ``optimizer`` group's optimizer, its rate set per step by ``scheduler``."""
+        optimizer = self.optimizer_factory(self.network)
+        total_steps = int(self.trainer.estimated_stepping_batches)
+        batches = self.trainer.num_training_batches
+        steps_per_epoch = max(1, math.ceil(batches / self.trainer.accumulate_grad_batches))
+        scheduler = lr_scheduler(optimizer, self.schedule, steps_per_epoch, total_steps)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

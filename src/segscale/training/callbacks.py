@@ -93,7 +93,9 @@ class RunSummary(L.Callback):
             "devices": [str(d) for d in devices],
             "per_device_batch_size": per_device,
             "global_batch_size": per_device * trainer.world_size if per_device else None,
-            "learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
+            # The base rate the schedule multiplies; LambdaLR keeps it as "initial_lr".
+            "learning_rate": optimizer.param_groups[0].get("initial_lr") if optimizer else None,
+            "final_learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
         }
 
     def summary(self, trainer: L.Trainer) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""Optimizers (MATLAB's solvers) and learning-rate schedules with warmup."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from segscale.checks import ConfigError
+
+SOLVERS: dict[str, type[torch.optim.Optimizer]] = {
+    "sgdm": torch.optim.SGD,
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "rmsprop": torch.optim.RMSprop,
+}
+_NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.LocalResponseNorm)
+
+
+def build_optimizer(
+    network: nn.Module,
+    solver: str = "sgdm",
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    decay_norm_and_bias: bool = True,
+    **solver_kwargs: Any,
+) -> torch.optim.Optimizer:
+    """The optimizer named by ``solver`` over ``network``'s parameters.
+
+    ``weight_decay`` is MATLAB's ``L2Regularization``. With ``decay_norm_and_bias``
+    false, biases and the weights of normalization layers are not decayed (a common
+    choice for segmentation networks); MATLAB decays every learnable parameter.
+    """
+    if solver not in SOLVERS:
+        raise ConfigError(
+            f"optimizer.solver={solver!r} is unknown: expected one of {list(SOLVERS)}"
+        )
+    decayed, exempt = [], []
+    for module in network.modules():
+        for name, parameter in module.named_parameters(recurse=False):
+            if not parameter.requires_grad:
+                continue
+            is_norm = isinstance(module, _NORM_LAYERS)
+            (exempt if not decay_norm_and_bias and (is_norm or name == "bias") else decayed).append(
+                parameter
+            )
+    groups = [{"params": decayed, "weight_decay": weight_decay}]
+    if exempt:
+        groups.append({"params": exempt, "weight_decay": 0.0})
+    return SOLVERS[solver](groups, lr=lr, **solver_kwargs)
+
+
+class Schedule:
+    """A learning-rate multiplier per optimizer step: warmup × the named schedule.
+
+    ``none`` keeps the rate; ``piecewise`` multiplies it by ``drop_factor`` every
+    ``drop_period`` epochs (MATLAB's ``LearnRateSchedule='piecewise'``); ``poly`` decays
+    it as ``(1 - t)^power`` and ``cosine`` as ``(1 + cos(πt)) / 2`` over training
+    progress ``t``, both down to ``min_factor``. Warmup ramps the rate linearly from
+    ``warmup_start_factor`` over ``warmup_epochs`` epochs or ``warmup_steps`` steps
+    (whichever is set) and composes with any schedule.
+    """
+
+    NAMES = ("none", "piecewise", "poly", "cosine")
+
+    def __init__(
+        self,
+        name: str = "none",
+        drop_period: int = 10,
+        drop_factor: float = 0.1,
+        power: float = 0.9,
+        min_factor: float = 0.0,
+        warmup_epochs: float = 0,
+        warmup_steps: int = 0,
+        warmup_start_factor: float = 0.0,
+    ) -> None:
+        if name not in self.NAMES:
+            raise ConfigError(
+                f"scheduler.name={name!r} is unknown: expected one of {list(self.NAMES)}"
+            )
+        if name == "piecewise" and not (isinstance(drop_period, int) and drop_period >= 1):
+            raise ConfigError(
+                f"scheduler.drop_period={drop_period!r} is not allowed: expected a whole number "
+                "of epochs >= 1"
+            )
+        if name == "piecewise" and not 0 < drop_factor <= 1:
+            raise ConfigError(
+                f"scheduler.drop_factor={drop_factor!r} is not allowed: expected a value in (0, 1]"
+            )
+        if warmup_epochs < 0 or warmup_steps < 0:
+            raise ConfigError("scheduler.warmup_epochs and scheduler.warmup_steps must be >= 0")
+        if warmup_epochs and warmup_steps:
+            raise ConfigError("set scheduler.warmup_epochs or scheduler.warmup_steps, not both")
+        self.name, self.drop_period, self.drop_factor = name, drop_period, drop_factor
+        self.power, self.min_factor = power, min_factor
+        self.warmup_epochs, self.warmup_steps = warmup_epochs, warmup_steps
+        self.warmup_start_factor = warmup_start_factor
+
+    def factor(self, step: int, steps_per_epoch: int, total_steps: int) -> float:
+        """Multiplier of the initial learning rate at optimizer step ``step`` (from 0)."""
+        return self._warmup(step, steps_per_epoch) * self._decay(step, steps_per_epoch, total_steps)
+
+    def _warmup(self, step: int, steps_per_epoch: int) -> float:
+        length = self.warmup_steps or self.warmup_epochs * steps_per_epoch
+        if step >= length:
+            return 1.0
+        return self.warmup_start_factor + (1 - self.warmup_start_factor) * step / length
+
+    def _decay(self, step: int, steps_per_epoch: int, total_steps: int) -> float:
+        if self.name == "piecewise":
+            return self.drop_factor ** (step // (steps_per_epoch * self.drop_period))
+        progress = min(step / max(total_steps, 1), 1.0)
+        if self.name == "poly":
+            shape = (1 - progress) ** self.power
+        elif self.name == "cosine":
+            shape = (1 + math.cos(math.pi * progress)) / 2
+        else:
+            return 1.0
+        return self.min_factor + (1 - self.min_factor) * shape
+
+
+def lr_scheduler(
+    optimizer: torch.optim.Optimizer, schedule: Schedule, steps_per_epoch: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A per-step ``LambdaLR`` that follows ``schedule``."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: schedule.factor(step, steps_per_epoch, total_steps)
+    )

@@ -1,0 +1,93 @@
+import pytest
+import torch
+from torch import nn
+
+from segscale.checks import ConfigError
+from segscale.training.optim import Schedule, build_optimizer, lr_scheduler
+
+
+def network() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1, bias=False))
+
+
+@pytest.mark.parametrize(
+    ("solver", "kind"),
+    [
+        ("sgdm", torch.optim.SGD),
+        ("adam", torch.optim.Adam),
+        ("adamw", torch.optim.AdamW),
+        ("rmsprop", torch.optim.RMSprop),
+    ],
+)
+def test_solvers(solver, kind):
+    optimizer = build_optimizer(network(), solver, lr=0.5, weight_decay=0.1)
+    assert isinstance(optimizer, kind) and optimizer.param_groups[0]["lr"] == 0.5
+
+
+def test_norm_layers_and_biases_can_be_left_undecayed():
+    net = network()
+    decay_all = build_optimizer(net, "sgdm", weight_decay=0.1, decay_norm_and_bias=True)
+    assert len(decay_all.param_groups) == 1
+    assert len(decay_all.param_groups[0]["params"]) == len(list(net.parameters()))
+    split = build_optimizer(net, "sgdm", weight_decay=0.1, decay_norm_and_bias=False)
+    decayed, exempt = split.param_groups
+    assert decayed["weight_decay"] == 0.1 and exempt["weight_decay"] == 0.0
+    # conv1 weight and conv2 weight are decayed; conv1 bias, BN weight and bias are not.
+    assert {id(p) for p in decayed["params"]} == {id(net[0].weight), id(net[2].weight)}
+    assert len(exempt["params"]) == 3
+
+
+def test_unknown_solver_names_the_key():
+    with pytest.raises(ConfigError, match=r"optimizer\.solver='lbfgs'.*sgdm"):
+        build_optimizer(network(), "lbfgs")
+
+
+def rates(schedule: Schedule, steps_per_epoch: int, total: int) -> list[float]:
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = lr_scheduler(optimizer, schedule, steps_per_epoch, total)
+    out = []
+    for _ in range(total):
+        out.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return out
+
+
+def test_piecewise_drops_at_each_period_boundary():
+    lr = rates(Schedule("piecewise", drop_period=3, drop_factor=0.2), steps_per_epoch=4, total=40)
+    for epoch in range(10):
+        expected = 0.2 ** (epoch // 3)
+        assert lr[4 * epoch] == pytest.approx(expected) and lr[4 * epoch + 3] == pytest.approx(
+            expected
+        )
+
+
+def test_poly_and_cosine_decay_over_training():
+    poly = rates(Schedule("poly", power=1.0), steps_per_epoch=5, total=10)
+    assert poly == pytest.approx([1 - s / 10 for s in range(10)])
+    cosine = rates(Schedule("cosine", min_factor=0.1), steps_per_epoch=5, total=10)
+    assert cosine[0] == pytest.approx(1.0) and cosine[5] == pytest.approx(0.55)
+    assert rates(Schedule("none"), 5, 10) == [1.0] * 10
+
+
+def test_warmup_composes_with_a_schedule():
+    lr = rates(Schedule("piecewise", drop_period=1, drop_factor=0.5, warmup_steps=4), 4, 12)
+    assert lr[:4] == pytest.approx([0.0, 0.25, 0.5, 0.75])  # warmup during epoch 0
+    assert lr[4] == pytest.approx(0.5) and lr[8] == pytest.approx(0.25)
+    by_epochs = rates(Schedule("poly", power=1.0, warmup_epochs=0.5, warmup_start_factor=0.5), 4, 8)
+    assert by_epochs[:3] == pytest.approx([0.5, 0.75 * (1 - 1 / 8), 1 - 2 / 8])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"name": "exponential"}, r"scheduler\.name"),
+        ({"name": "piecewise", "drop_period": 0}, r"scheduler\.drop_period"),
+        ({"name": "piecewise", "drop_factor": 0.0}, r"scheduler\.drop_factor"),
+        ({"name": "piecewise", "drop_factor": 1.5}, r"scheduler\.drop_factor"),
+        ({"warmup_epochs": 1, "warmup_steps": 5}, r"scheduler\.warmup_epochs"),
+    ],
+)
+def test_bad_schedules_name_the_key(kwargs, key):
+    with pytest.raises(ConfigError, match=key):
+        Schedule(**kwargs)
