@@ -1,5 +1,6 @@
 import pytest
 
+from segscale.checks import ConfigError
 from segscale.data.samplers import EpochShardSampler
 
 
@@ -8,7 +9,7 @@ from segscale.data.samplers import EpochShardSampler
 def test_ranks_draw_disjoint_equal_shards(length, world):
     shards = []
     for rank in range(world):
-        sampler = EpochShardSampler(length, world, rank, shuffle=True, seed=1)
+        sampler = EpochShardSampler(length, world, rank, shuffle="every-epoch", seed=1)
         sampler.set_epoch(4)
         shards.append([index for epoch, index in sampler])
         assert all(epoch == 4 for epoch, _ in sampler)
@@ -19,8 +20,10 @@ def test_ranks_draw_disjoint_equal_shards(length, world):
 
 
 def test_global_batches_match_one_process():
-    one = [i for _, i in EpochShardSampler(16, 1, 0, shuffle=True, seed=7)]
-    ranks = [[i for _, i in EpochShardSampler(16, 2, r, shuffle=True, seed=7)] for r in range(2)]
+    one = [i for _, i in EpochShardSampler(16, 1, 0, shuffle="every-epoch", seed=7)]
+    ranks = [
+        [i for _, i in EpochShardSampler(16, 2, r, shuffle="every-epoch", seed=7)] for r in range(2)
+    ]
     batch = 2  # per rank; the single process uses 4
     for step in range(4):
         single = set(one[4 * step : 4 * step + 4])
@@ -30,9 +33,24 @@ def test_global_batches_match_one_process():
 
 
 def test_epochs_differ_and_seed_reproduces():
-    sampler = EpochShardSampler(20, shuffle=True, seed=3)
+    sampler = EpochShardSampler(20, shuffle="every-epoch", seed=3)
     first = list(sampler)
     sampler.set_epoch(1)
     assert [i for _, i in sampler] != [i for _, i in first]
-    assert list(EpochShardSampler(20, shuffle=True, seed=3)) == first
-    assert [i for _, i in EpochShardSampler(5, shuffle=False)] == [0, 1, 2, 3, 4]
+    assert list(EpochShardSampler(20, shuffle="every-epoch", seed=3)) == first
+    assert [i for _, i in EpochShardSampler(5, shuffle="never")] == [0, 1, 2, 3, 4]
+
+
+def test_once_and_never_repeat_the_same_patches_every_epoch():
+    for mode, ordered in (("once", False), ("never", True)):
+        sampler = EpochShardSampler(12, shuffle=mode, seed=3)
+        first = list(sampler)
+        sampler.set_epoch(5)
+        assert list(sampler) == first  # same keys, so the same patches, in the same order
+        assert {epoch for epoch, _ in first} == {0}
+        assert ([i for _, i in first] == list(range(12))) == ordered
+
+
+def test_unknown_shuffle_mode_names_the_key():
+    with pytest.raises(ConfigError, match=r"datamodule\.shuffle='sometimes'"):
+        EpochShardSampler(4, shuffle="sometimes")

@@ -35,7 +35,7 @@ class SegmentationDataModule(L.LightningDataModule):
         augmentation: Augmentation | None = None,
         ignore_index: int = 255,
         seed: int = 0,
-        shuffle: bool = True,
+        shuffle: str = "every-epoch",
         val_batch_size: int | None = None,
         pin_memory: bool = False,
         mean: Sequence[float] = (0.485, 0.456, 0.406),

@@ -8,18 +8,24 @@ from collections.abc import Iterator
 import numpy as np
 from torch.utils.data import Sampler
 
+from segscale.checks import ConfigError
+
+SHUFFLE_MODES = ("every-epoch", "once", "never")
+
 
 class EpochShardSampler(Sampler[tuple[int, int]]):
     """Yields ``(epoch, index)`` keys: this rank's share of one epoch's patches.
 
-    The epoch's order is a permutation of ``range(dataset_len)`` drawn from
-    ``(seed, epoch)`` (or the identity when ``shuffle`` is false), the same on every
-    rank. It is padded with the fresh indices ``dataset_len, dataset_len + 1, ...`` to a
-    multiple of ``num_replicas``, and rank ``r`` takes positions ``r, r + N, r + 2N, ...``.
-    So the ranks' shards are disjoint, never repeat, and have equal length (DDP needs
-    the same number of steps on every rank), and the ``k``-th global batch of ``N``
-    ranks × ``b`` holds the same patches as the ``k``-th batch of size ``N·b`` on one
-    process. Call ``set_epoch`` before each epoch (Lightning does).
+    ``shuffle`` is MATLAB's ``Shuffle``: with ``every-epoch`` each epoch draws fresh
+    patches (keys carry the epoch) in a permutation drawn from ``(seed, epoch)``; with
+    ``once`` and ``never`` every epoch repeats epoch 0's patches, in one fixed
+    permutation or in index order. The order is the same on every rank. It is padded
+    with the fresh indices ``dataset_len, dataset_len + 1, ...`` to a multiple of
+    ``num_replicas``, and rank ``r`` takes positions ``r, r + N, r + 2N, ...``. So the
+    ranks' shards are disjoint, never repeat, and have equal length (DDP needs the same
+    number of steps on every rank), and the ``k``-th global batch of ``N`` ranks × ``b``
+    holds the same patches as the ``k``-th batch of size ``N·b`` on one process. Call
+    ``set_epoch`` before each epoch (Lightning does).
     """
 
     def __init__(
@@ -27,11 +33,15 @@ class EpochShardSampler(Sampler[tuple[int, int]]):
         dataset_len: int,
         num_replicas: int = 1,
         rank: int = 0,
-        shuffle: bool = True,
+        shuffle: str = "every-epoch",
         seed: int = 0,
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        if shuffle not in SHUFFLE_MODES:
+            raise ConfigError(
+                f"datamodule.shuffle={shuffle!r} is unknown: expected one of {list(SHUFFLE_MODES)}"
+            )
         self.dataset_len, self.num_replicas, self.rank = dataset_len, num_replicas, rank
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
 
@@ -44,10 +54,11 @@ class EpochShardSampler(Sampler[tuple[int, int]]):
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         total = len(self) * self.num_replicas
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(self.dataset_len)
-        else:
+        patch_epoch = self.epoch if self.shuffle == "every-epoch" else 0
+        if self.shuffle == "never":
             order = np.arange(self.dataset_len)
+        else:
+            order = np.random.default_rng([self.seed, patch_epoch]).permutation(self.dataset_len)
         order = np.concatenate([order, np.arange(self.dataset_len, total)])
         for position in range(self.rank, total, self.num_replicas):
-            yield self.epoch, int(order[position])
+            yield patch_epoch, int(order[position])
