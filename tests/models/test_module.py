@@ -107,3 +107,27 @@ def test_metrics_under_ddp_equal_one_process():
     first, second = metric_values(module(), batches()[:3]), metric_values(module(), batches()[3:])
     averaged = [(a + b) / 2 for a, b in zip(first, second, strict=True)]
     assert averaged != pytest.approx(expected, rel=1e-6)
+
+
+def test_the_module_clips_before_each_optimizer_step():
+    seg = SegmentationModule(
+        PixelLinear(),
+        partial(torch.optim.SGD, lr=0.1),
+        3,
+        ["a", "b", "c"],
+        gradient_threshold=0.5,
+        gradient_threshold_method="global-l2norm",
+    )
+    for parameter in seg.parameters():
+        parameter.grad = torch.full_like(parameter, 10.0)
+    seg.on_before_optimizer_step(optimizer=None)
+    total = torch.cat([p.grad.flatten() for p in seg.parameters()]).norm().item()
+    assert total == pytest.approx(0.5, rel=1e-4)
+
+
+def test_channels_last_converts_weights_and_inputs():
+    seg = SegmentationModule(
+        PixelLinear(), partial(torch.optim.SGD, lr=0.1), 3, ["a", "b", "c"], channels_last=True
+    )
+    assert seg.network.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert seg(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).shape == (2, 3, 8, 8)

@@ -1,9 +1,17 @@
+import math
+
 import pytest
 import torch
 from torch import nn
 
 from segscale.checks import ConfigError
-from segscale.training.optim import Schedule, build_optimizer, lr_scheduler
+from segscale.training.optim import (
+    Schedule,
+    build_optimizer,
+    check_gradient_threshold,
+    clip_gradients,
+    lr_scheduler,
+)
 
 
 def network() -> nn.Module:
@@ -91,3 +99,42 @@ def test_warmup_composes_with_a_schedule():
 def test_bad_schedules_name_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=key):
         Schedule(**kwargs)
+
+
+def with_gradients(*gradients: list[float]) -> list[nn.Parameter]:
+    parameters = []
+    for values in gradients:
+        parameter = nn.Parameter(torch.zeros(len(values)))
+        parameter.grad = torch.tensor(values)
+        parameters.append(parameter)
+    return parameters
+
+
+def test_l2norm_clips_each_parameter_on_its_own():
+    small, large = with_gradients([0.3, 0.4], [3.0, 4.0])
+    clip_gradients([small, large], 1.0, "l2norm")
+    assert small.grad.tolist() == pytest.approx([0.3, 0.4])  # norm 0.5: untouched
+    assert large.grad.norm().item() == pytest.approx(1.0)
+
+
+def test_global_l2norm_clips_all_parameters_together():
+    small, large = with_gradients([0.3, 0.4], [3.0, 4.0])
+    clip_gradients([small, large], 1.0, "global-l2norm")
+    total = torch.cat([small.grad, large.grad]).norm().item()
+    assert total == pytest.approx(1.0, rel=1e-4)
+    assert small.grad.tolist() == pytest.approx([0.3 / 5.0249, 0.4 / 5.0249], rel=1e-3)
+
+
+def test_absolute_value_clamps_every_element():
+    (parameter,) = with_gradients([-3.0, 0.2, 5.0])
+    clip_gradients([parameter], 1.0, "absolute-value")
+    assert parameter.grad.tolist() == pytest.approx([-1.0, 0.2, 1.0])
+    clip_gradients([parameter], math.inf, "absolute-value")  # .inf: no clipping
+    assert parameter.grad.tolist() == pytest.approx([-1.0, 0.2, 1.0])
+
+
+def test_bad_gradient_thresholds_name_the_key():
+    with pytest.raises(ConfigError, match=r"training\.gradient_threshold_method='l1'"):
+        check_gradient_threshold(1.0, "l1")
+    with pytest.raises(ConfigError, match=r"training\.gradient_threshold=0"):
+        check_gradient_threshold(0, "l2norm")

@@ -20,14 +20,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.checks import ConfigError, check_config, devices_count
 from segscale.models.module import SegmentationModule
-from segscale.training.callbacks import RunSummary
+from segscale.training.callbacks import RunSummary, ensure_writable
 from segscale.training.checkpoint_io import AtomicCheckpointIO
 from segscale.training.launch import available_devices, job_ranks
+from segscale.training.resume import resolve_checkpoint, run_dir_for
 
 log = logging.getLogger(__name__)
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[3] / "conf")
 """The repository's ``conf/`` folder (the package is installed in editable mode)."""
+
+# hydra.run.dir asks this resolver for the folder of the run that ckpt_path resumes.
+OmegaConf.register_new_resolver("segscale.run_dir", run_dir_for, replace=True)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -46,23 +50,32 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         ignore_index=datamodule.ignore_index,
         mean=datamodule.mean,
         std=datamodule.std,
+        gradient_threshold=cfg.training.gradient_threshold,
+        gradient_threshold_method=cfg.training.gradient_threshold_method,
+        channels_last=cfg.training.channels_last,
     )
+    summary = RunSummary(cfg.output_dir, cfg.training.output_network)
+    callbacks = [*instantiate_each(cfg.get("callbacks")), summary]
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node and node.get("dirpath"):
+            ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     start_method = cfg.strategy.get("start_method")
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
-    with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes):
-        summary = RunSummary(cfg.output_dir)
+    resolved = {"ckpt_path": ckpt_path} if ckpt_path else None
+    with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved):
         trainer = instantiate(
             cfg.trainer,
             strategy=strategy,
-            callbacks=[*instantiate_each(cfg.get("callbacks")), summary],
+            callbacks=callbacks,
             logger=list(instantiate_each(cfg.get("logger"))) or False,
             plugins=[AtomicCheckpointIO()],
             # The datamodule shards every epoch by rank itself (EpochShardSampler).
             use_distributed_sampler=False,
         )
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
     path = Path(cfg.output_dir) / "summary.json"
     return json.loads(path.read_text()) if trainer.is_global_zero and path.is_file() else {}
@@ -83,10 +96,15 @@ def build(node: DictConfig, **kwargs: Any) -> Any:
 
 
 def instantiate_each(group: DictConfig | None) -> list[Any]:
-    """Instantiate every entry of a name → config mapping (callbacks, loggers)."""
+    """Instantiate every entry of a name → config mapping (callbacks, loggers).
+
+    Entries that are null, have no ``_target_``, or build ``None`` (switched off) are
+    left out.
+    """
     if not group:
         return []
-    return [build(node) for node in group.values() if node is not None and "_target_" in node]
+    built = [build(node) for node in group.values() if node is not None and "_target_" in node]
+    return [item for item in built if item is not None]
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")

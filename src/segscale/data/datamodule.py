@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import cv2
@@ -13,6 +14,7 @@ from segscale.data.augment import Augmentation
 from segscale.data.patches import GridPatchDataset, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
 from segscale.data.sources import TileSource, load_tiles
+from segscale.training.resume import batches_done_in_epoch
 
 
 class SegmentationDataModule(L.LightningDataModule):
@@ -100,6 +102,13 @@ class SegmentationDataModule(L.LightningDataModule):
         """Random patches of each epoch: the shard of this rank."""
         rank, world = self._rank_and_world()
         sampler = EpochShardSampler(len(self.train_set), world, rank, self.shuffle, self.seed)
+        trainer = self.trainer
+        if trainer is not None and trainer.global_step > 0:  # resuming
+            batches = math.ceil(len(sampler) / self.batch_size)
+            done = batches_done_in_epoch(
+                trainer.global_step, trainer.current_epoch, batches, trainer.accumulate_grad_batches
+            )
+            sampler.skip(min(done, batches) * self.batch_size)
         return self._loader(self.train_set, self.batch_size, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -25,7 +25,9 @@ class EpochShardSampler(Sampler[tuple[int, int]]):
     ranks' shards are disjoint, never repeat, and have equal length (DDP needs the same
     number of steps on every rank), and the ``k``-th global batch of ``N`` ranks × ``b``
     holds the same patches as the ``k``-th batch of size ``N·b`` on one process. Call
-    ``set_epoch`` before each epoch (Lightning does).
+    ``set_epoch`` before each epoch (Lightning does). ``skip(n)`` makes the next
+    iteration leave out the first ``n`` keys of the shard: a resumed run continues the
+    interrupted epoch where it stopped.
     """
 
     def __init__(
@@ -44,6 +46,11 @@ class EpochShardSampler(Sampler[tuple[int, int]]):
             )
         self.dataset_len, self.num_replicas, self.rank = dataset_len, num_replicas, rank
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self._skip = 0
+
+    def skip(self, count: int) -> None:
+        """Leave out the first ``count`` keys of the next iteration only."""
+        self._skip = count
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose keys the next iteration yields."""
@@ -60,5 +67,6 @@ class EpochShardSampler(Sampler[tuple[int, int]]):
         else:
             order = np.random.default_rng([self.seed, patch_epoch]).permutation(self.dataset_len)
         order = np.concatenate([order, np.arange(self.dataset_len, total)])
-        for position in range(self.rank, total, self.num_replicas):
+        start, self._skip = self.rank + self._skip * self.num_replicas, 0
+        for position in range(start, total, self.num_replicas):
             yield patch_epoch, int(order[position])

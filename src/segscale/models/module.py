@@ -13,7 +13,12 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from segscale.training.optim import Schedule, lr_scheduler
+from segscale.training.optim import (
+    Schedule,
+    check_gradient_threshold,
+    clip_gradients,
+    lr_scheduler,
+)
 
 # Validation metrics are computed from torchmetrics states that are already gathered
 # from every rank, so Lightning's hint to average them again with sync_dist is moot.
@@ -59,10 +64,19 @@ class SegmentationModule(L.LightningModule):
         mean: Sequence[float] = (0.485, 0.456, 0.406),
         std: Sequence[float] = (0.229, 0.224, 0.225),
         schedule: Schedule | None = None,
+        gradient_threshold: float = math.inf,
+        gradient_threshold_method: str = "l2norm",
+        channels_last: bool = False,
     ) -> None:
         super().__init__()
+        check_gradient_threshold(gradient_threshold, gradient_threshold_method)
         self.network, self.optimizer_factory = network, optimizer
         self.schedule = schedule or Schedule("none")
+        self.gradient_threshold = gradient_threshold
+        self.gradient_threshold_method = gradient_threshold_method
+        # channels_last (NHWC) lets cuDNN use tensor-core kernels for convolutions.
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.network.to(memory_format=self.memory_format)
         self.num_classes, self.class_names, self.ignore_index = (
             num_classes,
             tuple(class_names),
@@ -76,7 +90,8 @@ class SegmentationModule(L.LightningModule):
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         """Class logits (N×C×H×W) for uint8 or float images (N×C×H×W, 0-255 range)."""
-        return self.network((image.float() - self.mean) / self.std)
+        image = (image.float() - self.mean) / self.std
+        return self.network(image.contiguous(memory_format=self.memory_format))
 
     def _loss(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Mean over labelled pixels; a batch with none gives a zero loss, not NaN.
@@ -118,6 +133,12 @@ class SegmentationModule(L.LightningModule):
             self.log(key, value.float(), prog_bar=key == "val/mIoU")
         self.val_confusion.reset()
         self.val_loss.reset()
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clip the (already all-reduced, unscaled) gradients: MATLAB's GradientThreshold."""
+        clip_gradients(
+            list(self.network.parameters()), self.gradient_threshold, self.gradient_threshold_method
+        )
 
     def configure_optimizers(self) -> dict[str, Any]:
         """The ``optimizer`` group's optimizer, its rate set per step by ``scheduler``."""

@@ -1,4 +1,4 @@
-"""Callbacks the framework adds to every run."""
+"""Callbacks: the run summary, MATLAB's verbose table and progress plot, checkpoints."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
+
+from segscale.checks import ConfigError
+from segscale.training.plots import plot_training_progress
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +30,13 @@ class RunSummary(L.Callback):
     objects: world size, per-device and global batch, learning rate.
     """
 
-    def __init__(self, output_dir: str) -> None:
-        self.output_dir = Path(output_dir)
+    def __init__(self, output_dir: str, output_network: str = "last-iteration") -> None:
+        if output_network not in ("last-iteration", "best-validation"):
+            raise ConfigError(
+                f"training.output_network={output_network!r} is unknown: expected "
+                "last-iteration or best-validation"
+            )
+        self.output_dir, self.output_network = Path(output_dir), output_network
         self.patches = 0
         self.train_s = 0.0
         self._fit_start = self._train_start = self._val_start = 0.0
@@ -106,6 +115,16 @@ class RunSummary(L.Callback):
             "best_checkpoint": getattr(checkpoint, "best_model_path", None) or None,
             "best_score": _number(getattr(checkpoint, "best_model_score", None)),
             "last_checkpoint": getattr(checkpoint, "last_model_path", None) or None,
+            # MATLAB's OutputNetwork: the checkpoint this run reports as its result.
+            "output_network": self.output_network,
+            "output_checkpoint": getattr(
+                checkpoint,
+                "best_model_path"
+                if self.output_network == "best-validation"
+                else "last_model_path",
+                None,
+            )
+            or None,
             **self.effective_values(trainer),
             "epochs": trainer.current_epoch,
             "steps": trainer.global_step,
@@ -123,3 +142,172 @@ def _number(value: Any) -> float | None:
         return None
     number = float(value.item() if isinstance(value, torch.Tensor) else value)
     return None if math.isnan(number) else number
+
+
+def _metric(trainer: L.Trainer, key: str) -> float | None:
+    value = trainer.callback_metrics.get(key)
+    return None if value is None else float(value)
+
+
+def _base_lr(trainer: L.Trainer) -> float:
+    return float(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+class VerboseLog(L.Callback):
+    """MATLAB's ``VerboseFrequency``: a table row every ``frequency`` iterations.
+
+    The columns are MATLAB's: epoch, iteration, elapsed time, mini-batch accuracy and
+    loss, validation accuracy and loss (on the rows right after a validation), and the
+    learning rate. Rows go to the log (console and ``train.log``), on rank 0 only.
+    ``frequency`` 0 turns the table off.
+    """
+
+    HEADER = (
+        "| Epoch | Iteration | Time Elapsed | Mini-batch Acc | Validation Acc "
+        "| Mini-batch Loss | Validation Loss | Learning Rate |"
+    )
+
+    def __init__(self, frequency: int = 50) -> None:
+        if frequency < 0:
+            raise ConfigError(
+                f"callbacks.verbose_log.frequency={frequency} is not allowed: expected "
+                "iterations >= 0 (0 turns the log off)"
+            )
+        self.frequency = frequency
+        self._start = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the clock and print the header."""
+        self._start = time.perf_counter()
+        if self.frequency and trainer.is_global_zero:
+            log.info(self.HEADER)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Print a row on iteration 1 and every ``frequency`` iterations."""
+        if not self.frequency or not trainer.is_global_zero:
+            return
+        if trainer.global_step == 1 or trainer.global_step % self.frequency == 0:
+            log.info(self.row(trainer, validation=False))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Print a row with the validation columns filled."""
+        if self.frequency and trainer.is_global_zero and not trainer.sanity_checking:
+            log.info(self.row(trainer, validation=True))
+
+    def row(self, trainer: L.Trainer, validation: bool) -> str:
+        """One table row for the current iteration."""
+        elapsed = int(time.perf_counter() - self._start)
+        clock = f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
+
+        def cell(key: str, width: int, percent: bool = False) -> str:
+            value = _metric(trainer, key) if validation or key.startswith("train/") else None
+            if value is None:
+                return " " * width
+            return f"{100 * value:{width - 1}.2f}%" if percent else f"{value:{width}.4f}"
+
+        return (
+            f"| {trainer.current_epoch + 1:5d} | {trainer.global_step:9d} | {clock:>12} "
+            f"| {cell('train/acc', 14, True)} | {cell('val/acc', 14, True)} "
+            f"| {cell('train/loss', 15)} | {cell('val/loss', 15)} "
+            f"| {_base_lr(trainer):13.4e} |"
+        )
+
+
+class TrainingProgressPlot(L.Callback):
+    """MATLAB's ``Plots='training-progress'``: a PNG redrawn at every validation.
+
+    Training loss, accuracy and learning rate are recorded every iteration; the
+    validation loss, accuracy and mIoU at every validation. Rank 0 draws the figure
+    (``segscale.training.plots``) and replaces the file atomically.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.train: list[tuple[int, float, float, float]] = []
+        self.val: list[tuple[int, float, float, float]] = []
+        self.renders = 0
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Record this iteration's loss, accuracy and learning rate."""
+        loss, acc = _metric(trainer, "train/loss"), _metric(trainer, "train/acc")
+        if trainer.is_global_zero and loss is not None and acc is not None:
+            self.train.append((trainer.global_step, loss, acc, _base_lr(trainer)))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Record the validation metrics and redraw the figure."""
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        values = [_metric(trainer, k) for k in ("val/loss", "val/acc", "val/mIoU")]
+        if None not in values:
+            self.val.append((trainer.global_step, *values))
+        plot_training_progress(self.train, self.val, self.path)
+        self.renders += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The curves so far, so that a resumed run continues them."""
+        return {"train": self.train, "val": self.val}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the curves of the run being resumed."""
+        self.train = [tuple(r) for r in state_dict["train"]]
+        self.val = [tuple(r) for r in state_dict["val"]]
+
+
+def ensure_writable(folder: str, key: str) -> None:
+    """Raise ``ConfigError`` naming ``key`` unless files can be created in ``folder``."""
+    path = Path(folder)
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(
+            f"{key}={folder!r}: cannot write checkpoints there ({error.strerror}); "
+            "expected a writable folder"
+        ) from None
+    if created:
+        path.rmdir()  # made again when the first checkpoint is saved
+
+
+def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -> Callback | None:
+    """MATLAB's ``CheckpointPath``/``CheckpointFrequency``/``CheckpointFrequencyUnit``.
+
+    Keeps a checkpoint every ``frequency`` epochs or iterations in ``dirpath``, named
+    ``epoch<E>-step<S>.ckpt``; ``frequency`` 0 keeps none (``None``: no callback).
+    """
+    if unit not in ("epoch", "iteration"):
+        raise ConfigError(
+            f"callbacks.periodic_checkpoint.unit={unit!r} is unknown: expected epoch or iteration"
+        )
+    if frequency < 0:
+        raise ConfigError(
+            f"callbacks.periodic_checkpoint.frequency={frequency} is not allowed: expected >= 0"
+        )
+    if frequency == 0:
+        return None
+    ensure_writable(dirpath, "callbacks.periodic_checkpoint.dirpath")
+    every = {"every_n_epochs": frequency} if unit == "epoch" else {"every_n_train_steps": frequency}
+    return ModelCheckpoint(
+        dirpath=dirpath,
+        filename="epoch{epoch:03d}-step{step:07d}",
+        auto_insert_metric_name=False,
+        save_top_k=-1,
+        save_on_train_epoch_end=True,
+        **every,
+    )

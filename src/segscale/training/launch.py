@@ -130,13 +130,19 @@ def must_start_ranks(start_method: str | None, num_processes: int) -> bool:
 
 @contextmanager
 def job_ranks(
-    start_method: str | None, num_processes: int, output_dir: str, num_nodes: int = 1
+    start_method: str | None,
+    num_processes: int,
+    output_dir: str,
+    num_nodes: int = 1,
+    resolved: dict[str, str] | None = None,
 ) -> Iterator[None]:
     """Run the body as rank 0 of a DDP job, with ranks 1 … N-1 started beside it.
 
     Does nothing unless ``must_start_ranks``. On leaving, waits for the other ranks (or
     stops them if the body raised) and tears down the process group, so the next job of
     a multirun starts clean. Ranks on other nodes cannot be started from here.
+    ``resolved`` holds values rank 0 settled that the others must not work out again
+    (the checkpoint that ``ckpt_path=last`` means, say).
     """
     if start_method == "popen" and num_nodes != 1 and "LOCAL_RANK" not in os.environ:
         raise ConfigError(
@@ -159,7 +165,7 @@ def job_ranks(
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
     }
     envs = [saved | shared | {"LOCAL_RANK": str(r)} for r in range(1, num_processes)]
-    commands = [rank_command(r, output_dir) for r in range(1, num_processes)]
+    commands = [rank_command(r, output_dir, resolved) for r in range(1, num_processes)]
     os.environ.update(shared | {"LOCAL_RANK": "0"})
     torch.set_num_threads(int(shared["OMP_NUM_THREADS"]))
     log.info("started ranks 1..%d: %s", num_processes - 1, " ".join(commands[0]))
@@ -177,8 +183,14 @@ def job_ranks(
         os.environ.update(saved)
 
 
-def rank_command(local_rank: int, output_dir: str) -> list[str]:
-    """The command line that runs rank ``local_rank`` of the current Hydra job."""
+def rank_command(
+    local_rank: int, output_dir: str, resolved: dict[str, str] | None = None
+) -> list[str]:
+    """The command line that runs rank ``local_rank`` of the current Hydra job.
+
+    It carries the job's own overrides, with the keys in ``resolved`` replaced by
+    rank 0's values.
+    """
     from hydra.core.hydra_config import HydraConfig
 
     main = sys.modules["__main__"]
@@ -187,16 +199,26 @@ def rank_command(local_rank: int, output_dir: str) -> list[str]:
         command = [sys.executable, os.path.abspath(sys.argv[0])]
     else:
         command = [sys.executable, "-m", spec.name]
-    quoted = output_dir.replace("\\", "\\\\").replace("'", "\\'")
+    resolved = resolved or {}
+    overrides = [
+        o for o in HydraConfig.get().overrides.task if o.lstrip("+~").split("=")[0] not in resolved
+    ]
     return [
         *command,
-        *HydraConfig.get().overrides.task,
-        f"hydra.run.dir='{quoted}'",
+        *overrides,
+        *(f"{key}={_quoted(value)}" for key, value in resolved.items()),
+        f"hydra.run.dir={_quoted(output_dir)}",
         "hydra.output_subdir=null",  # rank 0 alone writes the config
         "hydra/job_logging=none",  # and the log file
         "hydra/hydra_logging=none",
         f"hydra.job.name=rank{local_rank}",
     ]
+
+
+def _quoted(value: str) -> str:
+    """A Hydra override value that keeps spaces, quotes and commas as they are."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
 
 
 def _free_port() -> int:

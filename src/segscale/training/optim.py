@@ -128,3 +128,42 @@ def lr_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: schedule.factor(step, steps_per_epoch, total_steps)
     )
+
+
+CLIP_METHODS = ("l2norm", "global-l2norm", "absolute-value")
+
+
+def check_gradient_threshold(threshold: float, method: str) -> None:
+    """Raise ``ConfigError`` unless ``threshold``/``method`` are MATLAB-valid values."""
+    if method not in CLIP_METHODS:
+        raise ConfigError(
+            f"training.gradient_threshold_method={method!r} is unknown: "
+            f"expected one of {list(CLIP_METHODS)}"
+        )
+    if not threshold > 0:
+        raise ConfigError(
+            f"training.gradient_threshold={threshold!r} is not allowed: expected a positive "
+            "number, or .inf for no clipping"
+        )
+
+
+def clip_gradients(parameters: list[nn.Parameter], threshold: float, method: str) -> None:
+    """Clip gradients in place as MATLAB's ``GradientThreshold``/``GradientThresholdMethod``.
+
+    ``l2norm`` rescales each parameter's gradient whose L2 norm exceeds ``threshold``;
+    ``global-l2norm`` rescales all gradients together when their joint L2 norm does;
+    ``absolute-value`` clamps every gradient element to ``[-threshold, threshold]``.
+    """
+    if math.isinf(threshold):
+        return
+    gradients = [p.grad for p in parameters if p.grad is not None]
+    if method == "global-l2norm":
+        torch.nn.utils.clip_grad_norm_([p for p in parameters if p.grad is not None], threshold)
+    elif method == "l2norm":
+        for gradient in gradients:
+            norm = gradient.norm()
+            if norm > threshold:
+                gradient.mul_(threshold / norm)
+    else:
+        for gradient in gradients:
+            gradient.clamp_(-threshold, threshold)

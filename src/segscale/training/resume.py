@@ -1,0 +1,73 @@
+"""Resuming a stopped run: which checkpoint, and which run folder it continues in.
+
+``ckpt_path=last`` means the newest checkpoint of the newest run of this task under
+``outputs/<task_name>/``; ``ckpt_path=<run>/checkpoints/<file>.ckpt`` means that file.
+Either way the resumed run writes into the folder of the run it continues: the
+``segscale.run_dir`` resolver in ``hydra.run.dir`` picks it before Hydra creates a
+new one.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from segscale.checks import ConfigError
+
+
+def newest_checkpoint(run_dir: Path) -> Path | None:
+    """The most recently written ``*.ckpt`` in ``run_dir/checkpoints`` (``last.ckpt`` on ties)."""
+    found = list((run_dir / "checkpoints").glob("*.ckpt"))
+    if not found:
+        return None
+    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt"))
+
+
+def latest_run(task_root: Path) -> Path | None:
+    """The most recently modified run folder under ``task_root`` that has a checkpoint."""
+    runs = [d for d in task_root.glob("*") if d.is_dir() and newest_checkpoint(d)]
+    return max(runs, key=lambda d: newest_checkpoint(d).stat().st_mtime_ns) if runs else None
+
+
+def run_dir_for(ckpt_path: str | None, task_root: str, fresh_dir: str) -> str:
+    """The run folder of a job: the resumed run's folder, or ``fresh_dir`` for a new run."""
+    if not ckpt_path:
+        return fresh_dir
+    if ckpt_path == "last":
+        run = latest_run(Path(task_root))
+        return str(run) if run else fresh_dir
+    path = Path(ckpt_path)
+    return str(path.parent.parent) if path.parent.name == "checkpoints" else fresh_dir
+
+
+def resolve_checkpoint(ckpt_path: str | None, output_dir: str) -> str | None:
+    """The checkpoint file ``ckpt_path`` names, checked to be a complete checkpoint."""
+    if not ckpt_path:
+        return None
+    if ckpt_path == "last":
+        found = newest_checkpoint(Path(output_dir))
+        if found is None:
+            raise ConfigError(
+                f"ckpt_path=last: no checkpoint in {output_dir}/checkpoints; expected a run "
+                "of this task with a checkpoint, or ckpt_path=<path to a .ckpt file>"
+            )
+        path = found
+    else:
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise ConfigError(f"ckpt_path={ckpt_path!r}: no such file; expected a .ckpt file")
+    # torch.save writes a zip archive whose index is at its end: a truncated or foreign
+    # file fails here at once, before any training step.
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(
+            f"ckpt_path={str(path)!r}: not a readable checkpoint (truncated, or not written "
+            "by this framework)"
+        )
+    return str(path)
+
+
+def batches_done_in_epoch(
+    global_step: int, epoch: int, batches_per_epoch: int, accumulate: int
+) -> int:
+    """Batches of epoch ``epoch`` already trained when a run restarts at ``global_step``."""
+    return max(0, global_step * accumulate - epoch * batches_per_epoch)
