@@ -126,8 +126,11 @@ def test_the_module_clips_before_each_optimizer_step():
 
 
 def test_channels_last_converts_weights_and_inputs():
+    network = PixelLinear()
+    network.conv = nn.Conv2d(3, 3, 3, padding=1)  # 1×1 weights look contiguous either way
+    assert not network.conv.weight.is_contiguous(memory_format=torch.channels_last)
     seg = SegmentationModule(
-        PixelLinear(), partial(torch.optim.SGD, lr=0.1), 3, ["a", "b", "c"], channels_last=True
+        network, partial(torch.optim.SGD, lr=0.1), 3, ["a", "b", "c"], channels_last=True
     )
     assert seg.network.conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert seg(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).shape == (2, 3, 8, 8)
