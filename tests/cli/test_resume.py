@@ -1,0 +1,117 @@
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from segscale.checks import ConfigError
+from segscale.cli.train import train
+from segscale.training.resume import resolve_checkpoint
+from tests.conftest import tiny_overrides, train_command
+
+# 3 epochs of 8 iterations; a checkpoint every 5 iterations lands mid-epoch.
+RESUMABLE = [
+    "datamodule.patches_per_image=16",
+    "trainer.max_epochs=3",
+    "callbacks.periodic_checkpoint.frequency=5",
+    "callbacks.periodic_checkpoint.unit=iteration",
+]
+
+
+def overrides(data_root: Path) -> list[str]:
+    tiny = [o for o in tiny_overrides(data_root, Path()) if not o.startswith("output_dir=")]
+    return [*tiny, *RESUMABLE]
+
+
+def run_folder(cwd: Path) -> Path:
+    (run,) = (cwd / "outputs" / "train").iterdir()
+    return run
+
+
+def test_a_killed_run_resumes_where_it_stopped(tiny_data_root, tmp_path):
+    reference_cwd, cwd = tmp_path / "reference", tmp_path / "killed"
+    reference_cwd.mkdir()
+    cwd.mkdir()
+    command = train_command(*overrides(tiny_data_root))
+    subprocess.run(command, cwd=reference_cwd, check=True, capture_output=True, timeout=300)
+    reference = json.loads((run_folder(reference_cwd) / "summary.json").read_text())
+    assert reference["steps"] == 24
+
+    process = subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 240
+    while not list(cwd.glob("outputs/train/*/checkpoints/epoch*-step*.ckpt")):
+        assert process.poll() is None and time.monotonic() < deadline, (
+            "no checkpoint before the end"
+        )
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)  # a real kill, mid-epoch
+    process.wait(timeout=60)
+    run = run_folder(cwd)
+    assert not (run / "summary.json").exists(), "the run finished before it was killed"
+    killed_at = max(int(p.stem.split("step")[1]) for p in (run / "checkpoints").glob("*step*.ckpt"))
+
+    resumed = subprocess.run(
+        train_command(*overrides(tiny_data_root), "ckpt_path=last"),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert run_folder(cwd) == run  # the same run folder, no new one
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == reference["steps"]
+    assert summary["epochs"] == reference["epochs"]
+    assert summary["final_learning_rate"] == pytest.approx(reference["final_learning_rate"])
+    # The schedule continued: after resuming, the rate at each step equals the reference's.
+    lr = {}
+    for folder, key in ((run, "resumed"), (run_folder(reference_cwd), "reference")):
+        rows = (folder / "metrics.csv").read_text().splitlines()
+        header = rows[0].split(",")
+        for row in rows[1:]:
+            cells = dict(zip(header, row.split(","), strict=True))
+            if cells.get("lr-SGD"):
+                lr.setdefault(key, {})[int(cells["step"])] = float(cells["lr-SGD"])
+    assert min(lr["resumed"]) < killed_at  # rows from before the kill were kept
+    for step in range(killed_at, 24):
+        assert lr["resumed"][step] == pytest.approx(lr["reference"][step])
+
+
+def test_a_resumed_epoch_continues_the_patch_sequence(make_config):
+    cfg = make_config("datamodule.patches_per_image=16")
+    datamodule = instantiate(cfg.datamodule, _convert_="all")
+    datamodule.check()
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()
+    loader.sampler.set_epoch(1)
+    uninterrupted = [batch["key"] for batch in loader]
+    # A run restarting at global step 11 = epoch 1 (8 batches each), batch 3.
+    datamodule.trainer = SimpleNamespace(
+        global_step=11, current_epoch=1, accumulate_grad_batches=1, global_rank=0, world_size=1
+    )
+    loader = datamodule.train_dataloader()
+    loader.sampler.set_epoch(1)
+    resumed = [batch["key"] for batch in loader]
+    assert len(resumed) == 5
+    assert all(torch.equal(a, b) for a, b in zip(resumed, uninterrupted[3:], strict=True))
+
+
+def test_missing_or_corrupt_checkpoints_are_refused(make_config, tmp_path):
+    with pytest.raises(ConfigError, match=r"ckpt_path='/no/such\.ckpt': no such file"):
+        resolve_checkpoint("/no/such.ckpt", str(tmp_path))
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(ConfigError, match=r"corrupt\.ckpt'.*not a readable checkpoint"):
+        resolve_checkpoint(str(corrupt), str(tmp_path))
+    with pytest.raises(ConfigError, match=r"ckpt_path=last: no checkpoint"):
+        resolve_checkpoint("last", str(tmp_path))
+    with pytest.raises(ConfigError, match="not a readable checkpoint"):
+        train(make_config(f"ckpt_path={corrupt}"))
+    assert not (tmp_path / "run" / "checkpoints").exists()  # refused before training
