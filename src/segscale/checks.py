@@ -34,7 +34,14 @@ def check_config(cfg: DictConfig) -> None:
             lambda v, m=minimum: isinstance(v, int) and v >= m,
             f"an integer >= {minimum}",
         )
-    from segscale.training.optim import SOLVERS  # here: optim imports ConfigError from us
+    # Imported here: these modules import ConfigError from this one.
+    from segscale.data.samplers import SHUFFLE_MODES
+    from segscale.training.optim import SOLVERS
+
+    shuffle = _get(cfg, "datamodule.shuffle")
+    _require(
+        shuffle, "datamodule.shuffle", lambda v: v in SHUFFLE_MODES, f"one of {list(SHUFFLE_MODES)}"
+    )
 
     solver = _get(cfg, "optimizer.solver")
     _require(solver, "optimizer.solver", lambda v: v in SOLVERS, f"one of {list(SOLVERS)}")

@@ -8,6 +8,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from segscale.checks import ConfigError
 from segscale.cli.train import CONFIG_DIR, instantiate_each, train
 from segscale.data.sources import read_mask
 from tests.conftest import tiny_overrides, train_command
@@ -141,6 +142,30 @@ def test_bad_input_stops_before_training(tiny_data_root, tmp_path, overrides, ex
         assert expected in (run / "train.log").read_text()
     written = sorted(p.name for p in run.iterdir()) if run.exists() else []
     assert set(written) <= {".hydra", "train.log"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["optimizer.solver=lbfgs"], "optimizer.solver='lbfgs'"),
+        (["scheduler=piecewise", "scheduler.drop_period=0"], "scheduler.drop_period=0"),
+        (["scheduler=piecewise", "scheduler.drop_factor=1.5"], "scheduler.drop_factor=1.5"),
+        (["scheduler.name=step"], "scheduler.name='step'"),
+        (["datamodule.shuffle=sometimes"], "datamodule.shuffle='sometimes'"),
+        (["training.output_network=best"], "training.output_network='best'"),
+        (["training.gradient_threshold_method=l1"], "training.gradient_threshold_method='l1'"),
+        (
+            ["callbacks.model_checkpoint.dirpath=/proc/no/such"],
+            "callbacks.model_checkpoint.dirpath",
+        ),
+        (["ckpt_path=/no/such.ckpt"], "ckpt_path='/no/such.ckpt'"),
+    ],
+)
+def test_more_bad_input_is_refused_before_training(make_config, tmp_path, overrides, expected):
+    with pytest.raises(ConfigError) as error:
+        train(make_config(*overrides))
+    assert expected in str(error.value)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
 
 
 @pytest.fixture(scope="module")
