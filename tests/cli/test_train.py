@@ -38,6 +38,7 @@ def test_every_option_composes_and_instantiates(make_config, group, option):
         "trainer": lambda: instantiate(cfg.trainer, strategy="auto"),
         "callbacks": lambda: instantiate_each(cfg.callbacks),
         "logger": lambda: instantiate_each(cfg.logger),
+        "experiment": lambda: instantiate(cfg.model),
     }[group]()
     assert built is not None
     if group == "datamodule":
@@ -213,3 +214,29 @@ def test_the_trainer_follows_the_schedule(make_config, tmp_path):
     # 4 steps an epoch: 0.03 for steps 0-3, 0.015 for steps 4-7.
     assert lr_at[0] == lr_at[3] == pytest.approx(0.03)
     assert lr_at[4] == lr_at[7] == pytest.approx(0.015)
+
+
+def test_the_matlab_preset_has_the_users_settings(make_config):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=matlab_deeplabv3plus", "output_dir=/tmp/x"])
+    assert cfg.model.encoder == "inceptionresnetv2" and cfg.model.output_stride == 16
+    assert cfg.datamodule.num_classes == 6 and cfg.datamodule.patch_size == 512
+    assert cfg.datamodule.patches_per_image == 1500 and cfg.datamodule.batch_size == 20
+    assert cfg.optimizer.solver == "sgdm" and cfg.optimizer.momentum == 0.9
+    assert cfg.optimizer.lr == 0.03 and cfg.optimizer.weight_decay == 0.001
+    assert cfg.scheduler.name == "piecewise"
+    assert (cfg.scheduler.drop_period, cfg.scheduler.drop_factor) == (3, 0.2)
+    assert cfg.trainer.max_epochs == 10 and cfg.callbacks.early_stopping.patience == 4
+    assert list(cfg.datamodule.augmentation.rotation) == [-20, 20]
+    assert cfg.datamodule.shuffle == "every-epoch"
+    assert cfg.callbacks.periodic_checkpoint.frequency == 1
+    # And it trains, shrunk to tiny patches (command-line overrides win over the preset).
+    summary = train(
+        make_config(
+            "experiment=matlab_deeplabv3plus",
+            "trainer.max_epochs=1",
+            "datamodule.batch_size=4",
+            "datamodule.patches_per_image=4",
+        )
+    )
+    assert summary["steps"] == 2 and summary["learning_rate"] == 0.03

@@ -38,3 +38,17 @@ def test_encoder_weights_load_from_a_local_file(tmp_path):
         assert torch.equal(value, target.encoder.state_dict()[key])
     with pytest.raises(ConfigError, match="no such file"):
         build_network(encoder_weights=str(tmp_path / "missing.pth"))
+
+
+def test_inceptionresnetv2_runs_at_output_stride_16():
+    """smp cannot dilate this encoder; the network cuts it after its 1/16 stage instead."""
+    network = build_network("DeepLabV3Plus", "inceptionresnetv2", num_classes=6, output_stride=16)
+    assert network.encoder.output_stride == 16
+    image = torch.randn(2, 3, 64, 64)
+    assert network.encoder(image)[-1].shape[-1] == 64 // 16
+    logits = network(image)
+    assert logits.shape == (2, 6, 64, 64)
+    logits.mean().backward()
+    assert all(p.grad is not None for p in network.decoder.parameters())
+    with pytest.raises(ConfigError, match=r"cannot be dilated.*output_stride=8"):
+        build_network("DeepLabV3Plus", "inceptionresnetv2", output_stride=8)

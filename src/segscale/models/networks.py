@@ -8,6 +8,8 @@ from typing import Any
 
 import segmentation_models_pytorch as smp
 import torch
+from segmentation_models_pytorch.base import SegmentationHead, SegmentationModel
+from segmentation_models_pytorch.decoders.deeplabv3.decoder import DeepLabV3PlusDecoder
 from torch import nn
 
 from segscale.checks import ConfigError
@@ -47,13 +49,26 @@ def build_network(
                 "set it to null (only DeepLabV3 and DeepLabV3Plus have an output stride)"
             )
         kwargs["encoder_output_stride"] = output_stride
-    network = model_class(
-        encoder_name=encoder,
-        encoder_weights=None,
-        in_channels=in_channels,
-        classes=num_classes,
-        **kwargs,
-    )
+    try:
+        network = model_class(
+            encoder_name=encoder,
+            encoder_weights=None,
+            in_channels=in_channels,
+            classes=num_classes,
+            **kwargs,
+        )
+    except ValueError as error:
+        if "dilated" not in str(error):
+            raise
+        # Encoders with pooling between stages (inceptionresnetv2, ...) cannot be dilated.
+        if model_class is not smp.DeepLabV3Plus or output_stride != 16:
+            raise ConfigError(
+                f"model.encoder={encoder!r} cannot be dilated, so {model_class.__name__} cannot "
+                f"reach model.output_stride={output_stride} with it; use DeepLabV3Plus with "
+                "output_stride 16 (the encoder is then cut after its 1/16 stage)"
+            ) from None
+        del kwargs["encoder_output_stride"]
+        network = TruncatedDeepLabV3Plus(encoder, in_channels, num_classes, **kwargs)
     if encoder_weights is not None:
         load_encoder_weights(network, Path(encoder_weights))
     return network
@@ -79,3 +94,43 @@ def load_encoder_weights(network: nn.Module, path: Path) -> None:
         )
     # Extra keys (the classifier head of an ImageNet checkpoint) are expected and skipped.
     network.encoder.load_state_dict(state, strict=False)
+
+
+class TruncatedDeepLabV3Plus(SegmentationModel):
+    """DeepLabV3+ at output stride 16 on an encoder cut after its 1/16 stage.
+
+    This is what MATLAB's ``deeplabv3plusLayers(..., 'DownsamplingFactor', 16)`` does for
+    encoders that cannot be dilated, such as Inception-ResNet-v2: the ASPP module reads
+    the 1/16 features and the encoder's last (1/32) stage is dropped, instead of being
+    turned into dilated convolutions. It has smp's DeepLabV3+ decoder and head.
+    """
+
+    def __init__(
+        self,
+        encoder: str,
+        in_channels: int = 3,
+        classes: int = 6,
+        decoder_channels: int = 256,
+        decoder_atrous_rates: tuple[int, int, int] = (12, 24, 36),
+        decoder_aspp_separable: bool = True,
+        decoder_aspp_dropout: float = 0.5,
+        upsampling: int = 4,
+    ) -> None:
+        super().__init__()
+        # Four stages: the last features are at 1/16, with no dilation needed.
+        self.encoder = smp.encoders.get_encoder(encoder, in_channels=in_channels, depth=4)
+        self.decoder = DeepLabV3PlusDecoder(
+            encoder_channels=self.encoder.out_channels,
+            encoder_depth=4,
+            out_channels=decoder_channels,
+            atrous_rates=decoder_atrous_rates,
+            output_stride=16,
+            aspp_separable=decoder_aspp_separable,
+            aspp_dropout=decoder_aspp_dropout,
+        )
+        self.segmentation_head = SegmentationHead(
+            in_channels=decoder_channels, out_channels=classes, kernel_size=1, upsampling=upsampling
+        )
+        self.classification_head = None
+        self.name = f"deeplabv3plus-{encoder}-os16"
+        self.initialize()
