@@ -43,6 +43,7 @@ class SegmentationDataModule(L.LightningDataModule):
         mean: Sequence[float] = (0.485, 0.456, 0.406),
         std: Sequence[float] = (0.229, 0.224, 0.225),
         in_channels: int = 3,
+        class_colors: Sequence[Sequence[int]] | None = None,
     ) -> None:
         super().__init__()
         self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
@@ -52,6 +53,7 @@ class SegmentationDataModule(L.LightningDataModule):
         self.augmentation = augmentation or Augmentation()
         self.ignore_index, self.seed, self.shuffle = ignore_index, seed, shuffle
         self.mean, self.std, self.in_channels = tuple(mean), tuple(std), in_channels
+        self.class_colors = [tuple(c) for c in class_colors] if class_colors else None
         self.train_set: RandomPatchDataset | None = None
         self.val_set: GridPatchDataset | None = None
 

@@ -13,6 +13,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from segscale.metrics import scores_from_confusion
 from segscale.training.optim import (
     Schedule,
     check_gradient_threshold,
@@ -27,23 +28,6 @@ warnings.filterwarnings(
 )
 
 OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
-
-
-def scores_from_confusion(confusion: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Pixel accuracy, per-class IoU and mean IoU from a (true × predicted) pixel count.
-
-    Mean IoU averages over the classes that occur in the target or the prediction;
-    a class absent from both has no IoU (NaN) and does not pull the mean down.
-    """
-    confusion = confusion.double()
-    true_positive = confusion.diag()
-    union = confusion.sum(0) + confusion.sum(1) - true_positive
-    iou = torch.where(union > 0, true_positive / union.clamp(min=1), torch.nan)
-    return {
-        "acc": true_positive.sum() / confusion.sum().clamp(min=1),
-        "mIoU": iou.nanmean(),
-        "iou": iou,
-    }
 
 
 class SegmentationModule(L.LightningModule):
@@ -86,6 +70,7 @@ class SegmentationModule(L.LightningModule):
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1) * 255, persistent=False)
         self.loss_fn = nn.CrossEntropyLoss(ignore_index=ignore_index, reduction="sum")
         self.val_confusion = MulticlassConfusionMatrix(num_classes, ignore_index=ignore_index)
+        self.last_val_confusion: torch.Tensor | None = None  # of the latest validation
         self.val_loss = MeanMetric()
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
@@ -119,7 +104,9 @@ class SegmentationModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         """Log validation loss, accuracy, mean IoU and per-class IoU over all ranks."""
-        scores = scores_from_confusion(self.val_confusion.compute())
+        confusion = self.val_confusion.compute()
+        self.last_val_confusion = confusion.cpu()
+        scores = scores_from_confusion(confusion)
         # compute() has already gathered every rank's state, so these values are the
         # same on all ranks and need no further reduction.
         metrics = {

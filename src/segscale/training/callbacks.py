@@ -1,7 +1,8 @@
-"""Callbacks: the run summary, MATLAB's verbose table and progress plot, checkpoints."""
+"""Callbacks: run summary, MATLAB's verbose table, progress plot, checkpoints, report."""
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
@@ -11,12 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.checks import ConfigError
-from segscale.training.plots import plot_training_progress
+from segscale.metrics import evaluation_report
+from segscale.training.plots import (
+    plot_confusion_matrix,
+    plot_sample_predictions,
+    plot_training_progress,
+)
 
 log = logging.getLogger(__name__)
 
@@ -311,3 +318,83 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
         save_on_train_epoch_end=True,
         **every,
     )
+
+
+DEFAULT_COLOURS = np.array(
+    [
+        [255, 255, 255],
+        [0, 0, 255],
+        [0, 255, 255],
+        [0, 255, 0],
+        [255, 255, 0],
+        [255, 0, 0],
+        [128, 0, 128],
+        [255, 128, 0],
+        [128, 128, 128],
+        [0, 128, 128],
+    ],
+    np.uint8,
+)  # ISPRS Potsdam's six colours first, then more for larger class sets
+
+
+class ValidationReport(L.Callback):
+    """At the end of training, MATLAB's ``evaluateSemanticSegmentation`` on validation.
+
+    Writes into ``folder``: ``metrics.json`` (global and mean accuracy, mean and
+    weighted IoU, mean Dice, and per class accuracy, IoU and Dice),
+    ``class_metrics.csv``, ``confusion_matrix.csv`` (rows: true class, columns:
+    predicted) and ``confusion_matrix.png``, computed over the whole validation set (all
+    ranks) at the last validation; and ``sample_predictions.png`` with ``num_samples``
+    validation patches, their ground truth and the final network's prediction.
+    """
+
+    def __init__(self, folder: str, num_samples: int = 4) -> None:
+        self.folder, self.num_samples = Path(folder), num_samples
+
+    @rank_zero_only
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Write the report (rank 0 only)."""
+        confusion = getattr(pl_module, "last_val_confusion", None)
+        if confusion is None:
+            log.warning("no validation ran, so there is no evaluation report")
+            return
+        names = list(pl_module.class_names)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        report = evaluation_report(confusion, names)
+        (self.folder / "metrics.json").write_text(json.dumps(report, indent=2))
+        with open(self.folder / "class_metrics.csv", "w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(["class", "Accuracy", "IoU", "Dice"])
+            for name, values in report["classes"].items():
+                writer.writerow([name, values["Accuracy"], values["IoU"], values["Dice"]])
+        with open(self.folder / "confusion_matrix.csv", "w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(["true \\ predicted", *names])
+            for name, row in zip(names, confusion.tolist(), strict=True):
+                writer.writerow([name, *row])
+        plot_confusion_matrix(confusion.numpy(), names, self.folder / "confusion_matrix.png")
+        self._plot_samples(trainer, pl_module)
+
+    def _plot_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dataset = getattr(trainer.datamodule, "val_set", None)
+        if not dataset or not self.num_samples:
+            return
+        count = min(self.num_samples, len(dataset))
+        picks = [dataset[i] for i in np.linspace(0, len(dataset) - 1, count).round().astype(int)]
+        images = torch.stack([p["image"] for p in picks]).to(pl_module.device)
+        was_training = pl_module.training
+        pl_module.eval()
+        with torch.no_grad():
+            predictions = pl_module(images).argmax(1).cpu().numpy()
+        pl_module.train(was_training)
+        colours = getattr(trainer.datamodule, "class_colors", None)
+        colours = np.asarray(colours, np.uint8) if colours else DEFAULT_COLOURS
+        plot_sample_predictions(
+            [p["image"].permute(1, 2, 0).numpy() for p in picks],
+            [p["mask"].numpy().astype(np.uint8) for p in picks],
+            predictions.astype(np.uint8),
+            pl_module.class_names,
+            colours[: len(pl_module.class_names)],
+            pl_module.ignore_index,
+            self.folder / "sample_predictions.png",
+        )
