@@ -107,9 +107,11 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     assert sorted(p.name for p in run.iterdir()) == [
         ".hydra",
         "checkpoints",
+        "evaluation",
         "metrics.csv",
         "summary.json",
         "train.log",
+        "training_progress.png",
     ]
 
 

@@ -56,7 +56,7 @@ def test_validation_patience_stops_training(make_config):
 
 
 def test_validation_frequency_in_iterations(make_config, tmp_path):
-    train(make_config("+trainer.val_check_interval=3", "trainer.check_val_every_n_epoch=null"))
+    train(make_config("trainer.val_check_interval=3", "trainer.check_val_every_n_epoch=null"))
     rows = read_metrics(tmp_path / "run" / "metrics.csv")
     assert [int(r["step"]) for r in rows if r["val/mIoU"]] == [2, 5]  # after iterations 3 and 6
 

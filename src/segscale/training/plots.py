@@ -111,10 +111,10 @@ def plot_sample_predictions(
             if row == 0:
                 axes[row, column].set_title(title)
     handles = [
-        matplotlib.patches.Patch(color=np.asarray(c) / 255, label=n)
+        matplotlib.patches.Patch(facecolor=np.asarray(c) / 255, edgecolor="black", label=n)
         for c, n in zip(colours, class_names, strict=True)
-    ]
-    handles.append(matplotlib.patches.Patch(color="black", label="ignored"))
+    ]  # outlined, so that white classes show on the white page
+    handles.append(matplotlib.patches.Patch(facecolor="black", edgecolor="black", label="ignored"))
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False)
     figure.tight_layout(rect=(0, 0.08, 1, 1))
     save_figure(figure, path)
