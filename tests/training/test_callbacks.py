@@ -100,3 +100,19 @@ def test_mixed_precision_and_channels_last_train(make_config):
         )
     )
     assert summary["steps"] == 4 and summary["metrics"]["train/loss"] > 0
+
+
+def test_the_progress_plot_is_redrawn_at_every_validation(make_config, monkeypatch):
+    from segscale.training import callbacks
+
+    drawn = []
+    original = callbacks.plot_training_progress
+
+    def counting(train_rows, val_rows, path):
+        drawn.append((len(train_rows), len(val_rows)))
+        original(train_rows, val_rows, path)
+
+    monkeypatch.setattr(callbacks, "plot_training_progress", counting)
+    train(make_config("trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null"))
+    # 8 iterations, a validation every 2: four redraws, each with the curves so far.
+    assert drawn == [(2, 1), (4, 2), (6, 3), (8, 4)]

@@ -46,3 +46,13 @@ def test_multi_node_ranks_are_not_started_from_one_node(monkeypatch):
     refused = pytest.raises(ConfigError, match=r"trainer\.num_nodes=2.*torchrun")
     with refused, job_ranks("popen", 1, "/tmp/run", num_nodes=2):
         pass
+
+
+def test_other_ranks_get_rank_zeros_resolved_values(monkeypatch):
+    tasks = ["ckpt_path=last", "optimizer.lr=0.1"]
+    hydra_cfg = OmegaConf.create({"hydra": {"overrides": {"task": tasks}}})
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
+    command = rank_command(1, "/runs/a", {"ckpt_path": "/runs/a/checkpoints/last.ckpt"})
+    assert "ckpt_path=last" not in command
+    assert "ckpt_path='/runs/a/checkpoints/last.ckpt'" in command
+    assert "optimizer.lr=0.1" in command
