@@ -156,7 +156,7 @@ def _metric(trainer: L.Trainer, key: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _base_lr(trainer: L.Trainer) -> float:
+def _current_lr(trainer: L.Trainer) -> float:
     return float(trainer.optimizers[0].param_groups[0]["lr"])
 
 
@@ -223,7 +223,7 @@ class VerboseLog(L.Callback):
             f"| {trainer.current_epoch + 1:5d} | {trainer.global_step:9d} | {clock:>12} "
             f"| {cell('train/acc', 14, True)} | {cell('val/acc', 14, True)} "
             f"| {cell('train/loss', 15)} | {cell('val/loss', 15)} "
-            f"| {_base_lr(trainer):13.4e} |"
+            f"| {_current_lr(trainer):13.4e} |"
         )
 
 
@@ -239,7 +239,6 @@ class TrainingProgressPlot(L.Callback):
         self.path = Path(path)
         self.train: list[tuple[int, float, float, float]] = []
         self.val: list[tuple[int, float, float, float]] = []
-        self.renders = 0
 
     def on_train_batch_end(
         self,
@@ -252,7 +251,7 @@ class TrainingProgressPlot(L.Callback):
         """Record this iteration's loss, accuracy and learning rate."""
         loss, acc = _metric(trainer, "train/loss"), _metric(trainer, "train/acc")
         if trainer.is_global_zero and loss is not None and acc is not None:
-            self.train.append((trainer.global_step, loss, acc, _base_lr(trainer)))
+            self.train.append((trainer.global_step, loss, acc, _current_lr(trainer)))
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Record the validation metrics and redraw the figure."""
@@ -262,7 +261,6 @@ class TrainingProgressPlot(L.Callback):
         if None not in values:
             self.val.append((trainer.global_step, *values))
         plot_training_progress(self.train, self.val, self.path)
-        self.renders += 1
 
     def state_dict(self) -> dict[str, Any]:
         """The curves so far, so that a resumed run continues them."""
