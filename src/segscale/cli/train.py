@@ -39,12 +39,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     strategy = build(cfg.strategy)
-    datamodule = build(cfg.datamodule, _convert_="all")
+    num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
+    effective = build(cfg.scaling).resolve(
+        cfg.datamodule.batch_size, cfg.optimizer.lr, num_processes * cfg.trainer.num_nodes
+    )
+    log.info("scaling: %s", effective)
+    datamodule = build(cfg.datamodule, _convert_="all", batch_size=effective.per_device_batch_size)
     datamodule.check()
     module = SegmentationModule(
         network=build(cfg.model),
-        optimizer=build(cfg.optimizer),
-        schedule=build(cfg.scheduler),
+        optimizer=build(cfg.optimizer, lr=effective.learning_rate),
+        schedule=build(cfg.scheduler, **warmup_for(cfg.scheduler, effective.warmup_epochs)),
         num_classes=datamodule.num_classes,
         class_names=datamodule.class_names,
         ignore_index=datamodule.ignore_index,
@@ -54,13 +59,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         gradient_threshold_method=cfg.training.gradient_threshold_method,
         channels_last=cfg.training.channels_last,
     )
-    summary = RunSummary(cfg.output_dir, cfg.training.output_network)
+    scaling = {**OmegaConf.to_container(cfg.scaling), **effective.as_dict()}
+    scaling |= {"base_learning_rate": cfg.optimizer.lr}
+    scaling.pop("_target_")
+    summary = RunSummary(cfg.output_dir, cfg.training.output_network, scaling)
     callbacks = [*instantiate_each(cfg.get("callbacks")), summary]
     for name, node in (cfg.get("callbacks") or {}).items():
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
-    num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     start_method = cfg.strategy.get("start_method")
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
@@ -79,6 +86,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
     path = Path(cfg.output_dir) / "summary.json"
     return json.loads(path.read_text()) if trainer.is_global_zero and path.is_file() else {}
+
+
+def warmup_for(scheduler: DictConfig, scaling_warmup_epochs: float) -> dict[str, float]:
+    """The schedule's warmup, lengthened to what the scaling rules ask for.
+
+    A warmup given in steps is the user's explicit choice and is kept as it is.
+    """
+    if scheduler.get("warmup_steps"):
+        return {}
+    return {"warmup_epochs": max(scheduler.get("warmup_epochs") or 0, scaling_warmup_epochs)}
 
 
 def build(node: DictConfig, **kwargs: Any) -> Any:

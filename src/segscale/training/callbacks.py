@@ -37,13 +37,19 @@ class RunSummary(L.Callback):
     objects: world size, per-device and global batch, learning rate.
     """
 
-    def __init__(self, output_dir: str, output_network: str = "last-iteration") -> None:
+    def __init__(
+        self,
+        output_dir: str,
+        output_network: str = "last-iteration",
+        scaling: dict[str, Any] | None = None,
+    ) -> None:
         if output_network not in ("last-iteration", "best-validation"):
             raise ConfigError(
                 f"training.output_network={output_network!r} is unknown: expected "
                 "last-iteration or best-validation"
             )
         self.output_dir, self.output_network = Path(output_dir), output_network
+        self.scaling = dict(scaling or {})
         self.patches = 0
         self.train_s = 0.0
         self._fit_start = self._train_start = self._val_start = 0.0
@@ -133,6 +139,7 @@ class RunSummary(L.Callback):
             )
             or None,
             **self.effective_values(trainer),
+            "scaling": self.scaling,
             "epochs": trainer.current_epoch,
             "steps": trainer.global_step,
             "train_patches": self.patches,
