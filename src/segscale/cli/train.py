@@ -22,8 +22,9 @@ from segscale.checks import ConfigError, check_config, devices_count
 from segscale.models.module import SegmentationModule
 from segscale.training.callbacks import RunSummary, ensure_writable
 from segscale.training.checkpoint_io import AtomicCheckpointIO
-from segscale.training.launch import available_devices, job_ranks
+from segscale.training.launch import available_devices, job_ranks, resolve_accelerator
 from segscale.training.resume import resolve_checkpoint, run_dir_for
+from segscale.training.sync_batchnorm import convert_sync_batchnorm
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Train the configured network; return the run summary (empty on ranks > 0)."""
     check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
-    strategy = build(cfg.strategy)
+    # sync_batchnorm is ours (it converts the network below), not a strategy argument.
+    strategy_cfg = OmegaConf.to_container(cfg.strategy, resolve=True)
+    sync_batchnorm = strategy_cfg.pop("sync_batchnorm", False)
+    strategy = build(OmegaConf.create(strategy_cfg))
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     effective = build(cfg.scaling).resolve(
         cfg.datamodule.batch_size, cfg.optimizer.lr, num_processes * cfg.trainer.num_nodes
@@ -46,8 +50,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     log.info("scaling: %s", effective)
     datamodule = build(cfg.datamodule, _convert_="all", batch_size=effective.per_device_batch_size)
     datamodule.check()
+    network = build(cfg.model)
+    world_size = num_processes * cfg.trainer.num_nodes
+    if sync_batchnorm and world_size > 1:
+        network = convert_sync_batchnorm(network, resolve_accelerator(cfg.trainer.accelerator))
     module = SegmentationModule(
-        network=build(cfg.model),
+        network=network,
         optimizer=build(cfg.optimizer, lr=effective.learning_rate),
         schedule=build(cfg.scheduler, **warmup_for(cfg.scheduler, effective.warmup_epochs)),
         num_classes=datamodule.num_classes,

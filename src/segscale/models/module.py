@@ -75,7 +75,8 @@ class SegmentationModule(L.LightningModule):
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         """Class logits (N×C×H×W) for uint8 or float images (N×C×H×W, 0-255 range)."""
-        image = (image.float() - self.mean) / self.std
+        # To the model's float type: float32, or float64 under trainer.precision=64-true.
+        image = (image.to(self.mean.dtype) - self.mean) / self.std
         return self.network(image.contiguous(memory_format=self.memory_format))
 
     def _loss(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
