@@ -56,3 +56,35 @@ def test_other_ranks_get_rank_zeros_resolved_values(monkeypatch):
     assert "ckpt_path=last" not in command
     assert "ckpt_path='/runs/a/checkpoints/last.ckpt'" in command
     assert "optimizer.lr=0.1" in command
+
+
+def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
+    import os
+    import subprocess
+    import time
+
+    from tests.conftest import REPO, tiny_overrides, train_command
+
+    overrides = [o for o in tiny_overrides(tiny_data_root, tmp_path) if "output_dir" not in o]
+    started = time.monotonic()
+    result = subprocess.run(
+        train_command(
+            "strategy=ddp",
+            "trainer.devices=2",
+            *overrides,
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "+callbacks.fail._target_=tests.training.failing.FailOnRank",
+            "+callbacks.fail.rank=1",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PYTHONPATH": str(REPO)},
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert "injected failure on rank 1" in result.stderr  # the failing rank's own error
+    assert "rank 1 failed with exit code 1" in result.stderr  # and rank 0 names it last
+    assert elapsed < 60
+    assert not (tmp_path / "run" / "summary.json").exists()

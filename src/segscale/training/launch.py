@@ -30,6 +30,9 @@ from segscale.checks import ConfigError, devices_count
 
 log = logging.getLogger(__name__)
 
+GRACE_S = 15.0
+"""Seconds a failed rank's peers get to notice, report and exit before being stopped."""
+
 
 def resolve_accelerator(accelerator: str) -> str:
     """The concrete accelerator (``cuda``, ``mps`` or ``cpu``) that ``accelerator`` means."""
@@ -90,10 +93,36 @@ class RankProcesses:
             for rank, process in enumerate(self.processes, start=1):
                 code = process.poll()
                 # Once rank 0 stops the ranks itself (_done), their exits are expected.
-                if code not in (None, 0) and not self._done.is_set():
-                    log.error("rank %d exited with code %d; stopping the other ranks", rank, code)
-                    self.terminate()
-                    os.kill(os.getpid(), signal.SIGKILL)
+                if code in (None, 0) or self._done.is_set():
+                    continue
+                # Rank 0 usually notices (a collective fails) and reports this rank's
+                # error itself; if it is stuck in a collective instead, end it.
+                if self._done.wait(GRACE_S):
+                    return
+                log.error("rank %d exited with code %d; stopping the other ranks", rank, code)
+                self.terminate()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def failures(self, grace_s: float = GRACE_S) -> list[tuple[int, int]]:
+        """Let the ranks exit by themselves for ``grace_s``, stop the rest, list failures.
+
+        Used when rank 0 failed: a rank whose own error caused it gets the time to
+        print that error before it is stopped.
+        """
+        self._done.set()
+        deadline = time.monotonic() + grace_s
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+        failed = [
+            (rank, process.returncode)
+            for rank, process in enumerate(self.processes, start=1)
+            if process.returncode not in (None, 0)
+        ]
+        self.terminate()
+        return failed
 
     def wait(self, timeout_s: float = 300.0) -> None:
         """Wait for every extra rank to finish; raise if one failed."""
@@ -172,6 +201,16 @@ def job_ranks(
     ranks = RankProcesses(commands, envs, cwd=os.getcwd())
     try:
         yield
+    except Exception as error:
+        failed = ranks.failures()
+        if not failed:
+            raise
+        rank, code = failed[0]
+        # Rank 0's own error (a broken collective) is a consequence; name the cause.
+        raise RuntimeError(
+            f"rank {rank} failed with exit code {code}; its error is printed above "
+            f"(rank 0 then stopped with: {str(error).splitlines()[0][:200]})"
+        ) from None
     except BaseException:
         ranks.terminate()
         raise
