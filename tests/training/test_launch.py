@@ -88,3 +88,18 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
     assert "rank 1 failed with exit code 1" in result.stderr  # and rank 0 names it last
     assert elapsed < 60
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_device_indices_must_exist(monkeypatch):
+    from segscale.training import launch
+
+    with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 2\] lists device indices"):
+        launch.check_devices(OmegaConf.create([0, 2]), "cpu")
+    launch.check_devices(2, "cpu")
+    monkeypatch.setattr(launch, "resolve_accelerator", lambda accelerator: "cuda")
+    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: 2)
+    launch.check_devices([0, 1], "gpu")
+    with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 2\] asks for GPU.*has 2"):
+        launch.check_devices(OmegaConf.create([0, 2]), "gpu")
+    with pytest.raises(ConfigError, match=r"trainer\.devices=4 asks for GPU"):
+        launch.check_devices(4, "gpu")

@@ -22,7 +22,12 @@ from segscale.checks import ConfigError, check_config, devices_count
 from segscale.models.module import SegmentationModule
 from segscale.training.callbacks import RunSummary, ensure_writable
 from segscale.training.checkpoint_io import AtomicCheckpointIO
-from segscale.training.launch import available_devices, job_ranks, resolve_accelerator
+from segscale.training.launch import (
+    available_devices,
+    check_devices,
+    job_ranks,
+    resolve_accelerator,
+)
 from segscale.training.resume import resolve_checkpoint, run_dir_for
 from segscale.training.sync_batchnorm import convert_sync_batchnorm
 
@@ -43,6 +48,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     strategy_cfg = OmegaConf.to_container(cfg.strategy, resolve=True)
     sync_batchnorm = strategy_cfg.pop("sync_batchnorm", False)
     strategy = build(OmegaConf.create(strategy_cfg))
+    check_devices(cfg.trainer.devices, cfg.trainer.accelerator)
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     effective = build(cfg.scaling).resolve(
         cfg.datamodule.batch_size, cfg.optimizer.lr, num_processes * cfg.trainer.num_nodes

@@ -55,6 +55,31 @@ def available_devices(accelerator: str) -> int:
     return 1
 
 
+def check_devices(devices: Any, accelerator: str) -> None:
+    """Raise ``ConfigError`` unless ``trainer.devices`` names devices this machine has."""
+    kind = resolve_accelerator(accelerator)
+    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
+    if kind != "cuda":
+        if listed:
+            raise ConfigError(
+                f"trainer.devices={_shown(devices)} lists device indices, which only GPUs have; "
+                f"with trainer.accelerator={accelerator} ({kind}) give a count of processes, "
+                "e.g. trainer.devices=2"
+            )
+        return
+    available = torch.cuda.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    wanted = list(devices) if listed else []
+    missing = [i for i in wanted if i >= available]
+    count = devices_count(devices, available)
+    if missing or count > available:
+        raise ConfigError(
+            f"trainer.devices={_shown(devices)} asks for GPU(s) this machine does not have: it "
+            f"has {available} (indices 0..{available - 1}; CUDA_VISIBLE_DEVICES={visible} "
+            "numbers them from 0)"
+        )
+
+
 def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> SingleDeviceStrategy:
     """One process on one device; an error that names ``strategy=ddp`` for more."""
     count = devices_count(devices, available_devices(accelerator))
