@@ -23,8 +23,10 @@ from segscale.models.module import SegmentationModule
 from segscale.training.callbacks import RunSummary, ensure_writable
 from segscale.training.checkpoint_io import AtomicCheckpointIO
 from segscale.training.launch import (
+    QUIET_RANK_OVERRIDES,
     available_devices,
     check_devices,
+    external_rank,
     job_ranks,
     resolve_accelerator,
 )
@@ -138,9 +140,17 @@ def instantiate_each(group: DictConfig | None) -> list[Any]:
     return [item for item in built if item is not None]
 
 
+def main() -> None:
+    """Entry point of ``train.py``: Hydra parses the command line and runs ``run``."""
+    if external_rank():
+        # A rank > 0 started by torchrun or SLURM: rank 0 alone writes config and log.
+        sys.argv += QUIET_RANK_OVERRIDES
+    run()
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    """Entry point of ``train.py``; returns the validation mIoU (for sweepers)."""
+def run(cfg: DictConfig) -> float | None:
+    """Train one job of the composed config; returns the validation mIoU (for sweepers)."""
     try:
         summary = train(cfg)
     except ConfigError as error:

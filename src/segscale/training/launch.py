@@ -247,6 +247,29 @@ def job_ranks(
         os.environ.update(saved)
 
 
+QUIET_RANK_OVERRIDES = (
+    "hydra.output_subdir=null",  # rank 0 alone writes the config
+    "hydra/job_logging=none",  # and the log file
+    "hydra/hydra_logging=none",
+)
+
+
+def external_rank() -> int | None:
+    """The global rank of this process when torchrun or SLURM started it, else ``None``."""
+    for variable in ("RANK", "SLURM_PROCID"):
+        if variable in os.environ:
+            return int(os.environ[variable])
+    return None
+
+
+def launcher_job_id() -> str | None:
+    """The job id that torchrun (``--rdzv-id``) or SLURM gives all ranks of one run."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    if run_id != "none":
+        return run_id
+    return os.environ.get("SLURM_JOB_ID")
+
+
 def rank_command(
     local_rank: int, output_dir: str, resolved: dict[str, str] | None = None
 ) -> list[str]:
@@ -272,9 +295,7 @@ def rank_command(
         *overrides,
         *(f"{key}={_quoted(value)}" for key, value in resolved.items()),
         f"hydra.run.dir={_quoted(output_dir)}",
-        "hydra.output_subdir=null",  # rank 0 alone writes the config
-        "hydra/job_logging=none",  # and the log file
-        "hydra/hydra_logging=none",
+        *QUIET_RANK_OVERRIDES,
         f"hydra.job.name=rank{local_rank}",
     ]
 

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 from segscale.checks import ConfigError
+from segscale.training.launch import launcher_job_id
 
 
 def newest_checkpoint(run_dir: Path) -> Path | None:
@@ -30,9 +31,15 @@ def latest_run(task_root: Path) -> Path | None:
 
 
 def run_dir_for(ckpt_path: str | None, task_root: str, fresh_dir: str) -> str:
-    """The run folder of a job: the resumed run's folder, or ``fresh_dir`` for a new run."""
+    """The run folder of a job: the resumed run's folder, or a new one.
+
+    A new run of ranks that torchrun (``--rdzv-id``) or SLURM started on several nodes
+    is named after the launcher's job id, so that every node picks the same folder;
+    otherwise it is ``fresh_dir`` (a timestamp).
+    """
     if not ckpt_path:
-        return fresh_dir
+        job_id = launcher_job_id()
+        return str(Path(task_root) / f"job-{job_id}") if job_id else fresh_dir
     if ckpt_path == "last":
         run = latest_run(Path(task_root))
         return str(run) if run else fresh_dir
