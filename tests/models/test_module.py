@@ -1,14 +1,12 @@
-import os
 from functools import partial
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from segscale.metrics import scores_from_confusion
 from segscale.models.module import SegmentationModule
+from tests.distributed import on_two_ranks
 
 
 class PixelLinear(nn.Module):
@@ -66,30 +64,14 @@ def metric_values(seg: SegmentationModule, data: list[dict[str, torch.Tensor]]) 
     return [seg.val_loss.compute().item(), scores["acc"].item(), scores["mIoU"].item()]
 
 
-def _rank(rank: int, port: int, queue) -> None:
-    os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _metrics_of_share(rank: int) -> list[float]:
     # Uneven shares: rank 0 sees three batches, rank 1 one.
     data = batches()
-    share = data[:3] if rank == 0 else data[3:]
-    queue.put((rank, metric_values(module(), share)))
-    dist.destroy_process_group()
+    return metric_values(module(), data[:3] if rank == 0 else data[3:])
 
 
 def test_metrics_under_ddp_equal_one_process():
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    processes = [context.Process(target=_rank, args=(r, port, queue)) for r in range(2)]
-    for p in processes:
-        p.start()
-    results = dict(queue.get(timeout=120) for _ in processes)
-    for p in processes:
-        p.join(timeout=60)
+    results = on_two_ranks(_metrics_of_share)
     expected = metric_values(module(), batches())
     assert results[0] == pytest.approx(expected, rel=1e-6)
     assert results[1] == pytest.approx(expected, rel=1e-6)

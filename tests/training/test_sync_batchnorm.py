@@ -1,22 +1,17 @@
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from segscale.training.sync_batchnorm import CPUSyncBatchNorm, convert_sync_batchnorm
+from tests.distributed import on_two_ranks
 
 
 def batch() -> torch.Tensor:
     return torch.randn(6, 3, 5, 5, generator=torch.Generator().manual_seed(0)) * 3 + 1
 
 
-def _rank(rank: int, port: int, queue) -> None:
-    os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _synced_half(rank: int) -> tuple[torch.Tensor, ...]:
     norm = CPUSyncBatchNorm(3)
     norm.weight.data = torch.tensor([1.0, 2.0, 0.5])
     x = batch()[3 * rank : 3 * rank + 3].requires_grad_()
@@ -24,22 +19,11 @@ def _rank(rank: int, port: int, queue) -> None:
     # The loss of the whole batch is the mean of the two halves' losses.
     (y * torch.arange(75.0).view(1, 3, 5, 5)).sum().div(2).backward()
     dist.all_reduce(norm.weight.grad)
-    queue.put((rank, y.detach(), x.grad, norm.weight.grad, norm.running_var.clone()))
-    dist.destroy_process_group()
+    return y.detach(), x.grad, norm.weight.grad, norm.running_var.clone()
 
 
 def test_two_ranks_normalize_like_one_process_with_the_whole_batch():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    processes = [context.Process(target=_rank, args=(r, port, queue)) for r in range(2)]
-    for p in processes:
-        p.start()
-    results = dict((r[0], r[1:]) for r in (queue.get(timeout=120) for _ in processes))
-    for p in processes:
-        p.join(timeout=60)
+    results = on_two_ranks(_synced_half)
 
     norm = nn.BatchNorm2d(3)
     norm.weight.data = torch.tensor([1.0, 2.0, 0.5])
