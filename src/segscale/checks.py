@@ -54,6 +54,11 @@ def check_config(cfg: DictConfig) -> None:
     )
 
 
+def is_device_list(devices: Any) -> bool:
+    """Whether ``trainer.devices`` lists device indices (``[0, 2]``) rather than a count."""
+    return isinstance(devices, (list, tuple, ListConfig))
+
+
 def devices_count(devices: Any, available: int | None = None) -> int:
     """Number of devices that ``trainer.devices`` asks for on this node.
 
@@ -61,7 +66,7 @@ def devices_count(devices: Any, available: int | None = None) -> int:
     distinct device indices such as ``[0, 2]``, as Lightning does.
     """
     expected = "a positive count, -1 or 'auto' (all devices), or a list of indices such as [0,2]"
-    if isinstance(devices, (list, tuple, ListConfig)):
+    if is_device_list(devices):
         indices = list(devices)
         ok = indices and all(isinstance(i, int) and i >= 0 for i in indices)
         _require(

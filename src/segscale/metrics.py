@@ -34,11 +34,11 @@ def evaluation_report(confusion: torch.Tensor, class_names: Sequence[str]) -> di
     ``IoU`` and ``Dice``; a class absent from ground truth and prediction gets ``None``.
     """
     confusion = confusion.double().cpu()
-    true_positive = confusion.diag()
-    truth, predicted = confusion.sum(1), confusion.sum(0)
-    union = truth + predicted - true_positive
-    iou = torch.where(union > 0, true_positive / union.clamp(min=1), torch.nan)
-    dice = torch.where(union > 0, 2 * true_positive / (truth + predicted).clamp(min=1), torch.nan)
+    scores = scores_from_confusion(confusion)
+    iou, true_positive = scores["iou"], confusion.diag()
+    truth = confusion.sum(1)
+    # Dice = 2·IoU / (1 + IoU), defined wherever IoU is.
+    dice = 2 * iou / (1 + iou)
     recall = torch.where(truth > 0, true_positive / truth.clamp(min=1), torch.nan)
     share = truth / truth.sum().clamp(min=1)
 
@@ -46,9 +46,9 @@ def evaluation_report(confusion: torch.Tensor, class_names: Sequence[str]) -> di
         return None if torch.isnan(value) else round(float(value), 6)
 
     return {
-        "GlobalAccuracy": number(true_positive.sum() / confusion.sum().clamp(min=1)),
+        "GlobalAccuracy": number(scores["acc"]),
         "MeanAccuracy": number(recall.nanmean()),
-        "MeanIoU": number(iou.nanmean()),
+        "MeanIoU": number(scores["mIoU"]),
         "WeightedIoU": number((share * iou.nan_to_num()).sum()),
         "MeanDice": number(dice.nanmean()),
         "classes": {

@@ -5,7 +5,7 @@ import pytest
 
 from segscale.checks import ConfigError
 from segscale.cli.train import train
-from segscale.training.callbacks import VerboseLog, periodic_checkpoint
+from segscale.training.callbacks import VerboseLog, ensure_writable, periodic_checkpoint
 from segscale.training.plots import plot_training_progress
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
@@ -87,7 +87,7 @@ def test_unwritable_checkpoint_path_is_refused(tmp_path):
     with pytest.raises(
         ConfigError, match=r"callbacks\.periodic_checkpoint\.dirpath=.*cannot write"
     ):
-        periodic_checkpoint(str(blocker / "checkpoints"), frequency=1)
+        ensure_writable(str(blocker / "checkpoints"), "callbacks.periodic_checkpoint.dirpath")
     with pytest.raises(ConfigError, match=r"unit='hour'"):
         periodic_checkpoint(str(tmp_path), frequency=1, unit="hour")
     assert periodic_checkpoint(str(tmp_path), frequency=0) is None

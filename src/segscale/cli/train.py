@@ -59,8 +59,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = build(cfg.datamodule, _convert_="all", batch_size=effective.per_device_batch_size)
     datamodule.check()
     network = build(cfg.model)
-    world_size = num_processes * cfg.trainer.num_nodes
-    if sync_batchnorm and world_size > 1:
+    if sync_batchnorm and effective.world_size > 1:
         network = convert_sync_batchnorm(network, resolve_accelerator(cfg.trainer.accelerator))
     module = SegmentationModule(
         network=network,

@@ -123,21 +123,16 @@ class RunSummary(L.Callback):
     def summary(self, trainer: L.Trainer) -> dict[str, Any]:
         """The run's summary as a JSON-ready dict."""
         checkpoint = trainer.checkpoint_callback
+        best = getattr(checkpoint, "best_model_path", None) or None
+        last = getattr(checkpoint, "last_model_path", None) or None
         return {
             "metrics": {k: _number(v) for k, v in sorted(trainer.callback_metrics.items())},
-            "best_checkpoint": getattr(checkpoint, "best_model_path", None) or None,
+            "best_checkpoint": best,
             "best_score": _number(getattr(checkpoint, "best_model_score", None)),
-            "last_checkpoint": getattr(checkpoint, "last_model_path", None) or None,
+            "last_checkpoint": last,
             # MATLAB's OutputNetwork: the checkpoint this run reports as its result.
             "output_network": self.output_network,
-            "output_checkpoint": getattr(
-                checkpoint,
-                "best_model_path"
-                if self.output_network == "best-validation"
-                else "last_model_path",
-                None,
-            )
-            or None,
+            "output_checkpoint": best if self.output_network == "best-validation" else last,
             **self.effective_values(trainer),
             "scaling": self.scaling,
             "epochs": trainer.current_epoch,
@@ -302,6 +297,7 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
 
     Keeps a checkpoint every ``frequency`` epochs or iterations in ``dirpath``, named
     ``epoch<E>-step<S>.ckpt``; ``frequency`` 0 keeps none (``None``: no callback).
+    ``segscale.cli.train`` checks that ``dirpath`` is writable before training.
     """
     if unit not in ("epoch", "iteration"):
         raise ConfigError(
@@ -313,7 +309,6 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
         )
     if frequency == 0:
         return None
-    ensure_writable(dirpath, "callbacks.periodic_checkpoint.dirpath")
     every = {"every_n_epochs": frequency} if unit == "epoch" else {"every_n_train_steps": frequency}
     return ModelCheckpoint(
         dirpath=dirpath,

@@ -19,14 +19,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
-from segscale.checks import ConfigError, devices_count
+from segscale.checks import ConfigError, devices_count, is_device_list
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def available_devices(accelerator: str) -> int:
 def check_devices(devices: Any, accelerator: str) -> None:
     """Raise ``ConfigError`` unless ``trainer.devices`` names devices this machine has."""
     kind = resolve_accelerator(accelerator)
-    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
+    listed = is_device_list(devices)
     if kind != "cuda":
         if listed:
             raise ConfigError(
@@ -92,8 +92,7 @@ def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> Singl
     kind = resolve_accelerator(accelerator)
     if kind == "cpu":
         return SingleDeviceStrategy(device=torch.device("cpu"))
-    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
-    index = next(iter(devices)) if listed else 0
+    index = next(iter(devices)) if is_device_list(devices) else 0
     return SingleDeviceStrategy(device=torch.device(kind, index))
 
 
@@ -318,4 +317,4 @@ def _destroy_process_group() -> None:
 
 
 def _shown(value: Any) -> Any:
-    return list(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
+    return list(value) if is_device_list(value) else value
