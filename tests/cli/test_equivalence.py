@@ -1,4 +1,8 @@
-"""DESIGN.md §5: DDP over 2 ranks × batch b equals one process × batch 2b."""
+"""DESIGN.md §5: DDP over 2 ranks × batch b equals one process × batch 2b.
+
+And with uneven devices (``scaling.worker_load``): 2 ranks with batches 4 and 2 equal
+one process with batch 6.
+"""
 
 import torch
 
@@ -20,9 +24,10 @@ SAME_STEPS = [
 ]
 
 
-def final_weights(make_config, *overrides: str) -> dict[str, torch.Tensor]:
+def final_weights(make_config, *overrides: str, global_batch: int = 8) -> dict[str, torch.Tensor]:
     summary = train(make_config(*SAME_STEPS, *overrides))
-    assert summary["steps"] == 8 and summary["global_batch_size"] == 8
+    assert summary["global_batch_size"] == global_batch
+    assert summary["steps"] == 2 * -(-32 // global_batch)
     state = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)
     return {k: v for k, v in state["state_dict"].items() if v.is_floating_point()}
 
@@ -47,3 +52,20 @@ def test_ddp_with_synced_batchnorm_takes_the_same_steps_as_one_process(make_conf
         "strategy.sync_batchnorm=false",
     )
     assert largest_difference(one, unsynced) > 1e-3
+
+
+def test_uneven_worker_load_takes_the_same_steps_as_one_process(make_config):
+    # Rotation on: patches carry ignored corners, so the ranks' batches differ in
+    # labelled pixels as well as in size; the loss must weigh them as one batch does.
+    uneven = ["datamodule.augmentation.rotation=[-40,40]", "datamodule.batch_size=6"]
+    one = final_weights(make_config, *uneven, "strategy=single", global_batch=6)
+    two = final_weights(
+        make_config,
+        *uneven,
+        "strategy=ddp_spawn",
+        "trainer.devices=2",
+        "scaling.batch=global",
+        "scaling.worker_load=[2,1]",
+        global_batch=6,
+    )
+    assert largest_difference(one, two) < 1e-6

@@ -90,14 +90,14 @@ def test_a_resumed_epoch_continues_the_patch_sequence(make_config):
     datamodule.check()
     datamodule.setup("fit")
     loader = datamodule.train_dataloader()
-    loader.sampler.set_epoch(1)
+    loader.batch_sampler.set_epoch(1)
     uninterrupted = [batch["key"] for batch in loader]
     # A run restarting at global step 11 = epoch 1 (8 batches each), batch 3.
     datamodule.trainer = SimpleNamespace(
         global_step=11, current_epoch=1, accumulate_grad_batches=1, global_rank=0, world_size=1
     )
     loader = datamodule.train_dataloader()
-    loader.sampler.set_epoch(1)
+    loader.batch_sampler.set_epoch(1)
     resumed = [batch["key"] for batch in loader]
     assert len(resumed) == 5
     assert all(torch.equal(a, b) for a, b in zip(resumed, uninterrupted[3:], strict=True))

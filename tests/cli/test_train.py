@@ -62,7 +62,7 @@ def test_single_device_run_writes_the_run_folder(make_config, tmp_path):
     assert {"train/loss", "val/loss", "val/mIoU", "val/acc", "val/IoU_building"} <= set(header)
     on_disk = json.loads((run / "summary.json").read_text())
     assert on_disk == summary
-    assert summary["world_size"] == 1 and summary["per_device_batch_size"] == 4
+    assert summary["world_size"] == 1 and summary["per_device_batch_sizes"] == [4]
     assert summary["global_batch_size"] == 4 and summary["learning_rate"] == 0.03
     assert summary["train_patches"] == 2 * 16 and summary["steps"] == 2 * 4
     assert summary["throughput_patches_per_s"] > 0 and summary["wall_time_s"] > 0

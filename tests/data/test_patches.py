@@ -45,9 +45,9 @@ def test_ranks_and_workers_draw_disjoint_patches(tiles):
     data = dataset(tiles, patches_per_image=16)
     drawn = []
     for rank in range(2):
-        sampler = EpochShardSampler(len(data), num_replicas=2, rank=rank, seed=5)
+        sampler = EpochShardSampler(len(data), [4, 4], rank=rank, seed=5)
         sampler.set_epoch(2)
-        loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2)
+        loader = DataLoader(data, batch_sampler=sampler, num_workers=2)
         for batch in loader:
             for key, image in zip(batch["key"], batch["image"], strict=True):
                 drawn.append((tuple(key.tolist()), image.numpy().tobytes()))

@@ -1,52 +1,81 @@
 import pytest
 
 from segscale.checks import ConfigError
-from segscale.data.samplers import EpochShardSampler
+from segscale.data.samplers import EpochShardSampler, split_in_proportion
 
 
-@pytest.mark.parametrize("length", [12, 13])
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_ranks_draw_disjoint_equal_shards(length, world):
+def keys(sampler):
+    return [key for batch in sampler for key in batch]
+
+
+@pytest.mark.parametrize("length", [12, 13, 2])
+@pytest.mark.parametrize("batch_sizes", [[4], [2, 2], [2, 2, 2], [3, 1], [2, 1, 1]])
+def test_ranks_draw_disjoint_shards_in_equal_steps(length, batch_sizes):
     shards = []
-    for rank in range(world):
-        sampler = EpochShardSampler(length, world, rank, shuffle="every-epoch", seed=1)
+    for rank in range(len(batch_sizes)):
+        sampler = EpochShardSampler(length, batch_sizes, rank, shuffle="every-epoch", seed=1)
         sampler.set_epoch(4)
-        shards.append([index for epoch, index in sampler])
-        assert all(epoch == 4 for epoch, _ in sampler)
-    assert len({len(s) for s in shards}) == 1
+        batches = list(sampler)
+        assert len(batches) == len(sampler)  # every rank takes the same number of steps
+        assert all(batches) and all(epoch == 4 for epoch, _ in keys(sampler))
+        shards.append([index for _, index in keys(sampler)])
     flat = [i for s in shards for i in s]
     assert len(flat) == len(set(flat))
     assert set(range(length)) <= set(flat)
+    # Padding only tops up a last step that would leave a rank without a patch.
+    padding = set(flat) - set(range(length))
+    assert len(padding) < len(batch_sizes)
+    if length % sum(batch_sizes) == 0:
+        assert not padding
 
 
-def test_global_batches_match_one_process():
-    one = [i for _, i in EpochShardSampler(16, 1, 0, shuffle="every-epoch", seed=7)]
+@pytest.mark.parametrize("batch_sizes", [[2, 2], [3, 1], [1, 2, 1]])
+def test_global_batches_match_one_process(batch_sizes):
+    total = sum(batch_sizes)
+    one = list(EpochShardSampler(18, [total], 0, shuffle="every-epoch", seed=7))
     ranks = [
-        [i for _, i in EpochShardSampler(16, 2, r, shuffle="every-epoch", seed=7)] for r in range(2)
+        list(EpochShardSampler(18, batch_sizes, r, shuffle="every-epoch", seed=7))
+        for r in range(len(batch_sizes))
     ]
-    batch = 2  # per rank; the single process uses 4
-    for step in range(4):
-        single = set(one[4 * step : 4 * step + 4])
-        window = slice(batch * step, batch * step + batch)
-        split = set(ranks[0][window]) | set(ranks[1][window])
-        assert single == split
+    assert all(len(r) == len(one) for r in ranks)
+    for step, single in enumerate(one):
+        together = sorted(k for r in ranks for k in r[step])
+        if step < len(one) - 1:
+            assert sorted(single) == together
+            assert [len(r[step]) for r in ranks] == batch_sizes
+        else:  # what is left, topped up if a rank would get no patch
+            assert set(single) <= set(together)
+
+
+def test_skip_leaves_out_the_first_batches_once():
+    sampler = EpochShardSampler(20, [2, 2], 1, seed=3)
+    full = list(sampler)
+    sampler.skip(2)
+    assert list(sampler) == full[2:]
+    assert list(sampler) == full
+
+
+def test_split_in_proportion_keeps_the_total():
+    assert split_in_proportion(10, [2, 1]) == [7, 3]
+    assert split_in_proportion(5, [1, 1, 0.5]) == [2, 2, 1]
+    assert split_in_proportion(4, [1, 1, 1]) == [2, 1, 1]
 
 
 def test_epochs_differ_and_seed_reproduces():
     sampler = EpochShardSampler(20, shuffle="every-epoch", seed=3)
-    first = list(sampler)
+    first = keys(sampler)
     sampler.set_epoch(1)
-    assert [i for _, i in sampler] != [i for _, i in first]
-    assert list(EpochShardSampler(20, shuffle="every-epoch", seed=3)) == first
-    assert [i for _, i in EpochShardSampler(5, shuffle="never")] == [0, 1, 2, 3, 4]
+    assert [i for _, i in keys(sampler)] != [i for _, i in first]
+    assert keys(EpochShardSampler(20, shuffle="every-epoch", seed=3)) == first
+    assert [i for _, i in keys(EpochShardSampler(5, shuffle="never"))] == [0, 1, 2, 3, 4]
 
 
 def test_once_and_never_repeat_the_same_patches_every_epoch():
     for mode, ordered in (("once", False), ("never", True)):
         sampler = EpochShardSampler(12, shuffle=mode, seed=3)
-        first = list(sampler)
+        first = keys(sampler)
         sampler.set_epoch(5)
-        assert list(sampler) == first  # same keys, so the same patches, in the same order
+        assert keys(sampler) == first  # same keys, so the same patches, in the same order
         assert {epoch for epoch, _ in first} == {0}
         assert ([i for _, i in first] == list(range(12))) == ordered
 

@@ -5,6 +5,7 @@ from omegaconf import OmegaConf
 
 from segscale.checks import ConfigError
 from segscale.training.launch import (
+    included_devices,
     job_ranks,
     must_start_ranks,
     rank_command,
@@ -103,3 +104,10 @@ def test_device_indices_must_exist(monkeypatch):
         launch.check_devices(OmegaConf.create([0, 2]), "gpu")
     with pytest.raises(ConfigError, match=r"trainer\.devices=4 asks for GPU"):
         launch.check_devices(4, "gpu")
+
+
+def test_included_devices_drop_the_weight_zero_positions():
+    assert included_devices([0, 2, 3], "gpu", (0, 2)) == [0, 3]
+    assert included_devices(3, "gpu", (1, 2)) == [1, 2]
+    assert included_devices(3, "cpu", (0, 2)) == 2
+    assert included_devices([1, 4], "gpu", (0, 1)) == [1, 4]

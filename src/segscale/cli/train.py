@@ -14,7 +14,9 @@ from typing import Any
 
 import hydra
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,6 +29,7 @@ from segscale.training.launch import (
     available_devices,
     check_devices,
     external_rank,
+    included_devices,
     job_ranks,
     resolve_accelerator,
 )
@@ -56,7 +59,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         cfg.datamodule.batch_size, cfg.optimizer.lr, num_processes * cfg.trainer.num_nodes
     )
     log.info("scaling: %s", effective)
-    datamodule = build(cfg.datamodule, _convert_="all", batch_size=effective.per_device_batch_size)
+    devices = trainer_devices(cfg, effective.included)
+    num_processes = devices_count(devices, available_devices(cfg.trainer.accelerator))
+    datamodule = build(
+        cfg.datamodule, _convert_="all", rank_batch_sizes=list(effective.per_device_batch_sizes)
+    )
     datamodule.check()
     network = build(cfg.model)
     if sync_batchnorm and effective.world_size > 1:
@@ -90,6 +97,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved):
         trainer = instantiate(
             cfg.trainer,
+            devices=devices,
             strategy=strategy,
             callbacks=callbacks,
             logger=list(instantiate_each(cfg.get("logger"))) or False,
@@ -101,6 +109,20 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
     path = Path(cfg.output_dir) / "summary.json"
     return json.loads(path.read_text()) if trainer.is_global_zero and path.is_file() else {}
+
+
+def trainer_devices(cfg: DictConfig, included: tuple[int, ...]) -> Any:
+    """``trainer.devices`` without the devices that ``scaling.worker_load`` weighs 0."""
+    total = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
+    if len(included) == total * cfg.trainer.num_nodes:
+        return cfg.trainer.devices
+    if cfg.trainer.num_nodes > 1:
+        raise ConfigError(
+            f"scaling.worker_load gives a device weight 0 in a run of trainer.num_nodes="
+            f"{cfg.trainer.num_nodes}; leaving devices out works on one node only (start "
+            "fewer ranks on that node instead)"
+        )
+    return included_devices(cfg.trainer.devices, cfg.trainer.accelerator, included)
 
 
 def warmup_for(scheduler: DictConfig, scaling_warmup_epochs: float) -> dict[str, float]:
@@ -147,13 +169,20 @@ def main() -> None:
     run()
 
 
+def objective(cfg: DictConfig, summary: dict[str, Any]) -> float | None:
+    """The value a sweeper optimizes: the final ``optimized_metric`` of the run."""
+    return summary.get("metrics", {}).get(cfg.get("optimized_metric") or "val/mIoU")
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def run(cfg: DictConfig) -> float | None:
-    """Train one job of the composed config; returns the validation mIoU (for sweepers)."""
+    """Train one job of the composed config; return its ``optimized_metric`` (for sweepers)."""
     try:
         summary = train(cfg)
     except ConfigError as error:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # this job fails; the sweeper reports it and the other jobs go on
         log.error("%s", error)
         sys.exit(2)
     log.info("summary: %s", OmegaConf.to_yaml(OmegaConf.create(summary)) if summary else "{}")
-    return summary.get("metrics", {}).get("val/mIoU")
+    return objective(cfg, summary)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import cv2
@@ -23,6 +22,8 @@ class SegmentationDataModule(L.LightningDataModule):
     Under DDP each rank reads its rank and the world size from the trainer and draws
     only its own shard (``EpochShardSampler``); the trainer must therefore be built with
     ``use_distributed_sampler=False``, which ``segscale.cli.train`` does.
+    ``batch_size`` is the training batch of every device, unless ``rank_batch_sizes``
+    gives one per rank (uneven devices, ``scaling.worker_load``).
     """
 
     def __init__(
@@ -44,11 +45,13 @@ class SegmentationDataModule(L.LightningDataModule):
         std: Sequence[float] = (0.229, 0.224, 0.225),
         in_channels: int = 3,
         class_colors: Sequence[Sequence[int]] | None = None,
+        rank_batch_sizes: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
         self.patch_size, self.patches_per_image = patch_size, patches_per_image
         self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
+        self.rank_batch_sizes = list(rank_batch_sizes) if rank_batch_sizes else None
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.augmentation = augmentation or Augmentation()
         self.ignore_index, self.seed, self.shuffle = ignore_index, seed, shuffle
@@ -103,29 +106,37 @@ class SegmentationDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Random patches of each epoch: the shard of this rank."""
         rank, world = self._rank_and_world()
-        sampler = EpochShardSampler(len(self.train_set), world, rank, self.shuffle, self.seed)
+        batch_sizes = self.rank_batch_sizes or [self.batch_size] * world
+        if len(batch_sizes) != world:
+            raise ValueError(f"rank_batch_sizes has {len(batch_sizes)} entries for {world} ranks")
+        sampler = EpochShardSampler(len(self.train_set), batch_sizes, rank, self.shuffle, self.seed)
         trainer = self.trainer
         if trainer is not None and trainer.global_step > 0:  # resuming
-            batches = math.ceil(len(sampler) / self.batch_size)
             done = batches_done_in_epoch(
-                trainer.global_step, trainer.current_epoch, batches, trainer.accumulate_grad_batches
+                trainer.global_step,
+                trainer.current_epoch,
+                len(sampler),
+                trainer.accumulate_grad_batches,
             )
-            sampler.skip(min(done, batches) * self.batch_size)
-        return self._loader(self.train_set, self.batch_size, sampler=sampler)
+            sampler.skip(min(done, len(sampler)))
+        return self._loader(self.train_set, batch_sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         """Validation grid patches: the share of this rank (metrics are synced across ranks)."""
         rank, world = self._rank_and_world()
         shard = Subset(self.val_set, range(rank, len(self.val_set), world))
-        return self._loader(shard, self.val_batch_size)
+        return self._loader(shard, batch_size=self.val_batch_size)
 
     def _loader(
-        self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None
+        self,
+        dataset: Dataset,
+        batch_size: int | None = None,
+        batch_sampler: Sampler | None = None,
     ) -> DataLoader:
         return DataLoader(
             dataset,
-            batch_size=batch_size,
-            sampler=sampler,
+            batch_size=batch_size or 1,
+            batch_sampler=batch_sampler,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

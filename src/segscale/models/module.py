@@ -79,22 +79,35 @@ class SegmentationModule(L.LightningModule):
         image = (image.to(self.mean.dtype) - self.mean) / self.std
         return self.network(image.contiguous(memory_format=self.memory_format))
 
+    def _labelled(self, mask: torch.Tensor) -> torch.Tensor:
+        return (mask != self.ignore_index).sum()
+
     def _loss(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Mean over labelled pixels; a batch with none gives a zero loss, not NaN.
-        valid = (mask != self.ignore_index).sum()
+        valid = self._labelled(mask)
         return self.loss_fn(logits, mask) / valid.clamp(min=1), valid
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """Cross-entropy on one batch; logs the loss and the batch's pixel accuracy."""
+        """Cross-entropy on one batch; logs the loss and the batch's pixel accuracy.
+
+        Under DDP the gradient must be that of the mean over the *global* batch's
+        labelled pixels, also when the ranks' batches differ in size (uneven devices) or
+        in labelled pixels (ignored borders). DDP averages the ranks' gradients, so each
+        rank returns its pixel-loss sum divided by the global labelled-pixel count (one
+        all-reduce of a number), times the world size.
+        """
         logits = self(batch["image"])
-        loss, valid = self._loss(logits, batch["mask"])
+        pixel_sum, valid = self.loss_fn(logits, batch["mask"]), self._labelled(batch["mask"])
+        loss = pixel_sum / valid.clamp(min=1)
+        global_valid = self.trainer.strategy.reduce(valid.clone(), reduce_op="sum")
+        objective = pixel_sum * self.trainer.world_size / global_valid.clamp(min=1)
         with torch.no_grad():
             labelled = batch["mask"] != self.ignore_index
             correct = ((logits.argmax(1) == batch["mask"]) & labelled).sum()
             acc = correct / valid.clamp(min=1)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/acc", acc)
-        return loss
+        return objective
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         """Accumulate the confusion matrix and loss of one validation batch."""

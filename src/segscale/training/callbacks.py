@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,12 @@ class RunSummary(L.Callback):
         self.train_s = 0.0
         self._fit_start = self._train_start = self._val_start = 0.0
         self._val_s = 0.0
+        self._started_at = ""
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the wall clock."""
         self._fit_start = time.perf_counter()
+        self._started_at = _now()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the training clock (after the sanity check) and log the effective values."""
@@ -104,7 +107,9 @@ class RunSummary(L.Callback):
     def effective_values(trainer: L.Trainer) -> dict[str, Any]:
         """World size, devices, batch sizes and learning rate, read from the running objects."""
         loader = trainer.train_dataloader
-        per_device = loader.batch_size if loader is not None else None
+        sampler = getattr(loader, "batch_sampler", None)
+        # Every rank's batch size: EpochShardSampler knows them all (uneven devices).
+        batch_sizes = list(getattr(sampler, "batch_sizes", []))
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         strategy = trainer.strategy
         devices = getattr(strategy, "parallel_devices", None) or [strategy.root_device]
@@ -113,8 +118,8 @@ class RunSummary(L.Callback):
             "num_nodes": trainer.num_nodes,
             "accelerator": type(trainer.accelerator).__name__,
             "devices": [str(d) for d in devices],
-            "per_device_batch_size": per_device,
-            "global_batch_size": per_device * trainer.world_size if per_device else None,
+            "per_device_batch_sizes": batch_sizes,
+            "global_batch_size": sum(batch_sizes) or None,
             # The base rate the schedule multiplies; LambdaLR keeps it as "initial_lr".
             "learning_rate": optimizer.param_groups[0].get("initial_lr") if optimizer else None,
             "final_learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
@@ -143,7 +148,14 @@ class RunSummary(L.Callback):
             "throughput_patches_per_s": round(self.patches / self.train_s, 3)
             if self.train_s > 0
             else None,
+            "started_at": self._started_at,
+            "finished_at": _now(),
         }
+
+
+def _now() -> str:
+    """The local time, to the millisecond, in ISO 8601 with its UTC offset."""
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
 def _number(value: Any) -> float | None:

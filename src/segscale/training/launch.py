@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -78,6 +78,17 @@ def check_devices(devices: Any, accelerator: str) -> None:
             f"has {available} (indices 0..{available - 1}; CUDA_VISIBLE_DEVICES={visible} "
             "numbers them from 0)"
         )
+
+
+def included_devices(devices: Any, accelerator: str, included: Sequence[int]) -> Any:
+    """``trainer.devices`` narrowed to the positions in ``included`` (a count on CPUs)."""
+    count = devices_count(devices, available_devices(accelerator))
+    if len(included) == count:
+        return devices
+    if resolve_accelerator(accelerator) != "cuda":
+        return len(included)
+    indices = list(devices) if is_device_list(devices) else list(range(count))
+    return [indices[position] for position in included]
 
 
 def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> SingleDeviceStrategy:
@@ -269,6 +280,14 @@ def launcher_job_id() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
+def program_command() -> list[str]:
+    """The interpreter and script (or ``-m`` module) that this process runs."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if spec is None:
+        return [sys.executable, os.path.abspath(sys.argv[0])]
+    return [sys.executable, "-m", spec.name]
+
+
 def rank_command(
     local_rank: int, output_dir: str, resolved: dict[str, str] | None = None
 ) -> list[str]:
@@ -279,18 +298,12 @@ def rank_command(
     """
     from hydra.core.hydra_config import HydraConfig
 
-    main = sys.modules["__main__"]
-    spec = getattr(main, "__spec__", None)
-    if spec is None:
-        command = [sys.executable, os.path.abspath(sys.argv[0])]
-    else:
-        command = [sys.executable, "-m", spec.name]
     resolved = resolved or {}
     overrides = [
         o for o in HydraConfig.get().overrides.task if o.lstrip("+~").split("=")[0] not in resolved
     ]
     return [
-        *command,
+        *program_command(),
         *overrides,
         *(f"{key}={_quoted(value)}" for key, value in resolved.items()),
         f"hydra.run.dir={_quoted(output_dir)}",
