@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra._internal.callbacks import Callbacks
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig
 
 from segscale.cli.train import CONFIG_DIR
@@ -24,10 +29,13 @@ def tiny_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
-    """Overrides that make the default config train in seconds on tiny tiles."""
+def tiny_overrides(data_root: Path, output_dir: Path | None) -> list[str]:
+    """Overrides that make the default config train in seconds on tiny tiles.
+
+    ``output_dir=None`` keeps Hydra's run folder (a sweep's job folders).
+    """
     return [
-        f"output_dir={output_dir}",
+        *([f"output_dir={output_dir}"] if output_dir else []),
         f"datamodule.source.root={data_root}",
         "datamodule.source.num_train=2",
         "datamodule.source.num_val=1",
@@ -58,3 +66,11 @@ def make_config(tiny_data_root: Path, tmp_path: Path) -> Callable[..., DictConfi
 def train_command(*args: str) -> list[str]:
     """``python train.py ARGS`` with this interpreter."""
     return [sys.executable, str(REPO / "train.py"), *args]
+
+
+def compose_for_plugins(*overrides: str, run_mode: RunMode = RunMode.MULTIRUN) -> tuple:
+    """``(config, HydraContext)`` as Hydra builds them for a sweeper or launcher."""
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(CONFIG_DIR))
+    config = loader.load_configuration("train", overrides=list(overrides), run_mode=run_mode)
+    HydraConfig.instance().set_config(config)
+    return config, HydraContext(config_loader=loader, callbacks=Callbacks(config))

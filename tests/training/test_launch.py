@@ -26,7 +26,13 @@ def test_ranks_are_started_only_by_the_launching_process(monkeypatch):
     assert must_start_ranks("popen", 2)
     assert not must_start_ranks("popen", 1)
     assert not must_start_ranks("spawn", 2)
-    monkeypatch.setenv("LOCAL_RANK", "0")  # torchrun, SLURM, or a rank we started
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # one task in an allocation: start the ranks
+    assert must_start_ranks("popen", 2)
+    monkeypatch.setenv("SLURM_NTASKS", "8")  # srun started one task per device
+    assert not must_start_ranks("popen", 2)
+    monkeypatch.delenv("SLURM_LOCALID")
+    monkeypatch.setenv("LOCAL_RANK", "0")  # torchrun, or a rank we started
     assert not must_start_ranks("popen", 2)
 
 

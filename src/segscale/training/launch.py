@@ -6,7 +6,8 @@ instead: each extra rank runs ``train.py`` with *this job's* resolved overrides 
 ``hydra.run.dir`` set to this job's folder, and is told its rank through the standard
 variables (``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). Lightning
 sees ``LOCAL_RANK`` and does not launch anything itself. Ranks started by ``torchrun``
-or SLURM already have ``LOCAL_RANK`` set, and then nothing is started here either.
+or by SLURM's ``srun`` (one task per device) are started already, and then nothing is
+started here either.
 """
 
 from __future__ import annotations
@@ -189,7 +190,13 @@ class RankProcesses:
 
 def must_start_ranks(start_method: str | None, num_processes: int) -> bool:
     """Whether this process must start the job's other ranks itself."""
-    return start_method == "popen" and num_processes > 1 and "LOCAL_RANK" not in os.environ
+    return start_method == "popen" and num_processes > 1 and not started_by_launcher()
+
+
+def started_by_launcher() -> bool:
+    """Whether torchrun (``LOCAL_RANK``) or SLURM's srun (several tasks) started the ranks."""
+    slurm_tasks = int(os.environ.get("SLURM_NTASKS", "1") or 1)
+    return "LOCAL_RANK" in os.environ or ("SLURM_LOCALID" in os.environ and slurm_tasks > 1)
 
 
 @contextmanager
@@ -208,10 +215,10 @@ def job_ranks(
     ``resolved`` holds values rank 0 settled that the others must not work out again
     (the checkpoint that ``ckpt_path=last`` means, say).
     """
-    if start_method == "popen" and num_nodes != 1 and "LOCAL_RANK" not in os.environ:
+    if start_method == "popen" and num_nodes != 1 and not started_by_launcher():
         raise ConfigError(
             f"trainer.num_nodes={num_nodes}: the ranks of a multi-node job must be started "
-            "on every node by torchrun or SLURM's srun, which set LOCAL_RANK"
+            "on every node by torchrun or SLURM's srun (one task per device)"
         )
     if not must_start_ranks(start_method, num_processes):
         try:

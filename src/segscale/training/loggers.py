@@ -1,12 +1,18 @@
-"""Metric loggers that keep a resumed run's history."""
+"""Metric loggers: CSV that keeps a resumed run's history, MLflow that knows its job."""
 
 from __future__ import annotations
 
 import csv
+import random
+import time
+from pathlib import Path
+from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
+from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
 
 
 class _AppendingWriter(ExperimentWriter):
@@ -33,3 +39,86 @@ class CSVLogger(LightningCSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+class MLFlowLogger(LightningMLFlowLogger):
+    """Lightning's MLflow logger, with a run that tells which job it was.
+
+    The experiment is the sweep (``<task>-multirun/<sweep folder>``) when the run folder
+    is a job of one (its parent holds ``multirun.yaml``), else the task name; the run is
+    named after the run folder. The job's overrides are logged as parameters when it
+    starts; its plots, config and summary are logged as artifacts when it ends, also
+    when it failed. Several jobs may open the same store at once (parallel sweeps):
+    creating it, or the experiment, is retried.
+    """
+
+    def __init__(
+        self,
+        run_folder: str,
+        task_name: str,
+        overrides: list[str] | None = None,
+        tracking_uri: str = "sqlite:///outputs/mlflow.db",
+        artifact_location: str = "outputs/mlartifacts",
+        **kwargs: Any,
+    ) -> None:
+        self.run_folder = Path(run_folder)
+        sweep = self.run_folder.parent
+        experiment = f"{task_name}-multirun/{sweep.name}" if _is_sweep(sweep) else task_name
+        super().__init__(
+            experiment_name=kwargs.pop("experiment_name", None) or experiment,
+            run_name=kwargs.pop("run_name", None) or self.run_folder.name,
+            tracking_uri=_absolute_sqlite(tracking_uri),
+            artifact_location=Path(artifact_location).resolve().as_uri(),
+            **kwargs,
+        )
+        self.overrides = list(overrides or [])
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        """The MLflow client, with the store, experiment and run created on first use."""
+        if self._initialized:
+            return self._mlflow_client
+        for attempt in range(10):
+            try:
+                client = super().experiment
+                break
+            except Exception:  # a concurrent job is creating the store or the experiment
+                if attempt == 9:
+                    raise
+                time.sleep(0.5 + random.random())
+        params = dict(o.split("=", 1) for o in self.overrides if "=" in o)
+        if params:
+            self.log_hyperparams({k.lstrip("+~"): v for k, v in params.items()})
+        return client
+
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        """Log the run folder's plots, config and summary as artifacts, then end the run."""
+        if self._initialized:
+            artifacts = [
+                *self.run_folder.glob("*.png"),
+                *self.run_folder.glob("summary.json"),
+                *(self.run_folder / "evaluation").glob("*"),
+            ]
+            for path in artifacts:
+                if path.is_file():
+                    self.experiment.log_artifact(self.run_id, str(path))
+            config = self.run_folder / ".hydra"
+            if config.is_dir():
+                self.experiment.log_artifacts(self.run_id, str(config), artifact_path="config")
+        super().finalize(status)
+
+
+def _is_sweep(folder: Path) -> bool:
+    return (folder / "multirun.yaml").is_file()
+
+
+def _absolute_sqlite(uri: str) -> str:
+    """An ``sqlite:///relative/path`` URI made absolute (jobs may run in other folders)."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        path = Path(uri[len(prefix) :]).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return prefix + str(path)
+    return uri

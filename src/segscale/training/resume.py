@@ -1,7 +1,9 @@
 """Resuming a stopped run: which checkpoint, and which run folder it continues in.
 
 ``ckpt_path=last`` means the newest checkpoint of the newest run of this task under
-``outputs/<task_name>/``; ``ckpt_path=<run>/checkpoints/<file>.ckpt`` means that file.
+``outputs/<task_name>/``; ``ckpt_path=<run>/checkpoints/<file>.ckpt`` means that file;
+``ckpt_path=auto`` means this run folder's newest checkpoint if it has one, else a
+fresh start (for a job that a cluster requeues into its own folder after preemption).
 Either way the resumed run writes into the folder of the run it continues: the
 ``segscale.run_dir`` resolver in ``hydra.run.dir`` picks it before Hydra creates a
 new one.
@@ -37,7 +39,7 @@ def run_dir_for(ckpt_path: str | None, task_root: str, fresh_dir: str) -> str:
     is named after the launcher's job id, so that every node picks the same folder;
     otherwise it is ``fresh_dir`` (a timestamp).
     """
-    if not ckpt_path:
+    if not ckpt_path or ckpt_path == "auto":
         job_id = launcher_job_id()
         return str(Path(task_root) / f"job-{job_id}") if job_id else fresh_dir
     if ckpt_path == "last":
@@ -51,6 +53,9 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: str) -> str | None:
     """The checkpoint file ``ckpt_path`` names, checked to be a complete checkpoint."""
     if not ckpt_path:
         return None
+    if ckpt_path == "auto":
+        found = newest_checkpoint(Path(output_dir))
+        return resolve_checkpoint(str(found), output_dir) if found else None
     if ckpt_path == "last":
         found = newest_checkpoint(Path(output_dir))
         if found is None:

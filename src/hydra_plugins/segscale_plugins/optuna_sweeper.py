@@ -1,0 +1,251 @@
+"""``python train.py -m hparams_search=optuna``: Bayesian search with Optuna.
+
+The search space is Hydra's sweep syntax, in ``hydra.sweeper.params`` (see
+``conf/hparams_search/optuna.yaml``) or on the command line: ``choice(a, b)`` (a
+category), ``range(lo, hi[, step])`` (integers, ``hi`` excluded as in Python),
+``interval(lo, hi)`` (a float, or an integer when both ends are), and
+``tag(log, interval(lo, hi))`` (sampled on a log scale). Every trial is one job of the
+sweep, in the folder numbered after the trial, and returns its ``optimized_metric``.
+
+The study lives in an SQLite file in the sweep folder, so a stopped search resumes
+where it stopped: run the same command with ``hydra.sweep.dir=<that folder>``.
+``n_trials`` counts the study's trials, old and new; a trial that was running when the
+search stopped is run again under its own number, its unfinished folder kept beside
+it. A trial whose job fails (or returns no number) is recorded as failed and the search
+goes on. One search process per study.
+"""
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import (
+    ChoiceSweep,
+    IntervalSweep,
+    Override,
+    RangeSweep,
+)
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import TrialState
+
+from hydra_plugins.segscale_plugins.grid_sweeper import summarize
+from segscale.checks import ConfigError
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS = ("minimize", "maximize")
+
+
+def distribution(override: Override) -> BaseDistribution:
+    """The Optuna distribution that a Hydra sweep override describes."""
+    sweep = override.value()
+    key = override.get_key_element()
+    log_scale = "log" in getattr(sweep, "tags", set())
+    if isinstance(sweep, ChoiceSweep):
+        return CategoricalDistribution([_plain(v) for v in sweep.list])
+    if isinstance(sweep, RangeSweep):
+        values = list(range(int(sweep.start), int(sweep.stop), int(sweep.step or 1)))
+        if not values:
+            raise ConfigError(
+                f"hydra.sweeper.params.{key}: range({sweep.start}, {sweep.stop}) is empty"
+            )
+        return IntDistribution(values[0], values[-1], step=int(sweep.step or 1))
+    if isinstance(sweep, IntervalSweep):
+        low, high = sweep.start, sweep.end
+        if isinstance(low, int) and isinstance(high, int):
+            return IntDistribution(low, high, log=log_scale)
+        return FloatDistribution(float(low), float(high), log=log_scale)
+    raise ConfigError(
+        f"hydra.sweeper.params.{key}={override.get_value_element_as_str()!r} is not a search "
+        "space: expected choice(...), range(...), interval(...) or tag(log, interval(...))"
+    )
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+
+
+class OptunaSweeper(Sweeper):
+    """Asks Optuna for trials, runs them as jobs of the sweep, tells it the results."""
+
+    def __init__(
+        self,
+        params: dict[str, str] | None = None,
+        direction: str = "maximize",
+        n_trials: int = 20,
+        n_jobs: int = 1,
+        study_name: str = "search",
+        storage: str | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
+    ) -> None:
+        if direction not in DIRECTIONS:
+            raise ConfigError(
+                f"hydra.sweeper.direction={direction!r} is unknown: expected one of "
+                f"{list(DIRECTIONS)}"
+            )
+        for key, value in (("n_trials", n_trials), ("n_jobs", n_jobs)):
+            if not (isinstance(value, int) and value >= 1):
+                raise ConfigError(f"hydra.sweeper.{key}={value!r} is not allowed: expected >= 1")
+        self.params = dict(params or {})
+        self.direction, self.n_trials, self.n_jobs = direction, n_trials, n_jobs
+        self.study_name, self.storage, self.sampler = study_name, storage, sampler
+        self._exhausted = False
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        """Keep the config and build the launcher that runs the trials."""
+        from hydra.core.plugins import Plugins
+
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> Any:
+        """Run trials until the study holds ``n_trials`` finished ones; return the best."""
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        space, fixed = self._search_space(arguments)
+        self._check_composes(space, fixed)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        storage = self.storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
+        study = optuna.create_study(
+            study_name=self.study_name,
+            storage=storage,
+            direction=self.direction,
+            sampler=self.sampler,
+            load_if_exists=True,
+        )
+        log.info("Optuna study %r in %s: %s", self.study_name, storage, space)
+        try:
+            # Trials a stopped search left running are run again under their numbers.
+            for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                log.info("re-running trial %d, interrupted earlier", trial.number)
+                _set_aside(sweep_dir / str(trial.number))
+                self._run(study, [trial.number], [trial.params], fixed)
+            while (left := self.n_trials - _finished(study)) > 0 and not self._exhausted:
+                trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
+                self._run(study, [t.number for t in trials], [t.params for t in trials], fixed)
+        finally:
+            summarize(sweep_dir)
+        return self._report(study, sweep_dir)
+
+    def _search_space(self, arguments: list[str]) -> tuple[dict[str, BaseDistribution], list[str]]:
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        configured = [f"{key}={value}" for key, value in self.params.items()]
+        space, fixed = {}, []
+        for override in parser.parse_overrides([*configured, *arguments]):
+            if override.is_sweep_override():
+                space[override.get_key_element()] = distribution(override)
+            else:
+                fixed.append(override.input_line)
+        if not space:
+            raise ConfigError(
+                "hparams_search: the search space is empty; expected hydra.sweeper.params "
+                "(conf/hparams_search/optuna.yaml) or a swept override such as "
+                "'optimizer.lr=tag(log, interval(0.001, 0.1))'"
+            )
+        return space, fixed
+
+    def _check_composes(self, space: dict[str, BaseDistribution], fixed: list[str]) -> None:
+        """Compose one trial's config now, so that a key that does not exist stops the search."""
+        sample = [f"{key}={_first(dist)}" for key, dist in space.items()]
+        self.hydra_context.config_loader.load_sweep_config(self.config, [*fixed, *sample])
+
+    def _run(
+        self,
+        study: optuna.Study,
+        numbers: Sequence[int],
+        params: Sequence[dict[str, Any]],
+        fixed: list[str],
+    ) -> None:
+        batch = [[*fixed, *(f"{k}={_override_value(v)}" for k, v in p.items())] for p in params]
+        # The launcher numbers the jobs from the first trial's number.
+        for offset, number in enumerate(numbers):
+            assert number == numbers[0] + offset, "trials of one batch are numbered in a row"
+        results: Sequence[JobReturn] = self.launcher.launch(batch, initial_job_idx=numbers[0])
+        for number, result in zip(numbers, results, strict=True):
+            value = result._return_value if result.status == JobStatus.COMPLETED else None
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self._tell(study, number, values=float(value))
+                log.info("trial %d: %s = %.6g", number, _metric(self.config), value)
+            else:
+                self._tell(study, number, state=TrialState.FAIL)
+                reason = result._return_value if result.status == JobStatus.FAILED else value
+                log.warning("trial %d failed (%s); the search goes on", number, reason)
+
+    def _tell(self, study: optuna.Study, number: int, **result: Any) -> None:
+        """Record a trial's result (Optuna stores it even when the sampler then stops)."""
+        try:
+            study.tell(number, **result)
+        except RuntimeError as error:
+            # Grid and brute-force samplers stop the study once every point was tried.
+            if "Study.stop" not in str(error):
+                raise
+            log.info("the sampler has tried every point of the search space")
+            self._exhausted = True
+
+    def _report(self, study: optuna.Study, sweep_dir: Path) -> dict[str, Any]:
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not complete:
+            log.error("no trial of the study completed")
+            return {}
+        best = study.best_trial
+        result = {
+            "name": "optuna",
+            "metric": _metric(self.config),
+            "direction": self.direction,
+            "best_trial": best.number,
+            "best_value": best.value,
+            "best_params": best.params,
+            "trials": {s.name.lower(): len(study.get_trials(states=(s,))) for s in TrialState},
+        }
+        OmegaConf.save(OmegaConf.create(result), sweep_dir / "optimization_results.yaml")
+        log.info("best trial %d: %s = %.6g", best.number, result["metric"], best.value)
+        log.info("best parameters: %s", best.params)
+        return result
+
+
+def _finished(study: optuna.Study) -> int:
+    done = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=done))
+
+
+def _first(dist: BaseDistribution) -> Any:
+    if isinstance(dist, CategoricalDistribution):
+        return _override_value(dist.choices[0])
+    return dist.low
+
+
+def _override_value(value: Any) -> str:
+    """A sampled value as a Hydra override value (strings quoted when they need it)."""
+    if isinstance(value, str) and not value.replace("_", "").replace("-", "").isalnum():
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return str(value)
+
+
+def _metric(config: DictConfig) -> str:
+    return str(config.get("optimized_metric") or "val/mIoU")
+
+
+def _set_aside(folder: Path) -> None:
+    """Keep an interrupted trial's folder beside the re-run's, rather than mixing them."""
+    if folder.is_dir():
+        folder.rename(
+            folder.with_name(f"{folder.name}-interrupted-{time.strftime('%Y%m%d-%H%M%S')}")
+        )

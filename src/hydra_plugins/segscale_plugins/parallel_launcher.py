@@ -1,0 +1,214 @@
+"""``hydra/launcher=parallel``: a sweep's jobs run at once, each on its own devices.
+
+Every job is a separate ``train.py`` process (so DataLoader workers and DDP ranks work
+inside it), started with the job's own overrides and ``hydra.run.dir`` set to the job's
+folder of the sweep. On a machine with GPUs each job gets ``trainer.devices`` GPUs of
+its own through ``CUDA_VISIBLE_DEVICES``; jobs that do not fit wait in a queue, in
+order. Without GPUs, ``cpu_jobs`` jobs run at once and the CPU threads are divided
+between them. A job that fails is reported (with the end of its output) and the
+others go on; the sweeper then decides what a failure means.
+"""
+
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from segscale.checks import ConfigError, devices_count, is_device_list
+from segscale.cli.train import objective
+from segscale.training.launch import program_command, resolve_accelerator
+
+log = logging.getLogger(__name__)
+
+# Hydra overrides of the sweep that a job's own process must not get.
+SWEEP_ONLY = ("hydra/launcher", "hydra.launcher", "hydra/sweeper", "hydra.sweeper", "hydra.mode")
+
+
+@dataclass
+class JobPlan:
+    """One job of the batch: its number, overrides, folder and what it needs."""
+
+    number: int
+    overrides: list[str]
+    config: DictConfig
+    folder: Path
+    gpus: int  # 0: a CPU job
+    processes: int
+    process: subprocess.Popen | None = None
+    granted: list[str] = field(default_factory=list)
+    started: float = 0.0
+
+
+class ParallelLauncher(Launcher):
+    """Runs the jobs of a sweep concurrently, one device group each (see module doc)."""
+
+    def __init__(
+        self, cpu_jobs: int = 2, gpus: Sequence[int] | None = None, poll_s: float = 0.2
+    ) -> None:
+        if not (isinstance(cpu_jobs, int) and cpu_jobs >= 1):
+            raise ConfigError(
+                f"hydra.launcher.cpu_jobs={cpu_jobs!r} is not allowed: expected the number "
+                "of jobs to run at once on the CPU (an integer >= 1)"
+            )
+        self.cpu_jobs, self.gpus, self.poll_s = cpu_jobs, gpus, poll_s
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        """Keep the sweep's config (the jobs run as processes, not the task function)."""
+        self.config, self.hydra_context = config, hydra_context
+
+    def gpu_ids(self) -> list[str]:
+        """The GPUs to share out, as ``CUDA_VISIBLE_DEVICES`` names them."""
+        count = torch.cuda.device_count()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        names = visible.split(",") if visible else [str(i) for i in range(count)]
+        names = names[:count]
+        if self.gpus is None:
+            return names
+        missing = [i for i in self.gpus if not 0 <= i < count]
+        if missing:
+            raise ConfigError(
+                f"hydra.launcher.gpus={list(self.gpus)} names GPU(s) {missing} this machine "
+                f"does not have (it has {count})"
+            )
+        return [names[i] for i in self.gpus]
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        """Run the jobs, at most as many at once as the devices allow; return each result."""
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        gpus = self.gpu_ids()
+        plans = [
+            self._plan(initial_job_idx + i, list(o), bool(gpus))
+            for i, o in enumerate(job_overrides)
+        ]
+        # Every job must fit before any starts.
+        for plan in plans:
+            if plan.gpus > len(gpus):
+                raise ConfigError(
+                    f"job {plan.number} ({' '.join(plan.overrides)}) asks for trainer.devices="
+                    f"{plan.gpus} GPUs, but hydra/launcher=parallel has {len(gpus)} to share out"
+                )
+        free_gpus, free_slots = list(gpus), self.cpu_jobs
+        threads = max(1, (os.cpu_count() or 1) // self.cpu_jobs)
+        queue, running, results = list(plans), [], {}
+        mode = f"{len(gpus)} GPUs" if gpus else f"{self.cpu_jobs} CPU jobs at once"
+        log.info("Launching %d jobs in parallel (%s)", len(plans), mode)
+        while queue or running:
+            while queue:
+                head = queue[0]
+                if head.gpus and len(free_gpus) >= head.gpus:
+                    head.granted, free_gpus = free_gpus[: head.gpus], free_gpus[head.gpus :]
+                elif not head.gpus and free_slots > 0:
+                    free_slots -= 1
+                else:
+                    break
+                self._start(queue.pop(0), threads)
+                running.append(head)
+            time.sleep(self.poll_s)
+            for plan in [p for p in running if p.process.poll() is not None]:
+                running.remove(plan)
+                free_gpus += plan.granted
+                free_slots += 0 if plan.gpus else 1
+                results[plan.number] = self._result(plan)
+        return [results[plan.number] for plan in plans]
+
+    def _plan(self, number: int, overrides: list[str], have_gpus: bool) -> JobPlan:
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config):
+            config.hydra.job.id = config.hydra.job.num = number
+        HydraConfig.instance().set_config(config)
+        folder = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+        devices = config.trainer.devices
+        on_gpu = have_gpus and resolve_accelerator(config.trainer.accelerator) == "cuda"
+        if on_gpu and is_device_list(devices):
+            raise ConfigError(
+                f"trainer.devices={list(devices)} lists GPUs, but hydra/launcher=parallel "
+                "picks each job's GPUs itself: give a count, e.g. trainer.devices=2"
+            )
+        processes = devices_count(devices, None if on_gpu else 1)
+        return JobPlan(number, overrides, config, folder, processes if on_gpu else 0, processes)
+
+    def _start(self, plan: JobPlan, threads: int) -> None:
+        plan.folder.mkdir(parents=True, exist_ok=True)
+        hydra_overrides = [
+            o for o in self.config.hydra.overrides.hydra if not o.startswith(SWEEP_ONLY)
+        ]
+        command = [
+            *program_command(),
+            *plan.overrides,
+            *hydra_overrides,
+            f"hydra.run.dir={plan.folder}",
+            f"hydra.job.num={plan.number}",
+        ]
+        env = dict(os.environ)
+        if plan.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(plan.granted)
+        else:
+            env["OMP_NUM_THREADS"] = str(max(1, threads // plan.processes))
+        where = f"GPU {','.join(plan.granted)}" if plan.gpus else "CPU"
+        log.info("\t#%d (%s): %s", plan.number, where, " ".join(filter_overrides(plan.overrides)))
+        console = (plan.folder / "console.log").open("w")
+        plan.started = time.perf_counter()
+        plan.process = subprocess.Popen(
+            command, env=env, stdout=console, stderr=subprocess.STDOUT, cwd=os.getcwd()
+        )
+        console.close()
+
+    def _result(self, plan: JobPlan) -> JobReturn:
+        code = plan.process.returncode
+        seconds = time.perf_counter() - plan.started
+        result = JobReturn(
+            overrides=plan.overrides,
+            cfg=plan.config,
+            hydra_cfg=plan.config,
+            working_dir=os.getcwd(),
+            task_name=str(plan.config.hydra.job.name),
+        )
+        if code == 0:
+            log.info("\t#%d finished in %.0f s", plan.number, seconds)
+            result.status = JobStatus.COMPLETED
+            result.return_value = _objective(plan.folder, plan.config)
+            return result
+        output = (plan.folder / "console.log").read_text(errors="replace").strip().splitlines()
+        tail = "\n".join(output[-15:])
+        log.error(
+            "\t#%d failed with exit code %d after %.0f s; its output (%s):\n%s",
+            plan.number,
+            code,
+            seconds,
+            plan.folder / "console.log",
+            tail,
+        )
+        result.status = JobStatus.FAILED
+        result.return_value = RuntimeError(
+            f"job {plan.number} ({' '.join(plan.overrides)}) failed with exit code {code}; "
+            f"see {plan.folder / 'console.log'}"
+        )
+        return result
+
+
+def _objective(folder: Path, config: DictConfig) -> Any:
+    """What the job's task function returned: its optimized metric, from its summary."""
+    summary_file = folder / "summary.json"
+    if not summary_file.is_file():
+        return None
+    return objective(config, json.loads(summary_file.read_text()))

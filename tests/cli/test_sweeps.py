@@ -1,0 +1,85 @@
+"""``python train.py -m``: grid sweeps, with DDP jobs, with MLflow tracking."""
+
+import csv
+import subprocess
+
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO, tiny_overrides, train_command
+
+ONE_EPOCH = ["trainer.max_epochs=1", "callbacks.validation_report.num_samples=0"]
+
+
+def multirun(tmp_path, data_root, *args, timeout=300):
+    sweep = tmp_path / "sweep"
+    command = train_command(
+        "-m", *tiny_overrides(data_root, None), *ONE_EPOCH, f"hydra.sweep.dir={sweep}", *args
+    )
+    result = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return sweep, result
+
+
+def job_folders(sweep):
+    return sorted(p.name for p in sweep.iterdir() if p.is_dir())
+
+
+def test_grid_sweep_writes_one_folder_per_job_a_summary_and_an_mlflow_experiment(
+    tiny_data_root, tmp_path
+):
+    store = tmp_path / "outputs" / "mlflow.db"
+    sweep, result = multirun(tmp_path, tiny_data_root, "logger=mlflow", "optimizer.lr=0.01,0.05")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert job_folders(sweep) == ["0", "1"]
+    with (sweep / "sweep_summary.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [(r["overrides"], r["status"]) for r in rows] == [
+        ("optimizer.lr=0.01", "completed"),
+        ("optimizer.lr=0.05", "completed"),
+    ]
+    assert all(float(r["val/mIoU"]) >= 0 and r["best_epoch"] == "0" for r in rows)
+    assert (sweep / "sweep_curves.png").is_file()
+    # The sweep is one MLflow experiment, each job one run, read back by MLflow itself.
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    assert experiment.name == "train-multirun/sweep"
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert sorted(runs) == ["0", "1"]
+    for name, lr in (("0", "0.01"), ("1", "0.05")):
+        run = runs[name]
+        assert run.info.status == "FINISHED" and run.data.params["optimizer.lr"] == lr
+        summary = yaml.safe_load((sweep / name / "summary.json").read_text())
+        assert run.data.metrics["val/mIoU"] == summary["metrics"]["val/mIoU"]
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config", "summary.json", "training_progress.png"} <= artifacts
+
+
+def test_ddp_sweep_trains_each_job_on_two_ranks_with_its_own_value(tiny_data_root, tmp_path):
+    sweep, result = multirun(
+        tmp_path,
+        tiny_data_root,
+        "strategy=ddp",
+        "trainer.devices=2",
+        "optimizer.lr=0.01,0.05",
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Exactly the two jobs: the ranks did not re-run the sweep into other folders.
+    assert job_folders(sweep) == ["0", "1"]
+    assert not (tmp_path / "outputs").exists() and not (REPO / "multirun").exists()
+    for name, lr in (("0", 0.01), ("1", 0.05)):
+        config = yaml.safe_load((sweep / name / ".hydra" / "config.yaml").read_text())
+        assert config["optimizer"]["lr"] == lr
+        summary = yaml.safe_load((sweep / name / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["learning_rate"] == lr
+        log = (sweep / name / "train.log").read_text()
+        assert f"learning_rate={lr}" in log and "world_size=2" in log
+
+
+def test_a_sweep_over_a_missing_key_stops_before_any_job(tiny_data_root, tmp_path):
+    sweep, result = multirun(tmp_path, tiny_data_root, "optimizer.lr=0.01,0.05", "no_such.key=1,2")
+    assert result.returncode != 0
+    assert "no_such" in result.stderr
+    assert not sweep.exists() or job_folders(sweep) == []

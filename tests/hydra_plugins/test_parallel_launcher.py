@@ -1,0 +1,53 @@
+import csv
+from datetime import datetime
+
+import pytest
+import torch
+
+from hydra_plugins.segscale_plugins.parallel_launcher import ParallelLauncher
+from segscale.checks import ConfigError
+from tests.cli.test_sweeps import multirun
+from tests.conftest import compose_for_plugins
+
+
+def test_two_cpu_jobs_run_at_once_and_a_failing_job_does_not_stop_the_others(
+    tiny_data_root, tmp_path
+):
+    # Job 2 asks for patches larger than the images: it fails, 0 and 1 complete.
+    sweep, result = multirun(
+        tmp_path,
+        tiny_data_root,
+        "hydra/launcher=parallel",
+        "hydra.launcher.cpu_jobs=2",
+        "datamodule.patch_size=64,48,9999",
+    )
+    assert result.returncode != 0  # the sweep reports the failure
+    assert "job 2" in result.stderr + result.stdout
+    with (sweep / "sweep_summary.csv").open() as file:
+        rows = {r["job"]: r for r in csv.DictReader(file)}
+    assert [rows[j]["status"] for j in "012"] == ["completed", "completed", "failed"]
+    (start0, end0), (start1, end1) = [
+        (
+            datetime.fromisoformat(rows[j]["started_at"]),
+            datetime.fromisoformat(rows[j]["finished_at"]),
+        )
+        for j in "01"
+    ]
+    assert start1 < end0 and start0 < end1  # their training overlapped in time
+    assert "datamodule.patch_size=9999" in (sweep / "2" / "console.log").read_text()
+
+
+def test_a_job_that_needs_more_gpus_than_there_are_stops_the_sweep_first(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    config, context = compose_for_plugins(
+        "hydra/launcher=parallel", f"hydra.sweep.dir={tmp_path}", "trainer.accelerator=gpu"
+    )
+    launcher = ParallelLauncher()
+    launcher.setup(hydra_context=context, task_function=None, config=config)
+    with pytest.raises(ConfigError, match=r"trainer\.devices=2 GPUs, but .* has 1"):
+        launcher.launch([["trainer.devices=1"], ["trainer.devices=2"]], initial_job_idx=0)
+    assert not any(tmp_path.iterdir())  # no job started
+    with pytest.raises(ConfigError, match=r"hydra\.launcher\.gpus=\[3\]"):
+        ParallelLauncher(gpus=[3]).gpu_ids()
+    with pytest.raises(ConfigError, match=r"hydra\.launcher\.cpu_jobs=0"):
+        ParallelLauncher(cpu_jobs=0)
