@@ -61,8 +61,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     log.info("scaling: %s", effective)
     devices = trainer_devices(cfg, effective.included)
     num_processes = devices_count(devices, available_devices(cfg.trainer.accelerator))
+    batch_sizes = list(effective.per_device_batch_sizes)
+    # batch_size also sets the validation batch: that of the largest training share.
     datamodule = build(
-        cfg.datamodule, _convert_="all", rank_batch_sizes=list(effective.per_device_batch_sizes)
+        cfg.datamodule, _convert_="all", batch_size=max(batch_sizes), rank_batch_sizes=batch_sizes
     )
     datamodule.check()
     network = build(cfg.model)
