@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 
 from hydra_plugins.segscale_plugins.grid_sweeper import summarize
 from segscale.checks import ConfigError
+from segscale.cli.train import optimized_metric
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class OptunaSweeper(Sweeper):
             value = result._return_value if result.status == JobStatus.COMPLETED else None
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._tell(study, number, values=float(value))
-                log.info("trial %d: %s = %.6g", number, _metric(self.config), value)
+                log.info("trial %d: %s = %.6g", number, optimized_metric(self.config), value)
             else:
                 self._tell(study, number, state=TrialState.FAIL)
                 reason = result._return_value if result.status == JobStatus.FAILED else value
@@ -208,7 +209,7 @@ class OptunaSweeper(Sweeper):
         best = study.best_trial
         result = {
             "name": "optuna",
-            "metric": _metric(self.config),
+            "metric": optimized_metric(self.config),
             "direction": self.direction,
             "best_trial": best.number,
             "best_value": best.value,
@@ -237,10 +238,6 @@ def _override_value(value: Any) -> str:
     if isinstance(value, str) and not value.replace("_", "").replace("-", "").isalnum():
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return str(value)
-
-
-def _metric(config: DictConfig) -> str:
-    return str(config.get("optimized_metric") or "val/mIoU")
 
 
 def _set_aside(folder: Path) -> None:

@@ -9,7 +9,6 @@ between them. A job that fails is reported (with the end of its output) and the
 others go on; the sweeper then decides what a failure means.
 """
 
-import json
 import logging
 import os
 import subprocess
@@ -17,7 +16,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -28,6 +26,7 @@ from omegaconf import DictConfig, open_dict
 
 from segscale.checks import ConfigError, devices_count, is_device_list
 from segscale.cli.train import objective
+from segscale.training.callbacks import RunSummary
 from segscale.training.launch import program_command, resolve_accelerator
 
 log = logging.getLogger(__name__)
@@ -186,7 +185,8 @@ class ParallelLauncher(Launcher):
         if code == 0:
             log.info("\t#%d finished in %.0f s", plan.number, seconds)
             result.status = JobStatus.COMPLETED
-            result.return_value = _objective(plan.folder, plan.config)
+            # What the job's task function returned, from the summary it wrote.
+            result.return_value = objective(plan.config, RunSummary.read(plan.folder) or {})
             return result
         output = (plan.folder / "console.log").read_text(errors="replace").strip().splitlines()
         tail = "\n".join(output[-15:])
@@ -204,11 +204,3 @@ class ParallelLauncher(Launcher):
             f"see {plan.folder / 'console.log'}"
         )
         return result
-
-
-def _objective(folder: Path, config: DictConfig) -> Any:
-    """What the job's task function returned: its optimized metric, from its summary."""
-    summary_file = folder / "summary.json"
-    if not summary_file.is_file():
-        return None
-    return objective(config, json.loads(summary_file.read_text()))

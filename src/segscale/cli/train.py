@@ -6,7 +6,6 @@ object comes from the config group of the same name (DESIGN.md §3).
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -109,8 +108,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
-    path = Path(cfg.output_dir) / "summary.json"
-    return json.loads(path.read_text()) if trainer.is_global_zero and path.is_file() else {}
+    return (RunSummary.read(cfg.output_dir) or {}) if trainer.is_global_zero else {}
 
 
 def trainer_devices(cfg: DictConfig, included: tuple[int, ...]) -> Any:
@@ -171,9 +169,14 @@ def main() -> None:
     run()
 
 
+def optimized_metric(cfg: DictConfig) -> str:
+    """The metric a sweeper optimizes: ``optimized_metric``, by default ``val/mIoU``."""
+    return str(cfg.get("optimized_metric") or "val/mIoU")
+
+
 def objective(cfg: DictConfig, summary: dict[str, Any]) -> float | None:
     """The value a sweeper optimizes: the final ``optimized_metric`` of the run."""
-    return summary.get("metrics", {}).get(cfg.get("optimized_metric") or "val/mIoU")
+    return summary.get("metrics", {}).get(optimized_metric(cfg))
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")

@@ -10,7 +10,6 @@ reads them back into ``sweep_summary.csv``, ``sweep_summary.md`` and
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from segscale.training.callbacks import RunSummary
 from segscale.training.plots import plt, save_figure
 
 COLUMNS = (
@@ -80,8 +80,7 @@ def read_job(folder: Path) -> JobRecord:
     """The record of the job in ``folder`` (a numbered subfolder of a sweep)."""
     overrides_file = folder / ".hydra" / "overrides.yaml"
     overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-    summary_file = folder / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else None
+    summary = RunSummary.read(folder)
     return JobRecord(int(folder.name), folder, list(overrides or []), summary, read_curve(folder))
 
 

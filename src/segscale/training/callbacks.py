@@ -93,11 +93,19 @@ class RunSummary(L.Callback):
         """Stop the training clock."""
         self.train_s = time.perf_counter() - self._train_start - self._val_s
 
+    FILE = "summary.json"
+
+    @staticmethod
+    def read(run_folder: str | Path) -> dict[str, Any] | None:
+        """The summary a run wrote into ``run_folder``; ``None`` if it did not finish."""
+        path = Path(run_folder) / RunSummary.FILE
+        return json.loads(path.read_text()) if path.is_file() else None
+
     @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Write ``summary.json`` (rank 0 only)."""
         summary = self.summary(trainer)
-        path = self.output_dir / "summary.json"
+        path = self.output_dir / self.FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(summary, indent=2))
