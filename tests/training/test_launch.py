@@ -113,7 +113,7 @@ def test_device_indices_must_exist(monkeypatch):
 
 
 def test_included_devices_drop_the_weight_zero_positions():
-    assert included_devices([0, 2, 3], "gpu", (0, 2)) == [0, 3]
-    assert included_devices(3, "gpu", (1, 2)) == [1, 2]
-    assert included_devices(3, "cpu", (0, 2)) == 2
-    assert included_devices([1, 4], "gpu", (0, 1)) == [1, 4]
+    assert included_devices([0, 2, 3], "gpu", 3, (0, 2)) == [0, 3]
+    assert included_devices(3, "gpu", 3, (1, 2)) == [1, 2]
+    assert included_devices(3, "cpu", 3, (0, 2)) == 2
+    assert included_devices([1, 4], "gpu", 2, (0, 1)) == [1, 4]

@@ -58,8 +58,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         cfg.datamodule.batch_size, cfg.optimizer.lr, num_processes * cfg.trainer.num_nodes
     )
     log.info("scaling: %s", effective)
-    devices = trainer_devices(cfg, effective.included)
-    num_processes = devices_count(devices, available_devices(cfg.trainer.accelerator))
+    devices = trainer_devices(cfg, num_processes, effective.included)
+    # Devices are left out on one node only, so every node runs the same number.
+    num_processes = effective.world_size // cfg.trainer.num_nodes
     batch_sizes = list(effective.per_device_batch_sizes)
     # batch_size also sets the validation batch: that of the largest training share.
     datamodule = build(
@@ -111,10 +112,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return (RunSummary.read(cfg.output_dir) or {}) if trainer.is_global_zero else {}
 
 
-def trainer_devices(cfg: DictConfig, included: tuple[int, ...]) -> Any:
-    """``trainer.devices`` without the devices that ``scaling.worker_load`` weighs 0."""
-    total = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
-    if len(included) == total * cfg.trainer.num_nodes:
+def trainer_devices(cfg: DictConfig, per_node: int, included: tuple[int, ...]) -> Any:
+    """``trainer.devices`` (``per_node`` of them) without those ``worker_load`` weighs 0."""
+    if len(included) == per_node * cfg.trainer.num_nodes:
         return cfg.trainer.devices
     if cfg.trainer.num_nodes > 1:
         raise ConfigError(
@@ -122,7 +122,7 @@ def trainer_devices(cfg: DictConfig, included: tuple[int, ...]) -> Any:
             f"{cfg.trainer.num_nodes}; leaving devices out works on one node only (start "
             "fewer ranks on that node instead)"
         )
-    return included_devices(cfg.trainer.devices, cfg.trainer.accelerator, included)
+    return included_devices(cfg.trainer.devices, cfg.trainer.accelerator, per_node, included)
 
 
 def warmup_for(scheduler: DictConfig, scaling_warmup_epochs: float) -> dict[str, float]:

@@ -81,11 +81,11 @@ def check_devices(devices: Any, accelerator: str) -> None:
         )
 
 
-def included_devices(devices: Any, accelerator: str, included: Sequence[int]) -> Any:
-    """``trainer.devices`` narrowed to the positions in ``included`` (a count on CPUs)."""
-    count = devices_count(devices, available_devices(accelerator))
-    if len(included) == count:
-        return devices
+def included_devices(devices: Any, accelerator: str, count: int, included: Sequence[int]) -> Any:
+    """``trainer.devices`` (``count`` devices) narrowed to the positions in ``included``.
+
+    GPUs keep their indices; on CPUs the result is a count of processes.
+    """
     if resolve_accelerator(accelerator) != "cuda":
         return len(included)
     indices = list(devices) if is_device_list(devices) else list(range(count))
