@@ -106,14 +106,13 @@ class ScalingRules:
         active = [weights[r] for r in included]
         if self.batch == "per_device":
             per_device = [round(w * batch_size) for w in active]
-        elif len(set(active)) == 1:
-            if batch_size % len(active):
+        else:
+            # Equal weights must split evenly; uneven ones are rounded by largest remainder.
+            if len(set(active)) == 1 and batch_size % len(active):
                 raise ConfigError(
                     f"datamodule.batch_size={batch_size} with scaling.batch=global cannot be split "
                     f"evenly over {len(active)} devices; expected a multiple of {len(active)}"
                 )
-            per_device = [batch_size // len(active)] * len(active)
-        else:
             per_device = split_in_proportion(batch_size, active)
         if min(per_device) < 1:
             raise ConfigError(
