@@ -138,10 +138,9 @@ class OptunaSweeper(Sweeper):
             for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 log.info("re-running trial %d, interrupted earlier", trial.number)
                 _set_aside(sweep_dir / str(trial.number))
-                self._run(study, [trial.number], [trial.params], fixed)
+                self._run(study, [trial], fixed)
             while (left := self.n_trials - _finished(study)) > 0 and not self._exhausted:
-                trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
-                self._run(study, [t.number for t in trials], [t.params for t in trials], fixed)
+                self._run(study, [study.ask(space) for _ in range(min(self.n_jobs, left))], fixed)
         finally:
             summarize(sweep_dir)
         return self._report(study, sweep_dir)
@@ -171,11 +170,15 @@ class OptunaSweeper(Sweeper):
     def _run(
         self,
         study: optuna.Study,
-        numbers: Sequence[int],
-        params: Sequence[dict[str, Any]],
+        trials: Sequence[optuna.Trial | optuna.trial.FrozenTrial],
         fixed: list[str],
     ) -> None:
-        batch = [[*fixed, *(f"{k}={_override_value(v)}" for k, v in p.items())] for p in params]
+        """Run ``trials`` as one batch of jobs and tell the study their results."""
+        numbers = [trial.number for trial in trials]
+        batch = [
+            [*fixed, *(f"{k}={_override_value(v)}" for k, v in trial.params.items())]
+            for trial in trials
+        ]
         # The launcher numbers the jobs from the first trial's number.
         for offset, number in enumerate(numbers):
             assert number == numbers[0] + offset, "trials of one batch are numbered in a row"

@@ -49,6 +49,11 @@ class JobPlan:
     granted: list[str] = field(default_factory=list)
     started: float = 0.0
 
+    @property
+    def console(self) -> Path:
+        """The file that gets the job's stdout and stderr."""
+        return self.folder / "console.log"
+
 
 class ParallelLauncher(Launcher):
     """Runs the jobs of a sweep concurrently, one device group each (see module doc)."""
@@ -165,7 +170,7 @@ class ParallelLauncher(Launcher):
             env["OMP_NUM_THREADS"] = str(max(1, threads // plan.processes))
         where = f"GPU {','.join(plan.granted)}" if plan.gpus else "CPU"
         log.info("\t#%d (%s): %s", plan.number, where, " ".join(filter_overrides(plan.overrides)))
-        console = (plan.folder / "console.log").open("w")
+        console = plan.console.open("w")
         plan.started = time.perf_counter()
         plan.process = subprocess.Popen(
             command, env=env, stdout=console, stderr=subprocess.STDOUT, cwd=os.getcwd()
@@ -188,19 +193,19 @@ class ParallelLauncher(Launcher):
             # What the job's task function returned, from the summary it wrote.
             result.return_value = objective(plan.config, RunSummary.read(plan.folder) or {})
             return result
-        output = (plan.folder / "console.log").read_text(errors="replace").strip().splitlines()
+        output = plan.console.read_text(errors="replace").strip().splitlines()
         tail = "\n".join(output[-15:])
         log.error(
             "\t#%d failed with exit code %d after %.0f s; its output (%s):\n%s",
             plan.number,
             code,
             seconds,
-            plan.folder / "console.log",
+            plan.console,
             tail,
         )
         result.status = JobStatus.FAILED
         result.return_value = RuntimeError(
             f"job {plan.number} ({' '.join(plan.overrides)}) failed with exit code {code}; "
-            f"see {plan.folder / 'console.log'}"
+            f"see {plan.console}"
         )
         return result
