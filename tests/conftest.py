@@ -6,7 +6,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tifffile
 from hydra import compose, initialize_config_dir
 from hydra._internal.callbacks import Callbacks
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -14,9 +16,10 @@ from hydra._internal.utils import create_config_search_path
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig
+from PIL import Image
 
 from segscale.cli.train import CONFIG_DIR
-from segscale.data.synthetic import SyntheticTiles
+from segscale.data.synthetic import SyntheticTiles, draw_tile
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,3 +77,35 @@ def compose_for_plugins(*overrides: str, run_mode: RunMode = RunMode.MULTIRUN) -
     config = loader.load_configuration("train", overrides=list(overrides), run_mode=run_mode)
     HydraConfig.instance().set_config(config)
     return config, HydraContext(config_loader=loader, callbacks=Callbacks(config))
+
+
+def write_pair(
+    root: Path,
+    split: str,
+    name: str,
+    image: np.ndarray,
+    mask: np.ndarray,
+    image_suffix: str = ".png",
+    mask_suffix: str = ".png",
+) -> tuple[Path, Path]:
+    """Write ``root/split/images/name`` and ``root/split/masks/name``; return both paths."""
+    paths = []
+    for folder, array, suffix in (("images", image, image_suffix), ("masks", mask, mask_suffix)):
+        path = root / split / folder / f"{name}{suffix}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if suffix in (".tif", ".tiff"):
+            extra = {"photometric": "minisblack"} if array.ndim == 3 and array.shape[2] != 3 else {}
+            tifffile.imwrite(path, array, **extra)
+        else:
+            Image.fromarray(array).save(path)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def folder_dataset(root: Path, size: int = 96, num_train: int = 2, num_val: int = 1) -> Path:
+    """A tiny folder dataset of synthetic tiles (6 classes, class-index PNG masks)."""
+    for split, count, offset in (("train", num_train, 0), ("val", num_val, 100)):
+        for i in range(count):
+            image, mask = draw_tile(size, seed=0, index=offset + i)
+            write_pair(root, split, f"tile{i}", image, mask)
+    return root

@@ -94,6 +94,13 @@ def cut_patch(
         ],
         dtype=np.float64,
     )
+    # Warp from the window of the tile that the patch reaches, not the whole tile: a
+    # memory-mapped tile then reads only those pages, and a channel-first one is made
+    # contiguous for OpenCV at the cost of a patch, not a tile.
+    (y0, y1), (x0, x1) = _source_window(matrix, size, mask.shape)
+    matrix[:, 2] -= (x0, y0)
+    image = np.ascontiguousarray(image[y0:y1, x0:x1])
+    mask = np.ascontiguousarray(mask[y0:y1, x0:x1])
     flags = cv2.WARP_INVERSE_MAP
     patch = cv2.warpAffine(
         image,
@@ -113,6 +120,22 @@ def cut_patch(
     if patch.ndim == 2:  # cv2 drops a trailing channel axis of size 1
         patch = patch[:, :, None]
     return patch, labels
+
+
+def _source_window(
+    matrix: np.ndarray, size: int, shape: tuple[int, ...]
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Rows and columns of the tile that a patch warped with ``matrix`` samples from.
+
+    Two pixels of margin cover bilinear neighbours; the window is clipped to the tile,
+    so that the warp's border handling still happens at the tile's own border.
+    """
+    corners = np.array([[0, 0, 1], [size - 1, 0, 1], [0, size - 1, 1], [size - 1, size - 1, 1]])
+    xs, ys = (corners @ matrix.T).T
+    height, width = shape[:2]
+    rows = max(0, int(np.floor(ys.min())) - 2), min(height, int(np.ceil(ys.max())) + 3)
+    cols = max(0, int(np.floor(xs.min())) - 2), min(width, int(np.ceil(xs.max())) + 3)
+    return rows, cols
 
 
 def _range(name: str, value: Sequence[float]) -> tuple[float, float]:

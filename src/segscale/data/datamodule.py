@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import cv2
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from segscale.checks import ConfigError
 from segscale.data.augment import Augmentation
+from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
 from segscale.data.sources import TileSource, load_tiles
+from segscale.data.validation import DatasetReport, validate_dataset
 from segscale.training.resume import batches_done_in_epoch
 
 
@@ -41,11 +43,13 @@ class SegmentationDataModule(L.LightningDataModule):
         shuffle: str = "every-epoch",
         val_batch_size: int | None = None,
         pin_memory: bool = False,
-        mean: Sequence[float] = (0.485, 0.456, 0.406),
-        std: Sequence[float] = (0.229, 0.224, 0.225),
-        in_channels: int = 3,
+        mean: Sequence[float] | None = (0.485, 0.456, 0.406),
+        std: Sequence[float] | None = (0.229, 0.224, 0.225),
+        in_channels: int | None = 3,
         class_colors: Sequence[Sequence[int]] | None = None,
         rank_batch_sizes: Sequence[int] | None = None,
+        label_ids: Sequence[Any] | None = None,
+        ignore_ids: Sequence[Any] = (),
     ) -> None:
         super().__init__()
         self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
@@ -55,25 +59,46 @@ class SegmentationDataModule(L.LightningDataModule):
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.augmentation = augmentation or Augmentation()
         self.ignore_index, self.seed, self.shuffle = ignore_index, seed, shuffle
-        self.mean, self.std, self.in_channels = tuple(mean), tuple(std), in_channels
+        self._mean, self._std, self._in_channels = mean, std, in_channels
         self.class_colors = [tuple(c) for c in class_colors] if class_colors else None
+        self.labels = LabelMap(num_classes, ignore_index, label_ids, ignore_ids)
+        self.report: DatasetReport | None = None
         self.train_set: RandomPatchDataset | None = None
         self.val_set: GridPatchDataset | None = None
 
-    def check(self) -> None:
-        """Make the data available and check it against the settings, before training."""
-        self.source.prepare()
-        side = self.source.min_image_side()
-        if self.patch_size > side:
-            raise ConfigError(
-                f"datamodule.patch_size={self.patch_size} is larger than the smallest image "
-                f"side ({side} px); expected a patch_size of at most {side}"
+    def check(self) -> DatasetReport:
+        """Make the data available and validate every file against the settings.
+
+        Raises ``InvalidDatasetError`` listing every unusable file; returns what the
+        pass found (class frequencies, channels, pixel statistics). The pass is cached
+        beside the data, so only new or changed files are read again.
+        """
+        if self.report is None:
+            self.source.prepare()
+            self.report = validate_dataset(
+                self.source, self.labels, self.class_names, self.patch_size, self._in_channels
             )
-        if len(self.source.class_names) != self.num_classes:
-            raise ConfigError(
-                f"datamodule.num_classes={self.num_classes} but the dataset has "
-                f"{len(self.source.class_names)} classes: {list(self.source.class_names)}"
-            )
+        return self.report
+
+    @property
+    def in_channels(self) -> int:
+        """Image channels: ``in_channels`` when set, else those of the data."""
+        return self._in_channels or self.check().channels
+
+    @property
+    def max_value(self) -> float:
+        """Full intensity of the images' pixel type: 255 (uint8), 65535 (uint16), 1."""
+        return self.check().max_value
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        """Per-channel mean (fraction of full intensity): ``mean``, or the training set's."""
+        return tuple(self._mean) if self._mean is not None else self.check().channel_mean
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        """Per-channel standard deviation: ``std``, or the training set's."""
+        return tuple(self._std) if self._std is not None else self.check().channel_std
 
     def prepare_data(self) -> None:
         """Generate or unpack the data once per machine."""
@@ -87,7 +112,7 @@ class SegmentationDataModule(L.LightningDataModule):
         cv2.setNumThreads(1)
         if stage == "fit" and self.train_set is None:
             self.train_set = RandomPatchDataset(
-                load_tiles(self.source.pairs("train")),
+                load_tiles(self.check().pairs["train"], self.labels),
                 self.patch_size,
                 self.patches_per_image,
                 self.augmentation,
@@ -96,7 +121,9 @@ class SegmentationDataModule(L.LightningDataModule):
             )
         if stage in ("fit", "validate") and self.val_set is None:
             self.val_set = GridPatchDataset(
-                load_tiles(self.source.pairs("val")), self.patch_size, self.ignore_index
+                load_tiles(self.check().pairs["val"], self.labels),
+                self.patch_size,
+                self.ignore_index,
             )
 
     def _rank_and_world(self) -> tuple[int, int]:

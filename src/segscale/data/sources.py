@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import tifffile
 from PIL import Image
+
+from segscale.data.labels import LabelMap
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,10 @@ class ImageMaskPair:
 
 @dataclass(frozen=True)
 class Tile:
-    """One decoded image (H×W×C uint8) and its mask (H×W uint8 class indices)."""
+    """One image (H×W×C, uint8/uint16/float32) and its mask (H×W uint8 class indices).
+
+    Either array may be a read-only memory map of the file (large uncompressed TIFFs).
+    """
 
     image: np.ndarray
     mask: np.ndarray
@@ -31,39 +37,101 @@ class Tile:
         return self.mask.shape[0], self.mask.shape[1]
 
 
-class TileSource(Protocol):
-    """What a datamodule needs from a dataset: files per split and class metadata."""
+@dataclass(frozen=True)
+class FileProblem:
+    """One file that cannot be used, and why."""
 
-    class_names: tuple[str, ...]
-    in_channels: int
+    path: Path
+    reason: str
+
+
+class TileSource(Protocol):
+    """What a datamodule needs from a dataset: its files per split, paired."""
+
+    @property
+    def cache_dir(self) -> Path:
+        """A folder where the validation pass may cache what it read."""
 
     def prepare(self) -> None:
         """Make the files available (generate, unpack, ...); called once per machine."""
 
+    def has_split(self, split: str) -> bool:
+        """Whether the dataset has ``split`` (``train``, ``val``, ``test``)."""
+
     def pairs(self, split: str) -> list[ImageMaskPair]:
         """Image/mask pairs of a split."""
 
-    def min_image_side(self) -> int:
-        """Smallest height or width over all images, for checking the patch size."""
+    def scan(self, split: str) -> tuple[list[ImageMaskPair], list[FileProblem]]:
+        """The pairs of ``split`` and the files that could not be paired."""
+
+
+TIFF_SUFFIXES = (".tif", ".tiff")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", *TIFF_SUFFIXES)
+MASK_SUFFIXES = (".png", *TIFF_SUFFIXES)  # JPEG's lossy compression would alter labels
+PIXEL_DTYPES = (np.uint8, np.uint16, np.float32)
 
 
 def read_image(path: Path) -> np.ndarray:
-    """Decode an image file to an H×W×C uint8 array."""
-    with Image.open(path) as img:
-        array = np.asarray(img.convert("RGB") if img.mode in ("P", "RGBA", "L") else img)
+    """An image file as an H×W×C array (uint8, uint16 or float32).
+
+    TIFFs whose pixels are stored uncompressed in one block come back memory-mapped
+    (read-only): only the pages that patches touch are read, so a tile larger than RAM
+    still works. Every other file is decoded into memory.
+    """
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        array = _read_tiff(path)
+    else:
+        with Image.open(path) as img:
+            if img.mode in ("P", "RGBA", "LA", "CMYK", "YCbCr"):
+                img = img.convert("RGB")
+            array = np.asarray(img)
     if array.ndim == 2:
         array = array[:, :, None]
-    return np.ascontiguousarray(array)
+    if array.dtype not in PIXEL_DTYPES:
+        raise ValueError(
+            f"{path}: pixels of type {array.dtype} are not supported; expected "
+            "uint8, uint16 or float32"
+        )
+    return array
+
+
+def read_mask_values(path: Path) -> np.ndarray:
+    """A mask file's raw values: H×W (class indices, grey levels) or H×W×3 (colours)."""
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        array = _read_tiff(path)
+    else:
+        with Image.open(path) as img:
+            array = np.asarray(img.convert("RGB") if img.mode in ("RGBA", "LA") else img)
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.ndim == 3 and array.shape[2] == 4:  # RGBA: the alpha channel carries no label
+        array = array[:, :, :3]
+    return array
 
 
 def read_mask(path: Path) -> np.ndarray:
     """Decode a class-index mask file to an H×W uint8 array."""
-    with Image.open(path) as img:
-        if img.mode not in ("L", "P"):
-            raise ValueError(
-                f"{path}: expected a single-channel class-index mask, got mode {img.mode}"
-            )
-        return np.ascontiguousarray(np.asarray(img, dtype=np.uint8))
+    array = read_mask_values(path)
+    if array.ndim != 2:
+        raise ValueError(
+            f"{path}: expected a single-channel class-index mask, got {array.shape[2]} channels"
+        )
+    return np.ascontiguousarray(array, dtype=np.uint8)
+
+
+def _read_tiff(path: Path) -> np.ndarray:
+    """A TIFF's first image with its channel axis last, memory-mapped when possible."""
+    with tifffile.TiffFile(path) as tif:
+        series = tif.series[0]
+        axes = series.axes
+        try:
+            array = tifffile.memmap(path, mode="r")
+        except ValueError:  # compressed, tiled or strided: decode into memory
+            array = series.asarray()
+    extra = [i for i, axis in enumerate(axes) if axis not in "YX"]
+    if len(extra) > 1 or array.ndim != len(axes):
+        raise ValueError(f"{path}: expected one 2-D image with channels, found axes {axes!r}")
+    return np.moveaxis(array, extra[0], -1) if extra else array
 
 
 def write_image(path: Path, image: np.ndarray) -> None:
@@ -76,15 +144,21 @@ def write_mask(path: Path, mask: np.ndarray) -> None:
     Image.fromarray(mask, mode="L").save(path)
 
 
-def load_tiles(pairs: list[ImageMaskPair]) -> list[Tile]:
-    """Decode every pair once into memory, checking that image and mask sizes agree."""
+def load_tiles(pairs: list[ImageMaskPair], labels: LabelMap) -> list[Tile]:
+    """Decode every pair once (memory-mapped TIFFs stay mapped), masks to class indices.
+
+    The pairs are expected to have passed ``segscale.data.validation`` (sizes agree,
+    mask values known); a size mismatch is still refused here.
+    """
     tiles = []
     for pair in pairs:
-        image, mask = read_image(pair.image), read_mask(pair.mask)
-        if image.shape[:2] != mask.shape:
+        image, raw = read_image(pair.image), read_mask_values(pair.mask)
+        if image.shape[:2] != raw.shape[:2]:
             raise ValueError(
-                f"{pair.mask}: mask is {mask.shape[1]}x{mask.shape[0]} but its image "
+                f"{pair.mask}: mask is {raw.shape[1]}x{raw.shape[0]} but its image "
                 f"{pair.image} is {image.shape[1]}x{image.shape[0]}; they must match"
             )
+        # Class-index uint8 masks are used as they are, so a memory-mapped mask stays so.
+        mask = raw if labels.is_identity(raw) else labels.decode(raw)
         tiles.append(Tile(image, mask))
     return tiles

@@ -19,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from segscale.data.sources import ImageMaskPair, write_image, write_mask
+from segscale.data.sources import FileProblem, ImageMaskPair, write_image, write_mask
 
 CLASS_NAMES = ("impervious_surface", "building", "low_vegetation", "tree", "car", "clutter")
 IMPERVIOUS, BUILDING, LOW_VEGETATION, TREE, CAR, CLUTTER = range(6)
@@ -40,9 +40,6 @@ class SyntheticTiles:
     image_size: int = 1024
     seed: int = 0
 
-    class_names: tuple[str, ...] = CLASS_NAMES
-    in_channels: int = 3
-
     @property
     def folder(self) -> Path:
         """Folder holding this generator's tiles; its name encodes the settings."""
@@ -50,9 +47,14 @@ class SyntheticTiles:
         name = f"v{_FORMAT_VERSION}_{counts}_s{self.image_size}_seed{self.seed}"
         return Path(self.root) / name
 
-    def min_image_side(self) -> int:
-        """Smallest image side in the set (all tiles are square and equal)."""
-        return self.image_size
+    @property
+    def cache_dir(self) -> Path:
+        """Where the validation pass caches what it read (beside the tiles)."""
+        return self.folder / ".segscale"
+
+    def has_split(self, split: str) -> bool:
+        """Whether ``split`` exists: ``train`` and ``val`` do."""
+        return split in ("train", "val")
 
     def prepare(self) -> None:
         """Draw and write the tiles unless a complete set is already on disk."""
@@ -73,7 +75,7 @@ class SyntheticTiles:
 
     def pairs(self, split: str) -> list[ImageMaskPair]:
         """Image/mask file pairs of ``split`` (``"train"`` or ``"val"``)."""
-        if split not in ("train", "val"):
+        if not self.has_split(split):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         count = self.num_train if split == "train" else self.num_val
         return [
@@ -84,6 +86,10 @@ class SyntheticTiles:
             for i in range(count)
         ]
 
+    def scan(self, split: str) -> tuple[list[ImageMaskPair], list[FileProblem]]:
+        """The pairs of ``split``; generated files always pair, so no problems."""
+        return self.pairs(split), []
+
     def _write_all(self, folder: Path) -> None:
         for split, offset, count in (("train", 0, self.num_train), ("val", 10_000, self.num_val)):
             (folder / split / "images").mkdir(parents=True)
@@ -92,8 +98,8 @@ class SyntheticTiles:
                 image, mask = draw_tile(self.image_size, seed=self.seed, index=offset + i)
                 write_image(folder / split / "images" / f"{i:04d}.png", image)
                 write_mask(folder / split / "masks" / f"{i:04d}.png", mask)
-        meta = {"format_version": _FORMAT_VERSION, "class_names": list(self.class_names)}
-        meta |= {k: v for k, v in asdict(self).items() if k not in ("root", "class_names")}
+        meta = {"format_version": _FORMAT_VERSION, "class_names": list(CLASS_NAMES)}
+        meta |= {k: v for k, v in asdict(self).items() if k != "root"}
         (folder / "meta.json").write_text(json.dumps(meta, indent=2))
 
 

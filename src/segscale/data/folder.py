@@ -1,0 +1,148 @@
+"""A dataset of the user's own files: an image folder and a mask folder, paired by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from segscale.checks import ConfigError
+from segscale.data.sources import IMAGE_SUFFIXES, MASK_SUFFIXES, FileProblem, ImageMaskPair
+
+
+@dataclass(frozen=True)
+class FolderTiles:
+    """Images and masks paired by file stem: ``images/a.png`` ↔ ``masks/a.png``.
+
+    Each entry of ``splits`` (``train``, ``val``, optionally ``test``) is either
+
+    - a folder under ``root`` with its own ``images``/``masks`` subfolders
+      (``train/images/a.png`` ↔ ``train/masks/a.png``), or
+    - a text file (``.txt``) listing the split's images, one per line, as stems or paths
+      relative to ``root/images`` (``a``, ``a.png`` or ``zone1/a.tif``), paired with
+      ``root/masks`` the same way; blank lines and ``#`` comments are skipped.
+
+    Subfolders are followed; the pairing key is the path below ``images``/``masks``
+    without its suffix, so an image and its mask may differ in format (``a.jpg`` ↔
+    ``a.png``). Images: PNG, JPEG, TIFF; masks: PNG, TIFF.
+    """
+
+    root: str
+    images: str = "images"
+    masks: str = "masks"
+    splits: Mapping[str, str | None] = field(
+        default_factory=lambda: {"train": "train", "val": "val", "test": None}
+    )
+
+    @property
+    def cache_dir(self) -> Path:
+        """Where the validation pass keeps what it learnt about each file."""
+        return Path(self.root) / ".segscale"
+
+    def prepare(self) -> None:
+        """Check that the dataset folder and the split entries exist."""
+        if not Path(self.root).is_dir():
+            raise ConfigError(
+                f"datamodule.source.root={self.root!r} is not a folder; expected the "
+                "dataset folder holding the images and masks"
+            )
+        for split in ("train", "val"):
+            if not self.splits.get(split):
+                raise ConfigError(
+                    f"datamodule.source.splits.{split} is not set; expected a folder under "
+                    f"{self.root} (with {self.images}/ and {self.masks}/) or a .txt list"
+                )
+        for split, entry in self.splits.items():
+            if entry and not (Path(self.root) / entry).exists():
+                raise ConfigError(
+                    f"datamodule.source.splits.{split}={entry!r}: {Path(self.root) / entry} "
+                    "does not exist; expected a folder or a .txt list of image names"
+                )
+
+    def has_split(self, split: str) -> bool:
+        """Whether ``split`` is configured."""
+        return bool(self.splits.get(split))
+
+    def pairs(self, split: str) -> list[ImageMaskPair]:
+        """The complete image/mask pairs of ``split``, in name order."""
+        return self.scan(split)[0]
+
+    def problems(self, split: str) -> list[FileProblem]:
+        """Files of ``split`` that cannot be paired: an image without mask, and so on."""
+        return self.scan(split)[1]
+
+    def scan(self, split: str) -> tuple[list[ImageMaskPair], list[FileProblem]]:
+        """Pair the files of ``split``; return the pairs and the files left unpaired."""
+        entry = self.splits.get(split)
+        if not entry:
+            raise ConfigError(f"datamodule.source.splits.{split} is not set")
+        location = Path(self.root) / entry
+        if location.is_file():
+            image_dir, mask_dir = Path(self.root) / self.images, Path(self.root) / self.masks
+            return self._pair_listed(location, image_dir, mask_dir)
+        return _pair_folders(location / self.images, location / self.masks)
+
+    def _pair_listed(
+        self, listing: Path, image_dir: Path, mask_dir: Path
+    ) -> tuple[list[ImageMaskPair], list[FileProblem]]:
+        problems: list[FileProblem] = []
+        images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems)
+        masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems)
+        pairs = []
+        for number, line in enumerate(listing.read_text().splitlines(), 1):
+            name = line.split("#", 1)[0].strip()
+            if not name:
+                continue
+            key = str(Path(name).with_suffix("")) if Path(name).suffix else name
+            where = f"{listing}:{number}"
+            if key not in images:
+                problems.append(FileProblem(Path(where), f"no image {name!r} in {image_dir}"))
+            elif key not in masks:
+                problems.append(FileProblem(images[key], f"no mask for it in {mask_dir}"))
+            else:
+                pairs.append(ImageMaskPair(images[key], masks[key]))
+        return pairs, problems
+
+
+def _pair_folders(image_dir: Path, mask_dir: Path) -> tuple[list[ImageMaskPair], list[FileProblem]]:
+    """Pair every image under ``image_dir`` with the mask of the same key."""
+    problems = [
+        FileProblem(folder, "folder does not exist")
+        for folder in (image_dir, mask_dir)
+        if not folder.is_dir()
+    ]
+    if problems:
+        return [], problems
+    images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems)
+    masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems)
+    pairs = [ImageMaskPair(images[k], masks[k]) for k in sorted(images) if k in masks]
+    problems += [
+        FileProblem(images[k], f"no mask for it in {mask_dir}")
+        for k in sorted(images)
+        if k not in masks
+    ]
+    problems += [
+        FileProblem(masks[k], f"no image for it in {image_dir}")
+        for k in sorted(masks)
+        if k not in images
+    ]
+    return pairs, problems
+
+
+def _files_by_key(
+    folder: Path, suffixes: tuple[str, ...], problems: list[FileProblem]
+) -> dict[str, Path]:
+    """Files under ``folder`` with one of ``suffixes``, by relative path without suffix.
+
+    A second file with the same key (``a.png`` and ``a.tif``) is ambiguous: it is added
+    to ``problems`` and left out.
+    """
+    found: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.suffix.lower() in suffixes and path.is_file() and not path.name.startswith("."):
+            key = str(path.relative_to(folder).with_suffix(""))
+            if key in found:
+                problems.append(FileProblem(path, f"same name as {found[key].name}; keep one"))
+            else:
+                found[key] = path
+    return found

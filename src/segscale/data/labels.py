@@ -1,0 +1,144 @@
+"""Mask values → class indices: MATLAB's label IDs, for class-index and colour masks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from segscale.checks import ConfigError
+
+LabelId = int | tuple[int, int, int]
+"""One mask value: a grey level or class index, or an RGB colour."""
+
+
+class LabelMap:
+    """How mask files encode classes, and the decoding into class indices.
+
+    ``label_ids=None``: the masks hold class indices ``0 … num_classes-1`` (and
+    ``ignore_index``) directly. Otherwise ``label_ids`` has one entry per class, as
+    MATLAB's ``pixelLabelDatastore(..., classNames, labelIDs)``: a grey level (single-
+    channel masks, e.g. ``[0, 128, 255]``) or an RGB triplet (colour masks, e.g. ISPRS
+    Potsdam's ``[[255, 255, 255], [0, 0, 255], ...]``); an entry may also be a list of
+    several values that all mean that class. ``ignore_ids`` are further mask values
+    that become ``ignore_index`` (e.g. a "no data" colour). Any other value in a mask is
+    unknown: validation reports it and decoding maps it to ``ignore_index``. Grey masks
+    may also hold ``ignore_index`` itself, unless it is a class's label ID.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        ignore_index: int = 255,
+        label_ids: Sequence[Any] | None = None,
+        ignore_ids: Sequence[Any] = (),
+    ) -> None:
+        self.num_classes, self.ignore_index = num_classes, ignore_index
+        self.colour = False
+        self.table: dict[LabelId, int] = {}
+        self._plain = label_ids is None and not ignore_ids
+        if label_ids is None:
+            self.table = {c: c for c in range(num_classes)}
+            self.table[ignore_index] = ignore_index
+        else:
+            if len(label_ids) != num_classes:
+                raise ConfigError(
+                    f"datamodule.label_ids has {len(label_ids)} entries for {num_classes} "
+                    "classes; expected one grey level or RGB triplet per class"
+                )
+            for index, entry in enumerate(label_ids):
+                for value in _values_of(entry):
+                    self._add(value, index, "datamodule.label_ids")
+        for value in _values_of_list(ignore_ids):
+            self._add(value, ignore_index, "datamodule.ignore_ids")
+        keys = list(self.table)
+        self.colour = bool(keys) and isinstance(keys[0], tuple)
+        if not self.colour:  # a grey mask may hold the ignore index itself
+            self.table.setdefault(ignore_index, ignore_index)
+        if any(isinstance(k, tuple) != self.colour for k in keys):
+            raise ConfigError(
+                "datamodule.label_ids and datamodule.ignore_ids mix grey levels and RGB "
+                "triplets; expected all of one kind"
+            )
+
+    def _add(self, value: LabelId, index: int, key: str) -> None:
+        if value in self.table and self.table[value] != index:
+            raise ConfigError(f"{key}: mask value {value} is given for two classes")
+        self.table[value] = index
+
+    @property
+    def is_plain(self) -> bool:
+        """Whether masks hold class indices themselves (no label IDs, no ignore IDs)."""
+        return self._plain
+
+    def is_identity(self, raw: np.ndarray) -> bool:
+        """Whether ``raw`` (uint8 class indices, no label IDs) needs no decoding."""
+        return self._plain and raw.ndim == 2 and raw.dtype == np.uint8
+
+    @property
+    def channels(self) -> int:
+        """Channels a mask file must have: 3 for colour masks, else 1."""
+        return 3 if self.colour else 1
+
+    def codes(self, raw: np.ndarray) -> np.ndarray:
+        """One integer per pixel that identifies its mask value (RGB packed into 24 bits)."""
+        if self.colour:
+            raw = raw.astype(np.uint32)
+            return (raw[..., 0] << 16) | (raw[..., 1] << 8) | raw[..., 2]
+        return raw.astype(np.int64, copy=False)
+
+    def _code(self, value: LabelId) -> int:
+        return (value[0] << 16) | (value[1] << 8) | value[2] if self.colour else value
+
+    def value_of_code(self, code: int) -> LabelId:
+        """The mask value (grey level or RGB triplet) that ``codes`` packed into ``code``."""
+        if self.colour:
+            return (code >> 16) & 255, (code >> 8) & 255, code & 255
+        return int(code)
+
+    def decode(self, raw: np.ndarray) -> np.ndarray:
+        """Class indices (H×W uint8) of a decoded mask file; unknown values → ignore_index."""
+        return self.decode_codes(self.codes(raw))
+
+    def decode_codes(self, codes: np.ndarray) -> np.ndarray:
+        """Class indices (uint8) of mask values packed by ``codes``; unknown → ignore_index."""
+        keys = np.array([self._code(k) for k in self.table], np.int64)
+        order = np.argsort(keys)
+        keys, classes = keys[order], np.array(list(self.table.values()), np.uint8)[order]
+        position = np.clip(np.searchsorted(keys, codes), 0, len(keys) - 1)
+        return np.where(keys[position] == codes, classes[position], self.ignore_index).astype(
+            np.uint8
+        )
+
+    def unknown(self, codes: np.ndarray) -> list[LabelId]:
+        """The mask values among the unique ``codes`` that name no class and are not ignored."""
+        known = {self._code(k) for k in self.table}
+        return [self.value_of_code(int(c)) for c in codes if int(c) not in known]
+
+    def describe(self) -> dict[str, Any]:
+        """The settings that decoding depends on (for cache keys)."""
+        return {
+            "ignore_index": self.ignore_index,
+            "table": sorted((str(k), v) for k, v in self.table.items()),
+        }
+
+
+def _values_of(entry: Any) -> list[LabelId]:
+    """The mask values of one class: a grey level, an RGB triplet, or a list of those."""
+    if isinstance(entry, (int, np.integer)):
+        return [int(entry)]
+    entry = list(entry)
+    if len(entry) == 3 and all(isinstance(v, (int, np.integer)) for v in entry):
+        return [_triplet(entry)]
+    return [v for item in entry for v in _values_of(item)]
+
+
+def _values_of_list(entries: Sequence[Any]) -> list[LabelId]:
+    return [v for entry in entries for v in _values_of(entry)]
+
+
+def _triplet(entry: Sequence[int]) -> tuple[int, int, int]:
+    if not all(0 <= int(v) <= 255 for v in entry):
+        raise ConfigError(f"datamodule.label_ids: {list(entry)} is not an RGB triplet of 0-255")
+    return int(entry[0]), int(entry[1]), int(entry[2])

@@ -1,0 +1,351 @@
+"""The pass over a dataset before training: every file checked, class frequencies counted.
+
+What a file taught us is cached beside the dataset (``<cache_dir>/validation.json``),
+keyed by the image's and mask's path, size and modification time and by the label
+settings, so a second run re-reads only files that changed.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from segscale.checks import ConfigError
+from segscale.data.labels import LabelMap
+from segscale.data.sources import (
+    FileProblem,
+    ImageMaskPair,
+    TileSource,
+    read_image,
+    read_mask_values,
+)
+
+log = logging.getLogger(__name__)
+
+_CACHE_VERSION = 1
+_ROWS_PER_CHUNK = 1024  # rows read at a time, so a memory-mapped tile is never loaded whole
+# What decoding a broken file raises: PIL (OSError, SyntaxError for bad headers, EOFError
+# for truncated streams), tifffile and our readers (ValueError).
+READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
+MAX_VALUES = {"uint8": 255.0, "uint16": 65535.0, "float32": 1.0}
+"""The value of full intensity for each pixel type (images are scaled by it)."""
+
+
+class InvalidDatasetError(ConfigError):
+    """The dataset has files that cannot be used; the message lists every one."""
+
+
+@dataclass(frozen=True)
+class DatasetReport:
+    """What the validation pass found: usable pairs, pixel statistics, class counts."""
+
+    pairs: dict[str, list[ImageMaskPair]]
+    """Per split, the pairs large enough for the patch size."""
+    class_counts: dict[str, np.ndarray]
+    """Per split, labelled pixels per class (int64, one entry per class)."""
+    class_names: tuple[str, ...]
+    channels: int
+    dtype: str
+    channel_mean: tuple[float, ...]
+    """Training images' mean per channel, as a fraction of ``max_value``."""
+    channel_std: tuple[float, ...]
+
+    @property
+    def max_value(self) -> float:
+        """Full intensity of the images' pixel type (255 for uint8, 65535 for uint16)."""
+        return MAX_VALUES[self.dtype]
+
+    def frequencies(self, split: str = "train") -> np.ndarray:
+        """Share of the labelled pixels of ``split`` that each class has."""
+        counts = self.class_counts[split].astype(np.float64)
+        return counts / max(counts.sum(), 1.0)
+
+    def table(self, split: str = "train") -> str:
+        """The class frequencies of ``split`` as a printable table."""
+        width = max(len(name) for name in self.class_names)
+        lines = [f"class frequencies ({split}):", f"  {'class':<{width}}  {'pixels':>12}  share"]
+        for name, count, share in zip(
+            self.class_names, self.class_counts[split], self.frequencies(split), strict=True
+        ):
+            lines.append(f"  {name:<{width}}  {int(count):>12}  {share:6.2%}")
+        return "\n".join(lines)
+
+    def write(self, folder: Path) -> None:
+        """Save ``class_frequencies.csv`` and ``.json`` (pixels and share per class, split)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        splits = list(self.class_counts)
+        with open(folder / "class_frequencies.csv", "w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(["class", *(f"{s}_pixels" for s in splits), *splits])
+            for c, name in enumerate(self.class_names):
+                counts = [int(self.class_counts[s][c]) for s in splits]
+                shares = [round(float(self.frequencies(s)[c]), 6) for s in splits]
+                writer.writerow([name, *counts, *shares])
+        data = {
+            s: {
+                name: {"pixels": int(n), "share": round(float(f), 6)}
+                for name, n, f in zip(
+                    self.class_names, self.class_counts[s], self.frequencies(s), strict=True
+                )
+            }
+            for s in splits
+        }
+        (folder / "class_frequencies.json").write_text(json.dumps(data, indent=2))
+
+
+def validate_dataset(
+    source: TileSource,
+    labels: LabelMap,
+    class_names: Sequence[str],
+    patch_size: int,
+    in_channels: int | None,
+    splits: Sequence[str] = ("train", "val"),
+) -> DatasetReport:
+    """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
+
+    Checks: every image has a mask and every mask an image; files are readable; image
+    and mask sizes match; masks hold only known class values or the ignore index; all
+    images have the same channel count (``in_channels`` when given) and pixel type; at
+    least one image of each split is at least ``patch_size`` on each side (smaller ones
+    are left out, with a warning).
+    """
+    cache = _Cache(source.cache_dir, labels)
+    problems: list[FileProblem] = []
+    facts: dict[str, list[tuple[ImageMaskPair, dict[str, Any]]]] = {}
+    for split in splits:
+        pairs, unpaired = source.scan(split)
+        problems += unpaired
+        facts[split] = [(pair, cache.facts(pair)) for pair in pairs]
+        problems += [FileProblem(p.mask, r) for p, f in facts[split] for r in f["mask_problems"]]
+        problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]
+    cache.save()
+    readable = [(p, f) for split in splits for p, f in facts[split] if f["channels"] is not None]
+    problems += _kind_problems(readable, in_channels)
+    usable = {split: _large_enough(facts[split], patch_size, split) for split in splits}
+    for split in splits:
+        if not usable[split] and not problems:
+            problems.append(_too_small(split, facts[split], patch_size))
+    if problems:
+        raise InvalidDatasetError(_message(problems))
+    train = [f for _, f in facts[splits[0]]]
+    mean, std = _channel_moments(train)
+    return DatasetReport(
+        pairs={s: [p for p, _ in usable[s]] for s in splits},
+        class_counts={s: _class_counts(facts[s], len(class_names)) for s in splits},
+        class_names=tuple(class_names),
+        channels=train[0]["channels"],
+        dtype=train[0]["dtype"],
+        channel_mean=mean,
+        channel_std=std,
+    )
+
+
+def inspect_pair(pair: ImageMaskPair, labels: LabelMap) -> dict[str, Any]:
+    """Read one image and mask in row chunks; return sizes, statistics and problems."""
+    facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
+    try:
+        image = read_image(pair.image)
+        facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
+        facts |= {"dtype": str(image.dtype), **_pixel_sums(image)}
+    except READ_ERRORS as error:
+        facts["image_problems"].append(f"image cannot be read: {error}")
+    try:
+        raw = read_mask_values(pair.mask)
+    except READ_ERRORS as error:
+        facts["mask_problems"].append(f"mask cannot be read: {error}")
+        return facts
+    mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
+    if mask_channels != labels.channels:
+        kind = "RGB colours" if labels.colour else "class indices or grey levels"
+        facts["mask_problems"].append(
+            f"mask has {mask_channels} channel(s), but datamodule.label_ids expects "
+            f"{labels.channels} ({kind})"
+        )
+        return facts
+    if "shape" in facts and list(raw.shape[:2]) != facts["shape"]:
+        facts["mask_problems"].append(
+            f"mask is {raw.shape[1]}x{raw.shape[0]} but its image {pair.image.name} is "
+            f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
+        )
+    values, counts = _value_counts(raw, labels)
+    unknown = labels.unknown(values)
+    if unknown:
+        shown = ", ".join(str(v) for v in unknown[:8]) + (" ..." if len(unknown) > 8 else "")
+        facts["mask_problems"].append(
+            f"mask values {shown} are not classes (0-{labels.num_classes - 1}"
+            f"{' via datamodule.label_ids' if not labels.is_plain else ''}) "
+            f"or the ignore index {labels.ignore_index}"
+        )
+    decoded = labels.decode_codes(values)
+    facts["class_counts"] = (
+        np.bincount(decoded, weights=counts, minlength=256)[: labels.num_classes]
+        .astype(np.int64)
+        .tolist()
+    )
+    return facts
+
+
+def _pixel_sums(image: np.ndarray) -> dict[str, Any]:
+    """Per-channel sum and sum of squares (float64), for the dataset's mean and std."""
+    total = np.zeros(image.shape[2])
+    squares = np.zeros(image.shape[2])
+    for start in range(0, image.shape[0], _ROWS_PER_CHUNK):
+        chunk = np.asarray(image[start : start + _ROWS_PER_CHUNK], np.float64)
+        total += chunk.sum((0, 1))
+        squares += (chunk**2).sum((0, 1))
+    pixels = image.shape[0] * image.shape[1]
+    return {"pixels": pixels, "sum": total.tolist(), "squares": squares.tolist()}
+
+
+def _value_counts(raw: np.ndarray, labels: LabelMap) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct mask values (as ``LabelMap.codes``) and how many pixels have each."""
+    totals: dict[int, int] = {}
+    for start in range(0, raw.shape[0], _ROWS_PER_CHUNK):
+        codes = labels.codes(np.asarray(raw[start : start + _ROWS_PER_CHUNK]))
+        values, counts = np.unique(codes, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            totals[value] = totals.get(value, 0) + count
+    values = np.array(sorted(totals), np.int64)
+    return values, np.array([totals[v] for v in values.tolist()], np.int64)
+
+
+def _kind_problems(
+    facts: list[tuple[ImageMaskPair, dict[str, Any]]], in_channels: int | None
+) -> list[FileProblem]:
+    """Images whose channel count or pixel type differs from the rest (or from config)."""
+    if not facts:
+        return []
+    problems = []
+    expected = in_channels or facts[0][1]["channels"]
+    source = (
+        "datamodule.in_channels" if in_channels else f"the first image ({facts[0][0].image.name})"
+    )
+    dtype = facts[0][1]["dtype"]
+    for pair, f in facts:
+        if f["channels"] != expected:
+            problems.append(
+                FileProblem(pair.image, f"has {f['channels']} channels, {source} has {expected}")
+            )
+        if f["dtype"] != dtype:
+            problems.append(
+                FileProblem(
+                    pair.image,
+                    f"pixels are {f['dtype']} but those of {facts[0][0].image.name} are {dtype}",
+                )
+            )
+    return problems
+
+
+def _large_enough(
+    facts: list[tuple[ImageMaskPair, dict[str, Any]]], patch_size: int, split: str
+) -> list[tuple[ImageMaskPair, dict[str, Any]]]:
+    """The pairs at least ``patch_size`` on each side; the others are logged and skipped."""
+    usable = [(p, f) for p, f in facts if "shape" in f and min(f["shape"]) >= patch_size]
+    for pair, f in facts:
+        if "shape" in f and min(f["shape"]) < patch_size:
+            log.warning(
+                "%s (%dx%d) is smaller than datamodule.patch_size=%d and is left out of %s",
+                pair.image,
+                f["shape"][1],
+                f["shape"][0],
+                patch_size,
+                split,
+            )
+    return usable
+
+
+def _too_small(split: str, facts: list[Any], patch_size: int) -> FileProblem:
+    if not facts:
+        return FileProblem(Path(f"datamodule.source.splits.{split}"), "no image/mask pairs found")
+    largest = max(min(f["shape"]) for _, f in facts if "shape" in f)
+    return FileProblem(
+        facts[0][0].image.parent,
+        f"no {split} image is at least datamodule.patch_size={patch_size} on each side "
+        f"(the largest smaller side is {largest} px); lower the patch size",
+    )
+
+
+def _class_counts(
+    facts: list[tuple[ImageMaskPair, dict[str, Any]]], num_classes: int
+) -> np.ndarray:
+    counts = np.zeros(num_classes, np.int64)
+    for _, f in facts:
+        counts += np.asarray(f["class_counts"], np.int64)
+    return counts
+
+
+def _channel_moments(facts: list[dict[str, Any]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Mean and standard deviation per channel over all pixels, scaled to 0-1."""
+    pixels = sum(f["pixels"] for f in facts)
+    total = np.sum([f["sum"] for f in facts], axis=0)
+    squares = np.sum([f["squares"] for f in facts], axis=0)
+    scale = MAX_VALUES[facts[0]["dtype"]]
+    mean = total / pixels
+    std = np.sqrt(np.maximum(squares / pixels - mean**2, 0.0))
+    return tuple((mean / scale).round(6).tolist()), tuple((std / scale).round(6).tolist())
+
+
+def _message(problems: list[FileProblem]) -> str:
+    lines = [f"{len(problems)} problem(s) in the dataset (datamodule.source):"]
+    lines += [f"  {problem.path}: {problem.reason}" for problem in problems]
+    return "\n".join(lines)
+
+
+class _Cache:
+    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged."""
+
+    def __init__(self, folder: Path, labels: LabelMap) -> None:
+        self.folder = folder
+        self.path = folder / "validation.json"
+        settings = json.dumps([_CACHE_VERSION, labels.describe()], sort_keys=True)
+        self.settings = hashlib.sha1(settings.encode()).hexdigest()[:16]
+        self.labels = labels
+        self.entries: dict[str, Any] = {}
+        self.changed = False
+        if self.path.is_file():
+            try:
+                stored = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                stored = {}
+            if stored.get("settings") == self.settings:
+                self.entries = stored.get("pairs", {})
+
+    def facts(self, pair: ImageMaskPair) -> dict[str, Any]:
+        """The pair's facts: from the cache if both files are unchanged, else read afresh."""
+        key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
+        stamp = [_stamp(pair.image), _stamp(pair.mask)]
+        entry = self.entries.get(key)
+        if entry and entry["stamp"] == stamp:
+            return entry["facts"]
+        facts = inspect_pair(pair, self.labels)
+        self.entries[key] = {"stamp": stamp, "facts": facts}
+        self.changed = True
+        return facts
+
+    def save(self) -> None:
+        """Write the cache atomically; a read-only dataset folder just goes uncached."""
+        if not self.changed:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(handle, "w") as stream:
+                json.dump({"settings": self.settings, "pairs": self.entries}, stream)
+            os.replace(temporary, self.path)
+        except OSError as error:
+            log.warning("could not cache the validation in %s: %s", self.folder, error)
+
+
+def _stamp(path: Path) -> list[int]:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]

@@ -1,0 +1,63 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from segscale.checks import ConfigError
+from segscale.data.folder import FolderTiles
+from tests.conftest import write_pair
+
+
+def _blank(size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((size, size, 3), np.uint8), np.zeros((size, size), np.uint8)
+
+
+def test_images_and_masks_pair_by_stem_across_formats_and_subfolders(tmp_path: Path):
+    write_pair(tmp_path, "train", "a", *_blank(), image_suffix=".jpg")
+    write_pair(tmp_path, "train", "zone1/b", *_blank(), image_suffix=".tif", mask_suffix=".tif")
+    write_pair(tmp_path, "val", "c", *_blank())
+    source = FolderTiles(str(tmp_path))
+    source.prepare()
+    pairs = source.pairs("train")
+    assert [(p.image.name, p.mask.name) for p in pairs] == [("a.jpg", "a.png"), ("b.tif", "b.tif")]
+    assert pairs[1].image.parent.name == "zone1"
+    assert [p.image.name for p in source.pairs("val")] == ["c.png"]
+
+
+def test_unpaired_and_ambiguous_files_are_problems_not_pairs(tmp_path: Path):
+    write_pair(tmp_path, "train", "a", *_blank())
+    (tmp_path / "train/masks/a.png").rename(tmp_path / "train/masks/orphan.png")
+    write_pair(tmp_path, "train", "b", *_blank())
+    write_pair(tmp_path, "train", "b", *_blank(), image_suffix=".tif")
+    pairs, problems = FolderTiles(str(tmp_path)).scan("train")
+    assert [p.image.name for p in pairs] == ["b.png"]
+    reasons = {(p.path.name, p.reason.split(" ")[0]) for p in problems}
+    assert reasons == {("a.png", "no"), ("orphan.png", "no"), ("b.tif", "same")}
+
+
+def test_split_lists_name_stems_or_relative_paths(tmp_path: Path):
+    for name in ("a", "b", "sub/c"):
+        image, mask = _blank()
+        write_pair(tmp_path, "all", name, image, mask)
+    (tmp_path / "train.txt").write_text("a\n# a comment\n\nsub/c.png\n")
+    (tmp_path / "val.txt").write_text("b.png  # trailing comment\nmissing\n")
+    source = FolderTiles(
+        str(tmp_path),
+        images="all/images",
+        masks="all/masks",
+        splits={"train": "train.txt", "val": "val.txt"},
+    )
+    source.prepare()
+    assert [p.image.stem for p in source.pairs("train")] == ["a", "c"]
+    pairs, problems = source.scan("val")
+    assert [p.image.stem for p in pairs] == ["b"]
+    assert len(problems) == 1 and "val.txt:2" in str(problems[0].path)
+    assert "no image 'missing'" in problems[0].reason
+
+
+def test_missing_root_or_split_is_a_config_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"datamodule.source.root=.*is not a folder"):
+        FolderTiles(str(tmp_path / "nowhere")).prepare()
+    with pytest.raises(ConfigError, match=r"datamodule.source.splits.val='v'"):
+        (tmp_path / "train").mkdir()
+        FolderTiles(str(tmp_path), splits={"train": "train", "val": "v"}).prepare()

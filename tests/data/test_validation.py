@@ -1,0 +1,147 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from segscale.data import validation
+from segscale.data.folder import FolderTiles
+from segscale.data.labels import LabelMap
+from segscale.data.validation import InvalidDatasetError, validate_dataset
+from tests.conftest import write_pair
+
+NAMES = ("a", "b", "c")
+
+
+def _dataset(root: Path, size: int = 32) -> Path:
+    rng = np.random.default_rng(0)
+    for split, names in (("train", ("t1", "t2")), ("val", ("v1",))):
+        for name in names:
+            image = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            mask = rng.integers(0, 3, (size, size)).astype(np.uint8)
+            mask[0, 0] = 255  # the ignore index is allowed
+            write_pair(root, split, name, image, mask)
+    return root
+
+
+def _validate(root: Path, patch_size: int = 16, in_channels: int | None = None, **labels):
+    return validate_dataset(
+        FolderTiles(str(root)), LabelMap(3, 255, **labels), NAMES, patch_size, in_channels
+    )
+
+
+def _problems(root: Path, **kwargs) -> str:
+    with pytest.raises(InvalidDatasetError) as error:
+        _validate(root, **kwargs)
+    return str(error.value)
+
+
+def test_a_valid_dataset_gives_frequencies_and_channel_statistics(tmp_path: Path):
+    report = _validate(_dataset(tmp_path))
+    assert report.channels == 3 and report.dtype == "uint8" and report.max_value == 255
+    assert report.class_counts["train"].sum() == 2 * (32 * 32 - 1)
+    assert report.frequencies("val").sum() == pytest.approx(1.0)
+    assert all(0.45 < m < 0.55 for m in report.channel_mean)  # uniform 0-255 pixels
+    report.write(tmp_path / "run")
+    rows = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
+    assert rows[0] == "class,train_pixels,val_pixels,train,val" and len(rows) == 4
+    assert "class frequencies (train)" in report.table()
+
+
+def test_missing_mask_and_missing_image(tmp_path: Path):
+    root = _dataset(tmp_path)
+    (root / "train/masks/t1.png").unlink()
+    (root / "val/images/v1.png").unlink()
+    message = _problems(root)
+    assert "train/images/t1.png: no mask for it" in message
+    assert "val/masks/v1.png: no image for it" in message
+
+
+def test_size_mismatch(tmp_path: Path):
+    root = _dataset(tmp_path)
+    Image.fromarray(np.zeros((30, 32), np.uint8)).save(root / "train/masks/t2.png")
+    message = _problems(root)
+    assert "train/masks/t2.png: mask is 32x30 but its image t2.png is 32x32" in message
+
+
+def test_unknown_mask_values(tmp_path: Path):
+    root = _dataset(tmp_path)
+    Image.fromarray(np.full((32, 32), 7, np.uint8)).save(root / "val/masks/v1.png")
+    assert "val/masks/v1.png: mask values 7 are not classes (0-2) or the ignore index 255" in (
+        _problems(root)
+    )
+
+
+def test_unknown_colours_in_an_rgb_mask(tmp_path: Path):
+    root = _dataset(tmp_path)
+    colours = [[0, 0, 0], [255, 0, 0], [0, 255, 0]]
+    for mask in root.glob("*/masks/*.png"):
+        indices = np.asarray(Image.open(mask))
+        rgb = np.array(colours + [[9, 9, 9]] * 253, np.uint8)[indices]
+        Image.fromarray(rgb).save(mask)
+    message = _problems(root, label_ids=colours)
+    assert "masks/t1.png: mask values (9, 9, 9) are not classes" in message
+    assert _validate(root, label_ids=colours, ignore_ids=[[9, 9, 9]]).channels == 3
+
+
+def test_unreadable_image_and_grey_mask_for_colour_labels(tmp_path: Path):
+    root = _dataset(tmp_path)
+    (root / "train/images/t1.png").write_bytes(b"not a png")
+    message = _problems(root, label_ids=[[0, 0, 0], [1, 1, 1], [2, 2, 2]])
+    assert "train/images/t1.png: image cannot be read" in message
+    assert "masks/t2.png: mask has 1 channel(s), but datamodule.label_ids expects 3" in message
+
+
+def test_channel_count_and_pixel_type_must_agree(tmp_path: Path):
+    root = _dataset(tmp_path)
+    Image.fromarray(np.zeros((32, 32), np.uint16)).save(root / "val/images/v1.png")
+    message = _problems(root)
+    assert "val/images/v1.png: has 1 channels" in message
+    assert "val/images/v1.png: pixels are uint16" in message
+    assert "has 3 channels, datamodule.in_channels has 4" in _problems(
+        _dataset(tmp_path / "x"), in_channels=4
+    )
+
+
+def test_patch_size_larger_than_every_image(tmp_path: Path):
+    message = _problems(_dataset(tmp_path), patch_size=64)
+    assert "no train image is at least datamodule.patch_size=64" in message
+    assert "largest smaller side is 32 px" in message
+
+
+def test_smaller_images_are_left_out_when_others_are_large_enough(tmp_path: Path):
+    root = _dataset(tmp_path)
+    for split in ("train", "val"):
+        big = np.zeros((48, 48, 3), np.uint8), np.zeros((48, 48), np.uint8)
+        write_pair(root, split, "big", *big)
+    report = _validate(root, patch_size=40)
+    assert [p.image.stem for p in report.pairs["train"]] == ["big"]
+    assert report.class_counts["train"].sum() == 2 * (32 * 32 - 1) + 48 * 48
+
+
+def test_three_different_faults_are_all_reported(tmp_path: Path):
+    root = _dataset(tmp_path)
+    (root / "train/masks/t1.png").unlink()
+    Image.fromarray(np.full((32, 32), 9, np.uint8)).save(root / "train/masks/t2.png")
+    Image.fromarray(np.zeros((31, 32), np.uint8)).save(root / "val/masks/v1.png")
+    message = _problems(root)
+    assert message.startswith("3 problem(s) in the dataset (datamodule.source):")
+    assert "t1.png: no mask" in message and "t2.png: mask values 9" in message
+    assert "v1.png: mask is 32x31" in message
+
+
+def test_the_pass_is_cached_by_size_and_modification_time(tmp_path: Path, monkeypatch):
+    root = _dataset(tmp_path)
+    reads = []
+    inspect = validation.inspect_pair
+    monkeypatch.setattr(validation, "inspect_pair", lambda p, lm: reads.append(p) or inspect(p, lm))
+    first = _validate(root)
+    assert len(reads) == 3 and (root / ".segscale/validation.json").is_file()
+    second = _validate(root)
+    assert len(reads) == 3
+    np.testing.assert_array_equal(first.class_counts["train"], second.class_counts["train"])
+    Image.fromarray(np.full((32, 32), 9, np.uint8)).save(root / "val/masks/v1.png")
+    assert "v1.png: mask values 9" in _problems(root)
+    assert len(reads) == 4
+    _validate(root, label_ids=[0, 1, 2], ignore_ids=[9])  # other label settings: read afresh
+    assert len(reads) == 7
