@@ -1,0 +1,1 @@
+"""Applying a trained network to whole images."""
