@@ -1,10 +1,13 @@
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from segscale.metrics import scores_from_confusion
+from segscale.models.losses import SegmentationLoss
 from segscale.models.module import SegmentationModule
 from tests.distributed import on_two_ranks
 
@@ -20,11 +23,24 @@ class PixelLinear(nn.Module):
         return self.conv(x)
 
 
-def module(classes: int = 3) -> SegmentationModule:
+def module(classes: int = 3, **kwargs) -> SegmentationModule:
     torch.manual_seed(0)
     return SegmentationModule(
-        PixelLinear(classes), partial(torch.optim.SGD, lr=0.1), classes, ["a", "b", "c"][:classes]
+        PixelLinear(classes),
+        partial(torch.optim.SGD, lr=0.1),
+        classes,
+        ["a", "b", "c"][:classes],
+        **kwargs,
     )
+
+
+def attach_trainer(seg: SegmentationModule, world_size: int, reduce) -> list[tuple]:
+    """Stand in for the parts of a Trainer that training_step uses; returns the logged."""
+    logged = []
+    strategy = SimpleNamespace(reduce=lambda tensor, reduce_op: reduce(tensor))
+    seg.trainer = SimpleNamespace(world_size=world_size, strategy=strategy)
+    seg.log = lambda name, value, **kwargs: logged.append((name, value))
+    return logged
 
 
 def test_loss_ignores_the_ignore_index():
@@ -40,6 +56,80 @@ def test_loss_ignores_the_ignore_index():
     assert loss_part.item() == pytest.approx(expected.item(), rel=1e-5)
     all_ignored, _ = seg._loss(logits, torch.full_like(mask, 255))
     assert all_ignored.item() == 0.0
+
+
+def test_the_default_objective_is_unchanged_cross_entropy():
+    # What training_step returned before losses were configurable, to the last bit.
+    seg = module()
+    batch = batches(1)[0]
+    other_rank_pixels = 37
+    logged = attach_trainer(seg, world_size=2, reduce=lambda counts: counts + other_rank_pixels)
+    objective = seg.training_step(batch, 0)
+    logits = seg(batch["image"])
+    pixel_sum = nn.CrossEntropyLoss(ignore_index=255, reduction="sum")(logits, batch["mask"])
+    valid = (batch["mask"] != 255).sum()
+    assert torch.equal(objective, pixel_sum * 2 / (valid + other_rank_pixels).clamp(min=1))
+    assert torch.equal(dict(logged)["train/loss"], pixel_sum / valid.clamp(min=1))
+    assert objective.dtype == torch.float32
+
+
+def test_a_configured_loss_is_used():
+    loss = SegmentationLoss(3, cross_entropy=0.0, dice=1.0)
+    seg = module(loss=loss)
+    batch = batches(1)[0]
+    attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
+    expected = loss(seg(batch["image"]), batch["mask"]).batch_term
+    assert seg.training_step(batch, 0).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def weighted_loss() -> SegmentationLoss:
+    return SegmentationLoss(3, cross_entropy=1.0, focal=0.5, class_weights=[0.5, 2.0, 1.0])
+
+
+def gradient(seg: SegmentationModule, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    seg.zero_grad()
+    seg.training_step(batch, 0).backward()
+    return torch.cat([p.grad.flatten() for p in seg.network.parameters()])
+
+
+def uneven_share(rank: int) -> dict[str, torch.Tensor]:
+    # Rank 0 gets three images, rank 1 one, with different ignored areas.
+    data = batches(2)
+    whole = {key: torch.cat([b[key] for b in data]) for key in ("image", "mask")}
+    return {key: value[:3] if rank == 0 else value[3:] for key, value in whole.items()}
+
+
+def _ddp_gradient_of_share(rank: int) -> list[float]:
+    seg = module(loss=weighted_loss())
+
+    def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor)
+        return tensor
+
+    attach_trainer(seg, world_size=2, reduce=all_reduce)
+    grad = gradient(seg, uneven_share(rank))
+    dist.all_reduce(grad)  # what DDP does with the ranks' gradients: their mean
+    return (grad / 2).tolist()
+
+
+def test_gradients_under_ddp_equal_one_process():
+    results = on_two_ranks(_ddp_gradient_of_share)
+    seg = module(loss=weighted_loss())
+    attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
+    whole = {k: torch.cat([uneven_share(0)[k], uneven_share(1)[k]]) for k in ("image", "mask")}
+    expected = gradient(seg, whole).tolist()
+    assert results[0] == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    assert results[1] == results[0]
+
+
+def test_checkpoints_carry_the_inference_metadata():
+    metadata = {"arch": "Unet", "num_classes": 3, "class_names": ["a", "b", "c"]}
+    checkpoint: dict = {}
+    module(inference_metadata=metadata).on_save_checkpoint(checkpoint)
+    assert checkpoint["segscale"] == metadata
+    bare: dict = {}
+    module().on_save_checkpoint(bare)
+    assert "segscale" not in bare
 
 
 def batches(count: int = 4) -> list[dict[str, torch.Tensor]]:

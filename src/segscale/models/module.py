@@ -1,4 +1,4 @@
-"""The LightningModule: normalization, loss with an ignore index, metrics, optimizer."""
+"""The LightningModule: normalization, the loss, metrics, optimizer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from segscale.metrics import scores_from_confusion
+from segscale.models.losses import SegmentationLoss
 from segscale.training.optim import (
     Schedule,
     check_gradient_threshold,
@@ -31,7 +32,15 @@ OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
 
 
 class SegmentationModule(L.LightningModule):
-    """Trains a segmentation network with cross-entropy and measures it on validation.
+    """Trains a segmentation network with ``loss`` and measures it on validation.
+
+    ``loss`` defaults to plain cross-entropy over the labelled pixels. ``mean`` and
+    ``std`` are per channel, as fractions of ``max_value`` (the full intensity of the
+    images' pixel type: 255 for 8-bit, 65535 for 16-bit). ``optimizer`` may be None for
+    a module that only predicts (predict.py, evaluate.py).
+    ``inference_metadata`` (what predict.py and evaluate.py need to rebuild the network
+    without the training config: architecture, classes, normalization) is stored in
+    every checkpoint under the ``segscale`` key.
 
     Validation metrics are torchmetrics states (a confusion matrix and a pixel-weighted
     mean loss) that Lightning syncs across ranks before they are computed, so a DDP run
@@ -41,7 +50,7 @@ class SegmentationModule(L.LightningModule):
     def __init__(
         self,
         network: nn.Module,
-        optimizer: OptimizerFactory,
+        optimizer: OptimizerFactory | None,
         num_classes: int,
         class_names: Sequence[str],
         ignore_index: int = 255,
@@ -51,6 +60,9 @@ class SegmentationModule(L.LightningModule):
         gradient_threshold: float = math.inf,
         gradient_threshold_method: str = "l2norm",
         channels_last: bool = False,
+        loss: SegmentationLoss | None = None,
+        inference_metadata: dict[str, Any] | None = None,
+        max_value: float = 255.0,
     ) -> None:
         super().__init__()
         check_gradient_threshold(gradient_threshold, gradient_threshold_method)
@@ -66,46 +78,48 @@ class SegmentationModule(L.LightningModule):
             tuple(class_names),
             ignore_index,
         )
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1) * 255, persistent=False)
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1) * 255, persistent=False)
-        self.loss_fn = nn.CrossEntropyLoss(ignore_index=ignore_index, reduction="sum")
+        # mean and std are fractions of full intensity; images arrive in raw pixel values.
+        mean, std = torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+        self.register_buffer("mean", mean * max_value, persistent=False)
+        self.register_buffer("std", std * max_value, persistent=False)
+        self.loss_fn = loss if loss is not None else SegmentationLoss(num_classes, ignore_index)
+        self.inference_metadata = inference_metadata
         self.val_confusion = MulticlassConfusionMatrix(num_classes, ignore_index=ignore_index)
         self.last_val_confusion: torch.Tensor | None = None  # of the latest validation
         self.val_loss = MeanMetric()
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        """Class logits (N×C×H×W) for uint8 or float images (N×C×H×W, 0-255 range)."""
+        """Class logits (N×K×H×W) of images (N×C×H×W) in raw pixel values (0 to max_value)."""
         # To the model's float type: float32, or float64 under trainer.precision=64-true.
         image = (image.to(self.mean.dtype) - self.mean) / self.std
         return self.network(image.contiguous(memory_format=self.memory_format))
 
-    def _labelled(self, mask: torch.Tensor) -> torch.Tensor:
-        return (mask != self.ignore_index).sum()
-
     def _loss(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Mean over labelled pixels; a batch with none gives a zero loss, not NaN.
-        valid = self._labelled(mask)
-        return self.loss_fn(logits, mask) / valid.clamp(min=1), valid
+        # The batch's loss and its labelled pixels; a batch with none gives 0, not NaN.
+        terms = self.loss_fn(logits, mask)
+        return terms.mean(), terms.counts[1]
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """Cross-entropy on one batch; logs the loss and the batch's pixel accuracy.
+        """The loss of one batch; logs it and the batch's pixel accuracy.
 
-        Under DDP the gradient must be that of the mean over the *global* batch's
-        labelled pixels, also when the ranks' batches differ in size (uneven devices) or
-        in labelled pixels (ignored borders). DDP averages the ranks' gradients, so each
-        rank returns its pixel-loss sum divided by the global labelled-pixel count (one
-        all-reduce of a number), times the world size.
+        Under DDP the gradient of the pixel terms (cross-entropy, focal) must be that of
+        the mean over the *global* batch's labelled pixels, also when the ranks' batches
+        differ in size (uneven devices) or in labelled pixels (ignored borders). DDP
+        averages the ranks' gradients, so each rank divides its pixel-loss sums by the
+        global normalisers (one all-reduce of two numbers), times the world size. The Dice
+        term is a per-batch quantity of each rank's batch, which DDP averages over the
+        ranks: exact for the pixel terms, a mean of per-device Dice losses for Dice (as in
+        every DDP framework).
         """
         logits = self(batch["image"])
-        pixel_sum, valid = self.loss_fn(logits, batch["mask"]), self._labelled(batch["mask"])
-        loss = pixel_sum / valid.clamp(min=1)
-        global_valid = self.trainer.strategy.reduce(valid.clone(), reduce_op="sum")
-        objective = pixel_sum * self.trainer.world_size / global_valid.clamp(min=1)
+        terms = self.loss_fn(logits, batch["mask"])
+        global_counts = self.trainer.strategy.reduce(terms.counts.clone(), reduce_op="sum")
+        objective = terms.mean(global_counts, scale=self.trainer.world_size)
         with torch.no_grad():
             labelled = batch["mask"] != self.ignore_index
             correct = ((logits.argmax(1) == batch["mask"]) & labelled).sum()
-            acc = correct / valid.clamp(min=1)
-        self.log("train/loss", loss, prog_bar=True)
+            acc = correct / labelled.sum().clamp(min=1)
+        self.log("train/loss", terms.mean(), prog_bar=True)
         self.log("train/acc", acc)
         return objective
 
@@ -134,6 +148,11 @@ class SegmentationModule(L.LightningModule):
             self.log(key, value.float(), prog_bar=key == "val/mIoU")
         self.val_confusion.reset()
         self.val_loss.reset()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Store ``inference_metadata`` in the checkpoint, for predict.py and evaluate.py."""
+        if self.inference_metadata is not None:
+            checkpoint["segscale"] = self.inference_metadata
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Clip the (already all-reduced, unscaled) gradients: MATLAB's GradientThreshold."""

@@ -1,0 +1,227 @@
+"""The training loss: cross-entropy, Dice and focal terms, with class weights against imbalance.
+
+A loss is returned as its parts (``LossTerms``) rather than one number, so that the
+module can divide the pixel terms by the labelled pixels of the *global* batch under DDP.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from segmentation_models_pytorch.losses import DiceLoss, FocalLoss
+from torch import nn
+
+from segscale.checks import ConfigError
+
+log = logging.getLogger(__name__)
+
+WEIGHT_METHODS = ("inverse", "median")
+
+
+def _is_number(value: Any) -> bool:
+    # numbers.Real also takes numpy scalars, as frequencies counted with numpy are.
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def class_weights_from_frequencies(frequencies: Sequence[float], method: str) -> list[float]:
+    """Class weights that balance the classes' pixel shares ``frequencies``.
+
+    ``inverse``: w_c ∝ 1/f_c, scaled so that the pixel-weighted mean weight Σ f_c·w_c is 1
+    (the loss keeps the scale of the unweighted one). ``median``: median frequency
+    balancing (Eigen & Fergus 2015), w_c = median(f)/f_c over the classes that occur.
+    ``frequencies`` may be pixel counts; they are normalised to shares. A class with
+    frequency 0 never occurs in the training set and gets weight 0.
+    """
+    if method not in WEIGHT_METHODS:
+        raise ConfigError(
+            f"loss.class_weights={method!r} is not a method; expected one of "
+            f"{list(WEIGHT_METHODS)}, a list of per-class weights, or null"
+        )
+    values = list(frequencies)
+    if not values or not all(_is_number(f) and f >= 0 for f in values) or sum(values) <= 0:
+        raise ConfigError(
+            f"loss.class_weights={method} needs class pixel frequencies that are finite, "
+            f">= 0 and not all 0; got {values}"
+        )
+    total = sum(values)
+    shares = [f / total for f in values]
+    present = [f for f in shares if f > 0]
+    absent = [c for c, f in enumerate(shares) if f == 0]
+    if absent:
+        log.warning(
+            "classes %s have no pixels in the training set; loss.class_weights=%s gives them "
+            "weight 0",
+            absent,
+            method,
+        )
+    scale = 1 / len(present) if method == "inverse" else statistics.median(present)
+    return [scale / f if f > 0 else 0.0 for f in shares]
+
+
+def _resolve_class_weights(
+    class_weights: str | Sequence[float] | None,
+    class_frequencies: Sequence[float] | None,
+    num_classes: int,
+) -> list[float] | None:
+    if class_weights is None:
+        return None
+    if isinstance(class_weights, str):
+        if class_weights in WEIGHT_METHODS and class_frequencies is None:
+            raise ConfigError(
+                f"loss.class_weights={class_weights} needs the training set's class "
+                "frequencies, but none were given; use a list of weights or null instead"
+            )
+        weights = class_weights_from_frequencies(
+            [] if class_frequencies is None else class_frequencies, class_weights
+        )
+        if len(weights) != num_classes:
+            raise ConfigError(
+                f"loss.class_weights={class_weights}: got {len(weights)} class frequencies, "
+                f"expected {num_classes} (one per class)"
+            )
+        return weights
+    weights = list(class_weights)
+    if len(weights) != num_classes or not all(_is_number(w) and w >= 0 for w in weights):
+        raise ConfigError(
+            f"loss.class_weights={weights} must list {num_classes} finite weights >= 0, "
+            "one per class"
+        )
+    if sum(weights) <= 0:
+        raise ConfigError(f"loss.class_weights={weights}: at least one weight must be > 0")
+    return [float(w) for w in weights]
+
+
+@dataclass
+class LossTerms:
+    """One batch's loss in parts: pixel sums with their normalisers, and a per-batch term.
+
+    ``sums`` holds the (class-weighted) cross-entropy sum and the focal sum over the
+    labelled pixels, ``counts`` their normalisers (the summed class weights of the
+    labelled pixels, or their count when unweighted; and the labelled count).
+    ``batch_term`` is the weighted Dice loss, which is not a sum over pixels.
+    """
+
+    sums: torch.Tensor
+    counts: torch.Tensor
+    batch_term: torch.Tensor
+    cross_entropy: float
+    focal: float
+    dice: float
+
+    def mean(self, counts: torch.Tensor | None = None, scale: float = 1) -> torch.Tensor:
+        """The loss, ``Σ weight·scale·sum/count`` over the pixel terms plus ``batch_term``.
+
+        ``counts`` replaces this batch's normalisers (e.g. by the global batch's under
+        DDP); ``scale`` multiplies the pixel sums first, so that a DDP objective keeps the
+        exact arithmetic of a plain ``sum * world_size / count``.
+        """
+        counts = self.counts if counts is None else counts
+        # A batch without labelled pixels has zero sums: 0/eps is 0, where 0/0 is NaN.
+        counts = counts.clamp(min=1e-12).to(self.sums.dtype)
+        parts = [
+            weight * (scale * self.sums[i]) / counts[i]
+            for i, weight in enumerate((self.cross_entropy, self.focal))
+            if weight > 0
+        ]
+        if self.dice > 0:
+            parts.append(self.batch_term)
+        return sum(parts[1:], parts[0])
+
+
+class SegmentationLoss(nn.Module):
+    """Cross-entropy, Dice and focal loss, each with a weight (0 switches it off).
+
+    ``class_weights`` weights the cross-entropy term per class: a list with one weight
+    per class, or ``inverse`` / ``median`` computed from ``class_frequencies`` (the
+    classes' pixel shares in the training set, given by the caller). Dice and focal are
+    segmentation_models_pytorch's multiclass losses; focal is its one-vs-rest sigmoid
+    focal loss (averaged over the classes' terms by smp 0.6; older releases summed them),
+    here a mean over labelled pixels. Pixels labelled ``ignore_index`` count in no term.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        ignore_index: int = 255,
+        cross_entropy: float = 1.0,
+        dice: float = 0.0,
+        focal: float = 0.0,
+        focal_gamma: float = 2.0,
+        class_weights: str | Sequence[float] | None = None,
+        class_frequencies: Sequence[float] | None = None,
+    ) -> None:
+        super().__init__()
+        terms = {"cross_entropy": cross_entropy, "dice": dice, "focal": focal}
+        for name, weight in terms.items():
+            if not _is_number(weight) or weight < 0:
+                raise ConfigError(
+                    f"loss.{name}={weight!r}: expected a finite term weight >= 0 (0: off)"
+                )
+        if not any(weight > 0 for weight in terms.values()):
+            raise ConfigError(
+                "loss.cross_entropy, loss.dice and loss.focal are all 0; "
+                "at least one term weight must be > 0"
+            )
+        if not _is_number(focal_gamma) or focal_gamma < 0:
+            raise ConfigError(f"loss.focal_gamma={focal_gamma!r}: expected a finite number >= 0")
+        weights = _resolve_class_weights(class_weights, class_frequencies, num_classes)
+        if weights is not None and cross_entropy == 0:
+            # Silently training unweighted would hide the mistake.
+            raise ConfigError(
+                f"loss.class_weights={class_weights} weights the cross-entropy term only, "
+                "but loss.cross_entropy is 0; set loss.cross_entropy > 0 or "
+                "loss.class_weights=null"
+            )
+        self.num_classes, self.ignore_index = num_classes, ignore_index
+        self.cross_entropy, self.dice, self.focal = float(cross_entropy), float(dice), float(focal)
+        # Not persistent: the weights follow from the config and the data, and a
+        # checkpoint should load into a module built with another loss.
+        self.register_buffer(
+            "weights", None if weights is None else torch.tensor(weights), persistent=False
+        )
+        self.focal_loss = FocalLoss(
+            mode="multiclass", gamma=focal_gamma, ignore_index=ignore_index, reduction="sum"
+        )
+        self.dice_loss = DiceLoss(mode="multiclass", ignore_index=ignore_index, from_logits=True)
+
+    def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> LossTerms:
+        """The terms of the loss of ``logits`` (N×C×H×W) against ``mask`` (N×H×W)."""
+        labelled = mask != self.ignore_index
+        # At least float32 (autocast may give float16 logits). Counts in float64 stay exact
+        # integers past 2**24 pixels; MPS has no float64.
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        count_dtype = torch.float32 if logits.device.type == "mps" else torch.float64
+        zero = logits.new_zeros((), dtype=dtype)
+        labelled_count = labelled.sum().to(count_dtype)
+        ce_sum, ce_count, focal_sum, dice_term = zero, zero.to(count_dtype), zero, zero
+        if self.cross_entropy > 0:
+            # cross_entropy wants the weights in the logits' type (autocast then casts both).
+            weight = None if self.weights is None else self.weights.to(logits.dtype)
+            ce_sum = F.cross_entropy(
+                logits, mask, weight=weight, ignore_index=self.ignore_index, reduction="sum"
+            ).to(dtype)
+            ce_count = (
+                labelled_count
+                if self.weights is None
+                else self.weights.to(count_dtype)[mask[labelled]].sum()
+            )
+        if self.focal > 0:
+            focal_sum = self.focal_loss(logits, mask).to(dtype)
+        if self.dice > 0:
+            dice_term = self.dice * self.dice_loss(logits, mask)
+        return LossTerms(
+            sums=torch.stack([ce_sum, focal_sum]),
+            counts=torch.stack([ce_count, labelled_count]),
+            batch_term=dice_term,
+            cross_entropy=self.cross_entropy,
+            focal=self.focal,
+            dice=self.dice,
+        )

@@ -1,0 +1,167 @@
+import itertools
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from segscale.checks import ConfigError
+from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
+
+
+def batch(images: int = 3, classes: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and a mask with an ignored border row."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(images, classes, 5, 6, generator=generator, dtype=torch.float64)
+    mask = torch.randint(0, classes, (images, 5, 6), generator=generator)
+    mask[:, 0] = 255
+    return logits, mask
+
+
+def test_the_default_is_cross_entropy_over_labelled_pixels():
+    logits, mask = batch()
+    terms = SegmentationLoss(3)(logits, mask)
+    expected = F.cross_entropy(logits, mask, ignore_index=255)
+    assert terms.mean().item() == pytest.approx(expected.item(), rel=1e-12)
+    assert terms.counts.tolist() == [72, 72]
+    assert SegmentationLoss(3).weights is None
+
+
+def test_given_class_weights_give_pytorchs_weighted_mean():
+    logits, mask = batch()
+    weights = [0.5, 2.0, 1.0]
+    loss = SegmentationLoss(3, class_weights=weights)
+    expected = F.cross_entropy(
+        logits, mask, weight=torch.tensor(weights, dtype=torch.float64), ignore_index=255
+    )
+    assert loss(logits, mask).mean().item() == pytest.approx(expected.item(), rel=1e-12)
+    assert loss.weights.tolist() == weights
+
+
+def test_inverse_weights_make_the_mean_pixel_weight_one():
+    weights = class_weights_from_frequencies([0.5, 0.25, 0.25], "inverse")
+    assert weights == pytest.approx([2 / 3, 4 / 3, 4 / 3])
+    # Pixel counts are normalised to shares first.
+    assert class_weights_from_frequencies([200, 100, 100], "inverse") == pytest.approx(weights)
+
+
+def test_median_frequency_balancing():
+    assert class_weights_from_frequencies([0.5, 0.25, 0.25], "median") == pytest.approx(
+        [0.5, 1.0, 1.0]
+    )
+    # An even number of classes: the median is the mean of the middle two (0.25).
+    assert class_weights_from_frequencies([0.4, 0.3, 0.2, 0.1], "median") == pytest.approx(
+        [0.625, 0.25 / 0.3, 1.25, 2.5]
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "expected"), [("inverse", [2 / 3, 4 / 3, 4 / 3, 0.0]), ("median", [0.5, 1, 1, 0])]
+)
+def test_a_class_that_never_occurs_gets_weight_zero(method, expected, caplog):
+    with caplog.at_level(logging.WARNING):
+        loss = SegmentationLoss(4, class_weights=method, class_frequencies=[0.5, 0.25, 0.25, 0])
+    assert loss.weights.tolist() == pytest.approx(expected)
+    assert "[3]" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"cross_entropy": -1.0}, "loss.cross_entropy"),
+        ({"dice": math.nan}, "loss.dice"),
+        ({"focal": "yes"}, "loss.focal"),
+        ({"cross_entropy": 0.0}, "loss.cross_entropy, loss.dice and loss.focal"),
+        ({"focal": 1.0, "focal_gamma": -2.0}, "loss.focal_gamma"),
+        ({"class_weights": "inverse"}, "loss.class_weights=inverse needs"),
+        ({"class_weights": "sqrt", "class_frequencies": [1, 1, 1]}, "loss.class_weights='sqrt'"),
+        ({"class_weights": [1.0, 2.0]}, "loss.class_weights"),
+        ({"class_weights": [1.0, -2.0, 1.0]}, "loss.class_weights"),
+        ({"class_weights": [0, 0, 0]}, "loss.class_weights"),
+        ({"class_weights": "median", "class_frequencies": [1, 1]}, "expected 3"),
+        ({"class_weights": "median", "class_frequencies": [0, 0, 0]}, "loss.class_weights"),
+        ({"class_weights": "median", "class_frequencies": [1, -1, 1]}, "loss.class_weights"),
+        (
+            {"cross_entropy": 0.0, "dice": 1.0, "class_weights": [1, 2, 3]},
+            "loss.cross_entropy is 0",
+        ),
+    ],
+)
+def test_bad_settings_name_the_config_key(kwargs, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[")):
+        SegmentationLoss(3, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"cross_entropy": 0.0, "dice": 1.0},
+        {"cross_entropy": 0.0, "focal": 1.0},
+        {"cross_entropy": 1.0, "dice": 1.0, "focal": 0.5, "class_weights": [1.0, 3.0, 0.5]},
+    ],
+)
+def test_each_loss_is_finite_and_falls_under_gradient_descent(kwargs):
+    loss = SegmentationLoss(3, **kwargs)
+    logits, mask = batch()
+    logits.requires_grad_(True)
+    optimizer = torch.optim.SGD([logits], lr=5.0)
+    values = []
+    for _ in range(5):
+        optimizer.zero_grad()
+        value = loss(logits, mask).mean()
+        value.backward()
+        optimizer.step()
+        values.append(value.item())
+    assert all(math.isfinite(v) for v in values)
+    assert all(later < earlier for earlier, later in itertools.pairwise(values))
+
+
+def test_only_switched_on_terms_are_computed():
+    logits, mask = batch()
+    terms = SegmentationLoss(3, cross_entropy=0.0, focal=1.0)(logits, mask)
+    assert terms.sums[0].item() == 0 and terms.batch_term.item() == 0
+    assert terms.sums[1].item() > 0
+
+
+def test_ignored_pixels_change_no_term():
+    loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5])
+    logits, mask = batch()
+    changed = logits.clone()
+    changed[:, :, 0] = 100 * torch.randn_like(changed[:, :, 0])  # the ignored row
+    before, after = loss(logits, mask), loss(changed, mask)
+    assert torch.allclose(before.sums, after.sums, rtol=1e-12)
+    assert before.batch_term.item() == pytest.approx(after.batch_term.item(), rel=1e-12)
+    assert torch.equal(before.counts, after.counts)
+
+
+def test_a_batch_without_labelled_pixels_gives_zero_not_nan():
+    loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5])
+    logits, mask = batch()
+    logits.requires_grad_(True)
+    value = loss(logits, torch.full_like(mask, 255)).mean()
+    value.backward()
+    assert value.item() == 0.0
+    assert torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"class_weights": [1.0, 3.0, 0.5]},
+        {"cross_entropy": 0.0, "focal": 1.0},
+        {"cross_entropy": 0.7, "focal": 1.3, "class_weights": [1.0, 3.0, 0.5]},
+    ],
+)
+def test_ranks_dividing_by_global_counts_average_to_the_whole_batch(kwargs):
+    loss = SegmentationLoss(3, **kwargs)
+    logits, mask = batch(images=3)
+    mask[2, 1:3] = 255  # the halves differ in size and in labelled share
+    halves = [loss(logits[:2], mask[:2]), loss(logits[2:], mask[2:])]
+    global_counts = halves[0].counts + halves[1].counts
+    # DDP averages what each of the 2 ranks returns.
+    averaged = sum(h.mean(global_counts, scale=2) for h in halves) / 2
+    whole = loss(logits, mask).mean()
+    assert averaged.item() == pytest.approx(whole.item(), rel=1e-12)
+    # The plain average of the halves' own means is not the whole batch's mean.
+    assert (halves[0].mean() + halves[1].mean()).item() / 2 != pytest.approx(whole.item())
