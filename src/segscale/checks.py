@@ -59,8 +59,8 @@ def is_device_list(devices: Any) -> bool:
     return isinstance(devices, (list, tuple, ListConfig))
 
 
-def devices_count(devices: Any, available: int | None = None) -> int:
-    """Number of devices that ``trainer.devices`` asks for on this node.
+def devices_count(devices: Any, available: int | None = None, key: str = "trainer.devices") -> int:
+    """Number of devices that ``trainer.devices`` (or ``key``) asks for on this node.
 
     Accepts a positive count, ``-1`` or ``"auto"`` (all ``available``), or a list of
     distinct device indices such as ``[0, 2]``, as Lightning does.
@@ -69,15 +69,13 @@ def devices_count(devices: Any, available: int | None = None) -> int:
     if is_device_list(devices):
         indices = list(devices)
         ok = indices and all(isinstance(i, int) and i >= 0 for i in indices)
-        _require(
-            devices, "trainer.devices", lambda _: ok and len(set(indices)) == len(indices), expected
-        )
+        _require(devices, key, lambda _: ok and len(set(indices)) == len(indices), expected)
         return len(indices)
     if devices in ("auto", -1, "-1"):
         return max(1, available or 1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
-    _require(devices, "trainer.devices", lambda v: isinstance(v, int) and v >= 1, expected)
+    _require(devices, key, lambda v: isinstance(v, int) and v >= 1, expected)
     return devices
 
 

@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.checks import ConfigError, check_config, devices_count
+from segscale.inference.trained import inference_metadata
 from segscale.models.module import SegmentationModule
 from segscale.training.callbacks import RunSummary, ensure_writable
 from segscale.training.checkpoint_io import AtomicCheckpointIO
@@ -66,8 +67,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = build(
         cfg.datamodule, _convert_="all", batch_size=max(batch_sizes), rank_batch_sizes=batch_sizes
     )
-    datamodule.check()
-    network = build(cfg.model)
+    report = datamodule.check()
+    log.info("%s", report.table())
+    report.write(Path(cfg.output_dir))
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg["in_channels"] = model_cfg.get("in_channels") or datamodule.in_channels
+    network = build(OmegaConf.create(model_cfg))
     if sync_batchnorm and effective.world_size > 1:
         network = convert_sync_batchnorm(network, resolve_accelerator(cfg.trainer.accelerator))
     module = SegmentationModule(
@@ -79,9 +84,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         ignore_index=datamodule.ignore_index,
         mean=datamodule.mean,
         std=datamodule.std,
+        max_value=datamodule.max_value,
         gradient_threshold=cfg.training.gradient_threshold,
         gradient_threshold_method=cfg.training.gradient_threshold_method,
         channels_last=cfg.training.channels_last,
+        loss=build(
+            cfg.loss,
+            num_classes=datamodule.num_classes,
+            ignore_index=datamodule.ignore_index,
+            class_frequencies=report.frequencies("train").tolist(),
+        ),
+        inference_metadata=inference_metadata(model_cfg, datamodule),
     )
     scaling = {**OmegaConf.to_container(cfg.scaling), **effective.as_dict()}
     scaling |= {"base_learning_rate": cfg.optimizer.lr}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import matplotlib
 import numpy as np
 
 from segscale.checks import ConfigError
@@ -142,3 +143,27 @@ def _triplet(entry: Sequence[int]) -> tuple[int, int, int]:
     if not all(0 <= int(v) <= 255 for v in entry):
         raise ConfigError(f"datamodule.label_ids: {list(entry)} is not an RGB triplet of 0-255")
     return int(entry[0]), int(entry[1]), int(entry[2])
+
+
+DEFAULT_COLOURS = (
+    (255, 255, 255),
+    (0, 0, 255),
+    (0, 255, 255),
+    (0, 255, 0),
+    (255, 255, 0),
+    (255, 0, 0),
+    (128, 0, 128),
+    (255, 128, 0),
+    (128, 128, 128),
+    (0, 128, 128),
+)
+"""ISPRS Potsdam's six class colours first, then more for larger class sets."""
+
+
+def class_colours(colours: Sequence[Sequence[int]] | None, num_classes: int) -> np.ndarray:
+    """RGB per class (``num_classes×3`` uint8): ``colours``, else a default palette."""
+    if colours:
+        return np.asarray(colours, np.uint8)[:num_classes]
+    more = np.asarray(matplotlib.colormaps["tab20"].colors) * 255
+    palette = np.concatenate([np.asarray(DEFAULT_COLOURS), more.round()]).astype(np.uint8)
+    return np.resize(palette, (num_classes, 3))  # repeats beyond 30 classes

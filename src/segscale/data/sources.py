@@ -162,3 +162,15 @@ def load_tiles(pairs: list[ImageMaskPair], labels: LabelMap) -> list[Tile]:
         mask = raw if labels.is_identity(raw) else labels.decode(raw)
         tiles.append(Tile(image, mask))
     return tiles
+
+
+def display_rgb(image: np.ndarray, max_value: float) -> np.ndarray:
+    """An image as 8-bit RGB for viewing: its first three channels (or grey), scaled.
+
+    ``max_value`` is the full intensity of the pixel type (255, 65535, 1.0).
+    """
+    channels = image[..., :3] if image.ndim == 3 and image.shape[2] >= 3 else image[..., :1]
+    if image.dtype != np.uint8 or max_value != 255:
+        channels = np.clip(channels.astype(np.float32) * (255 / max_value), 0, 255)
+    channels = np.asarray(channels, np.uint8)
+    return np.repeat(channels, 3, axis=2) if channels.shape[2] == 1 else channels

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -19,9 +18,9 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.checks import ConfigError
-from segscale.metrics import evaluation_report
+from segscale.data.labels import class_colours
+from segscale.metrics import write_evaluation
 from segscale.training.plots import (
-    plot_confusion_matrix,
     plot_sample_predictions,
     plot_training_progress,
 )
@@ -340,23 +339,6 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
     )
 
 
-DEFAULT_COLOURS = np.array(
-    [
-        [255, 255, 255],
-        [0, 0, 255],
-        [0, 255, 255],
-        [0, 255, 0],
-        [255, 255, 0],
-        [255, 0, 0],
-        [128, 0, 128],
-        [255, 128, 0],
-        [128, 128, 128],
-        [0, 128, 128],
-    ],
-    np.uint8,
-)  # ISPRS Potsdam's six colours first, then more for larger class sets
-
-
 class ValidationReport(L.Callback):
     """At the end of training, MATLAB's ``evaluateSemanticSegmentation`` on validation.
 
@@ -378,21 +360,7 @@ class ValidationReport(L.Callback):
         if confusion is None:
             log.warning("no validation ran, so there is no evaluation report")
             return
-        names = list(pl_module.class_names)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        report = evaluation_report(confusion, names)
-        (self.folder / "metrics.json").write_text(json.dumps(report, indent=2))
-        with open(self.folder / "class_metrics.csv", "w", newline="") as stream:
-            writer = csv.writer(stream)
-            writer.writerow(["class", "Accuracy", "IoU", "Dice"])
-            for name, values in report["classes"].items():
-                writer.writerow([name, values["Accuracy"], values["IoU"], values["Dice"]])
-        with open(self.folder / "confusion_matrix.csv", "w", newline="") as stream:
-            writer = csv.writer(stream)
-            writer.writerow(["true \\ predicted", *names])
-            for name, row in zip(names, confusion.tolist(), strict=True):
-                writer.writerow([name, *row])
-        plot_confusion_matrix(confusion.numpy(), names, self.folder / "confusion_matrix.png")
+        write_evaluation(self.folder, confusion, list(pl_module.class_names))
         self._plot_samples(trainer, pl_module)
 
     def _plot_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -407,8 +375,8 @@ class ValidationReport(L.Callback):
         with torch.no_grad():
             predictions = pl_module(images).argmax(1).cpu().numpy()
         pl_module.train(was_training)
-        colours = getattr(trainer.datamodule, "class_colors", None)
-        colours = np.asarray(colours, np.uint8) if colours else DEFAULT_COLOURS
+        names = pl_module.class_names
+        colours = class_colours(getattr(trainer.datamodule, "class_colors", None), len(names))
         plot_sample_predictions(
             [p["image"].permute(1, 2, 0).numpy() for p in picks],
             [p["mask"].numpy().astype(np.uint8) for p in picks],

@@ -1,0 +1,113 @@
+"""``python evaluate.py ckpt=... datamodule=folder datamodule.source.root=...``.
+
+Full-image sliding-window inference on every labelled image of a split, accumulated
+into one confusion matrix: MATLAB's ``evaluateSemanticSegmentation`` (global and mean
+accuracy, mean and weighted IoU, per-class IoU and Dice) as JSON, CSV and PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from lightning.fabric import Fabric
+from omegaconf import DictConfig
+
+from segscale.checks import ConfigError
+from segscale.cli.train import CONFIG_DIR, build
+from segscale.data.labels import LabelMap
+from segscale.data.sources import ImageMaskPair, read_image, read_mask_values
+from segscale.data.validation import validate_dataset
+from segscale.inference.devices import run_on_devices
+from segscale.inference.sliding_window import SlidingWindow
+from segscale.inference.trained import TrainedModel, load_trained
+from segscale.metrics import evaluation_report, write_evaluation
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics."""
+    trained = load_trained(cfg.ckpt)
+    datamodule = build(cfg.datamodule)
+    if tuple(datamodule.class_names) != trained.class_names:
+        raise ConfigError(
+            f"datamodule.class_names {list(datamodule.class_names)} differ from the classes "
+            f"the checkpoint was trained on {list(trained.class_names)}"
+        )
+    if not datamodule.source.has_split(cfg.split):
+        raise ConfigError(f"split={cfg.split!r}: the dataset (datamodule.source) has no such split")
+    datamodule.source.prepare()
+    # Whole images are evaluated, so any size will do (patch_size 1).
+    report = validate_dataset(
+        datamodule.source,
+        datamodule.labels,
+        datamodule.class_names,
+        1,
+        trained.in_channels,
+        splits=(cfg.split,),
+    )
+    pairs = report.pairs[cfg.split]
+    window = instantiate(cfg.inference)
+    log.info("evaluating %s on %d %s image(s)", cfg.ckpt, len(pairs), cfg.split)
+    confusion = run_on_devices(
+        cfg.accelerator, cfg.devices, _confusion_of_share, pairs, trained, window, datamodule.labels
+    )
+    output = Path(cfg.output_dir)
+    write_evaluation(output, confusion, trained.class_names)
+    metrics = evaluation_report(confusion, trained.class_names)
+    log.info("%s", json.dumps({k: v for k, v in metrics.items() if k != "classes"}))
+    return metrics
+
+
+def _confusion_of_share(
+    fabric: Fabric,
+    pairs: list[ImageMaskPair],
+    trained: TrainedModel,
+    window: SlidingWindow,
+    labels: LabelMap,
+) -> torch.Tensor:
+    trained.module.to(fabric.device)
+    confusion = torch.zeros(trained.num_classes, trained.num_classes, dtype=torch.int64)
+    for pair in pairs:
+        confusion += image_confusion(pair, trained, window, labels, fabric.device)
+    # Every rank's counts, summed: the confusion matrix of the whole split.
+    return fabric.all_reduce(confusion.to(fabric.device), reduce_op="sum").cpu()
+
+
+def image_confusion(
+    pair: ImageMaskPair,
+    trained: TrainedModel,
+    window: SlidingWindow,
+    labels: LabelMap,
+    device: torch.device,
+) -> torch.Tensor:
+    """Confusion matrix (true × predicted pixels) of one whole image, band by band."""
+    raw = read_mask_values(pair.mask)
+    classes = trained.num_classes
+    counts = np.zeros(classes * classes, np.int64)
+
+    def count(y0: int, predicted: np.ndarray) -> None:
+        truth = labels.decode(np.asarray(raw[y0 : y0 + len(predicted)])).ravel()
+        labelled = truth < classes  # the ignore index (and unknown values) are not counted
+        pairs = truth[labelled].astype(np.int64) * classes + predicted.ravel()[labelled]
+        counts[:] += np.bincount(pairs, minlength=classes * classes)
+
+    window.predict(trained.module, read_image(pair.image), classes, device, on_band=count)
+    return torch.from_numpy(counts.reshape(classes, classes))
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    """Entry point of ``evaluate.py``."""
+    try:
+        evaluate(cfg)
+    except ConfigError as error:
+        log.error("%s", error)
+        sys.exit(2)
