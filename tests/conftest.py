@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
+import torch
 from hydra import compose, initialize_config_dir
 from hydra._internal.callbacks import Callbacks
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -94,7 +95,11 @@ def write_pair(
         path = root / split / folder / f"{name}{suffix}"
         path.parent.mkdir(parents=True, exist_ok=True)
         if suffix in (".tif", ".tiff"):
-            extra = {"photometric": "minisblack"} if array.ndim == 3 and array.shape[2] != 3 else {}
+            extra = (
+                {"photometric": "minisblack", "planarconfig": "contig"}
+                if array.ndim == 3 and array.shape[2] != 3
+                else {}
+            )
             tifffile.imwrite(path, array, **extra)
         else:
             Image.fromarray(array).save(path)
@@ -109,3 +114,41 @@ def folder_dataset(root: Path, size: int = 96, num_train: int = 2, num_val: int 
             image, mask = draw_tile(size, seed=0, index=offset + i)
             write_pair(root, split, f"tile{i}", image, mask)
     return root
+
+
+CLASS_STEP = 40
+"""Oracle images: channel 0 is ``class × CLASS_STEP``."""
+
+
+def oracle_checkpoint(path: Path, num_classes: int = 3, colours: list | None = None) -> Path:
+    """A segscale checkpoint of a 1×1 convolution that predicts class = channel 0 / 40.
+
+    Its logits are ``2k·x/40 − k²`` for class k, which peak at ``k = x/40``; mean 0 and
+    std 1/255 make the module feed it raw pixel values.
+    """
+    weight = torch.zeros(num_classes, 3, 1, 1)
+    weight[:, 0, 0, 0] = 2 * torch.arange(num_classes) / CLASS_STEP
+    meta = {
+        "model": {
+            "_target_": "torch.nn.Conv2d",
+            "in_channels": 3,
+            "out_channels": num_classes,
+            "kernel_size": 1,
+        },
+        "class_names": [f"class{k}" for k in range(num_classes)],
+        "class_colors": colours,
+        "ignore_index": 255,
+        "mean": [0.0, 0.0, 0.0],
+        "std": [1 / 255] * 3,
+        "max_value": 255.0,
+    }
+    state = {"network.weight": weight, "network.bias": -(torch.arange(num_classes) ** 2.0)}
+    torch.save({"state_dict": state, "segscale": meta}, path)
+    return path
+
+
+def oracle_image(mask: np.ndarray) -> np.ndarray:
+    """An RGB image from which ``oracle_checkpoint`` predicts ``mask`` exactly."""
+    image = np.random.default_rng(0).integers(0, 256, (*mask.shape, 3)).astype(np.uint8)
+    image[:, :, 0] = mask * CLASS_STEP
+    return image

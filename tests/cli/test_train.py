@@ -7,11 +7,14 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from PIL import Image
 
 from segscale.checks import ConfigError
+from segscale.cli.predict import predict
 from segscale.cli.train import CONFIG_DIR, instantiate_each, train
 from segscale.data.sources import read_mask
-from tests.conftest import tiny_overrides, train_command
+from segscale.data.synthetic import draw_tile
+from tests.conftest import tiny_overrides, train_command, write_pair
 
 GROUPS = [
     "model",
@@ -22,8 +25,15 @@ GROUPS = [
     "trainer",
     "callbacks",
     "logger",
+    "loss",
 ]
-OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((Path(CONFIG_DIR) / g).glob("*.yaml"))]
+# datamodule=folder needs a folder dataset: test_folder_datasets_train below composes it.
+OPTIONS = [
+    (g, p.stem)
+    for g in GROUPS
+    for p in sorted((Path(CONFIG_DIR) / g).glob("*.yaml"))
+    if (g, p.stem) != ("datamodule", "folder")
+]
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
@@ -41,6 +51,9 @@ def test_every_option_composes_and_instantiates(make_config, group, option, tmp_
         "callbacks": lambda: instantiate_each(cfg.callbacks),
         "logger": lambda: instantiate_each(cfg.logger),
         "experiment": lambda: instantiate(cfg.model),
+        "loss": lambda: instantiate(
+            cfg.loss, num_classes=6, ignore_index=255, class_frequencies=[0.5, 0.3, 0.1, 0.1, 0, 0]
+        ),
     }[group]()
     assert built is not None
     if group == "datamodule":
@@ -244,3 +257,101 @@ def test_the_matlab_preset_has_the_users_settings(make_config):
         )
     )
     assert summary["steps"] == 2 and summary["learning_rate"] == 0.03
+
+
+def _folder_overrides(root: Path, output_dir: Path) -> list[str]:
+    return [
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule.patch_size=32",
+        "datamodule.patches_per_image=4",
+        "datamodule.batch_size=4",
+        "datamodule.val_batch_size=8",
+        "datamodule.num_workers=0",
+        "model.encoder=resnet18",
+        "trainer.max_epochs=1",
+        "trainer.accelerator=cpu",
+        f"output_dir={output_dir}",
+    ]
+
+
+def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
+    colours = np.array(compose_classes("potsdam").class_colors, np.uint8)
+    for split, count in (("train", 2), ("val", 1)):
+        for i in range(count):
+            image, mask = draw_tile(64, seed=0, index=i + 10 * (split == "val"))
+            write_pair(tmp_path / "data", split, f"t{i}", image, colours[mask])
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                *_folder_overrides(tmp_path / "data", tmp_path / "run"),
+                "datamodule/classes=potsdam_rgb",
+            ],
+        )
+    summary = train(cfg)
+    assert summary["epochs"] == 1
+    frequencies = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
+    assert frequencies[0].startswith("class,train_pixels") and len(frequencies) == 7
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        predict_cfg = compose(
+            "predict",
+            overrides=[
+                f"ckpt={tmp_path / 'run/checkpoints/last.ckpt'}",
+                f"input={tmp_path / 'data/val/images'}",
+                f"output_dir={tmp_path / 'predicted'}",
+                "accelerator=cpu",
+                "inference.tile_size=32",
+            ],
+        )
+    (written,) = predict(predict_cfg)
+    assert np.asarray(Image.open(written)).shape == (64, 64)
+    assert Image.open(written).getpalette()[:6] == [255, 255, 255, 0, 0, 255]
+
+
+def test_16_bit_multichannel_tiffs_train_with_measured_normalization(tmp_path):
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 2), ("val", 1)):
+        for i in range(count):
+            _, mask = draw_tile(64, seed=0, index=i + 10 * (split == "val"))
+            image = rng.integers(0, 4000, (64, 64, 4)).astype(np.uint16)
+            image[..., 3] += mask.astype(np.uint16) * 9000  # the fourth band tells the class
+            write_pair(tmp_path / "data", split, f"t{i}", image, mask, ".tif", ".tif")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                *_folder_overrides(tmp_path / "data", tmp_path / "run"),
+                "loss=ce_dice",
+                "loss.class_weights=median",
+            ],
+        )
+    summary = train(cfg)
+    assert summary["epochs"] == 1
+    checkpoint = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=False)
+    meta = checkpoint["segscale"]
+    assert meta["model"]["in_channels"] == 4 and meta["max_value"] == 65535
+    assert 0.02 < meta["mean"][0] < 0.04  # uniform 0-4000 of 65535: about 0.031
+
+
+def test_a_broken_folder_dataset_stops_the_run_listing_every_file(tmp_path):
+    for split in ("train", "val"):
+        image, mask = draw_tile(64, seed=0, index=0)
+        write_pair(tmp_path / "data", split, "ok", image, mask)
+    (tmp_path / "data/train/masks/ok.png").rename(tmp_path / "data/train/masks/orphan.png")
+    write_pair(tmp_path / "data", "val", "bad", image, np.full((64, 64), 9, np.uint8))
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=_folder_overrides(tmp_path / "data", tmp_path / "run"))
+    with pytest.raises(ConfigError) as error:
+        train(cfg)
+    message = str(error.value)
+    assert "train/images/ok.png: no mask" in message and "orphan.png: no image" in message
+    assert "val/masks/bad.png: mask values 9" in message
+    assert not (tmp_path / "run/checkpoints").exists()
+
+
+def compose_classes(name: str):
+    """The datamodule keys that ``conf/datamodule/classes/<name>.yaml`` sets."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[f"datamodule/classes={name}"])
+    return cfg.datamodule

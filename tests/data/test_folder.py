@@ -58,6 +58,7 @@ def test_split_lists_name_stems_or_relative_paths(tmp_path: Path):
 def test_missing_root_or_split_is_a_config_error(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"datamodule.source.root=.*is not a folder"):
         FolderTiles(str(tmp_path / "nowhere")).prepare()
-    with pytest.raises(ConfigError, match=r"datamodule.source.splits.val='v'"):
-        (tmp_path / "train").mkdir()
-        FolderTiles(str(tmp_path), splits={"train": "train", "val": "v"}).prepare()
+    with pytest.raises(ConfigError, match=r"datamodule.source.splits.val='v'.*does not exist"):
+        FolderTiles(str(tmp_path), splits={"train": "train", "val": "v"}).scan("val")
+    with pytest.raises(ConfigError, match=r"datamodule.source.splits.test is not set"):
+        FolderTiles(str(tmp_path)).scan("test")

@@ -40,24 +40,12 @@ class FolderTiles:
         return Path(self.root) / ".segscale"
 
     def prepare(self) -> None:
-        """Check that the dataset folder and the split entries exist."""
+        """Check that the dataset folder exists (each split is checked when scanned)."""
         if not Path(self.root).is_dir():
             raise ConfigError(
                 f"datamodule.source.root={self.root!r} is not a folder; expected the "
                 "dataset folder holding the images and masks"
             )
-        for split in ("train", "val"):
-            if not self.splits.get(split):
-                raise ConfigError(
-                    f"datamodule.source.splits.{split} is not set; expected a folder under "
-                    f"{self.root} (with {self.images}/ and {self.masks}/) or a .txt list"
-                )
-        for split, entry in self.splits.items():
-            if entry and not (Path(self.root) / entry).exists():
-                raise ConfigError(
-                    f"datamodule.source.splits.{split}={entry!r}: {Path(self.root) / entry} "
-                    "does not exist; expected a folder or a .txt list of image names"
-                )
 
     def has_split(self, split: str) -> bool:
         """Whether ``split`` is configured."""
@@ -75,8 +63,16 @@ class FolderTiles:
         """Pair the files of ``split``; return the pairs and the files left unpaired."""
         entry = self.splits.get(split)
         if not entry:
-            raise ConfigError(f"datamodule.source.splits.{split} is not set")
+            raise ConfigError(
+                f"datamodule.source.splits.{split} is not set; expected a folder under "
+                f"{self.root} (with {self.images}/ and {self.masks}/) or a .txt list"
+            )
         location = Path(self.root) / entry
+        if not location.exists():
+            raise ConfigError(
+                f"datamodule.source.splits.{split}={entry!r}: {location} does not exist; "
+                "expected a folder or a .txt list of image names"
+            )
         if location.is_file():
             image_dir, mask_dir = Path(self.root) / self.images, Path(self.root) / self.masks
             return self._pair_listed(location, image_dir, mask_dir)

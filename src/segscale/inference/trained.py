@@ -7,6 +7,7 @@ from it with ``load_trained``, so they need no training config.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,13 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{key}={str(path)!r} does not exist; expected a .ckpt from train.py")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        raise ConfigError(
+            f"{key}={str(path)!r} is not a readable checkpoint ({error}); expected a .ckpt "
+            "written by train.py"
+        ) from None
     meta = checkpoint.get("segscale") if isinstance(checkpoint, dict) else None
     if not meta or "state_dict" not in checkpoint:
         raise ConfigError(

@@ -1,0 +1,69 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from segscale.checks import ConfigError
+from segscale.cli.evaluate import evaluate
+from segscale.cli.train import CONFIG_DIR
+from tests.conftest import oracle_checkpoint, oracle_image, write_pair
+
+
+def _config(root: Path, ckpt: Path, out: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(
+            "evaluate",
+            overrides=[
+                "datamodule=folder",
+                f"datamodule.source.root={root}",
+                "+datamodule.source.splits.test=test",
+                "datamodule.num_classes=3",
+                "datamodule.class_names=[class0,class1,class2]",
+                "datamodule.class_colors=null",
+                f"ckpt={ckpt}",
+                f"output_dir={out}",
+                "accelerator=cpu",
+                "inference.tile_size=32",
+                *overrides,
+            ],
+        )
+
+
+def _dataset(root: Path) -> Path:
+    """Test images of classes 0 and 1 only (class 2 absent), with ignored pixels."""
+    rng = np.random.default_rng(0)
+    for name, shape in (("a", (45, 70)), ("b", (33, 33))):
+        mask = rng.integers(0, 2, shape).astype(np.uint8)
+        image = oracle_image(mask)
+        mask[:3, :5] = 255  # ignored: whatever is predicted there does not count
+        write_pair(root, "test", name, image, mask)
+    return root
+
+
+def test_a_model_that_predicts_the_truth_scores_iou_one(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    metrics = evaluate(_config(root, ckpt, tmp_path / "out", "split=test"))
+    assert metrics["GlobalAccuracy"] == 1.0 and metrics["MeanIoU"] == 1.0
+    classes = metrics["classes"]
+    assert classes["class0"]["IoU"] == classes["class1"]["IoU"] == 1.0
+    assert classes["class1"]["Dice"] == 1.0 and classes["class2"]["IoU"] is None
+    assert json.loads((tmp_path / "out/metrics.json").read_text()) == metrics
+    rows = (tmp_path / "out/confusion_matrix.csv").read_text().splitlines()
+    labelled = 45 * 70 + 33 * 33 - 2 * 15
+    assert sum(int(v) for row in rows[1:] for v in row.split(",")[1:]) == labelled
+    assert (tmp_path / "out/confusion_matrix.png").is_file()
+    assert (tmp_path / "out/class_metrics.csv").is_file()
+
+
+def test_classes_must_match_the_checkpoint_and_the_split_must_exist(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    with pytest.raises(ConfigError, match="differ from the classes the checkpoint"):
+        evaluate(
+            _config(root, ckpt, tmp_path / "out", "split=test", "datamodule.class_names=[x,y,z]")
+        )
+    with pytest.raises(ConfigError, match=r"splits.train='train'.*does not exist"):
+        evaluate(_config(root, ckpt, tmp_path / "out", "split=train"))
