@@ -122,6 +122,8 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     assert sorted(p.name for p in run.iterdir()) == [
         ".hydra",
         "checkpoints",
+        "class_frequencies.csv",
+        "class_frequencies.json",
         "evaluation",
         "metrics.csv",
         "summary.json",

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.checks import ConfigError, check_config, devices_count
@@ -68,8 +69,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         cfg.datamodule, _convert_="all", batch_size=max(batch_sizes), rank_batch_sizes=batch_sizes
     )
     report = datamodule.check()
-    log.info("%s", report.table())
-    report.write(Path(cfg.output_dir))
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     model_cfg["in_channels"] = model_cfg.get("in_channels") or datamodule.in_channels
     network = build(OmegaConf.create(model_cfg))
@@ -109,6 +108,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
     resolved = {"ckpt_path": ckpt_path} if ckpt_path else None
+    if rank_zero_only.rank == 0:  # read from the rank variables, before the trainer exists
+        log.info("%s", report.table())
+        report.write(Path(cfg.output_dir))
     with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved):
         trainer = instantiate(
             cfg.trainer,

@@ -80,6 +80,7 @@ class SegmentationModule(L.LightningModule):
         )
         # mean and std are fractions of full intensity; images arrive in raw pixel values.
         mean, std = torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+        self.max_value = max_value
         self.register_buffer("mean", mean * max_value, persistent=False)
         self.register_buffer("std", std * max_value, persistent=False)
         self.loss_fn = loss if loss is not None else SegmentationLoss(num_classes, ignore_index)

@@ -19,6 +19,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.checks import ConfigError
 from segscale.data.labels import class_colours
+from segscale.data.sources import display_rgb
 from segscale.metrics import write_evaluation
 from segscale.training.plots import (
     plot_sample_predictions,
@@ -378,7 +379,7 @@ class ValidationReport(L.Callback):
         names = pl_module.class_names
         colours = class_colours(getattr(trainer.datamodule, "class_colors", None), len(names))
         plot_sample_predictions(
-            [p["image"].permute(1, 2, 0).numpy() for p in picks],
+            [display_rgb(p["image"].permute(1, 2, 0).numpy(), pl_module.max_value) for p in picks],
             [p["mask"].numpy().astype(np.uint8) for p in picks],
             predictions.astype(np.uint8),
             pl_module.class_names,
