@@ -27,7 +27,7 @@ def test_shapes_and_epoch_length(tiles):
     sample = data[(0, 3)]
     assert len(data) == 12
     assert sample["image"].shape == (3, 48, 48) and sample["image"].dtype == torch.uint8
-    assert sample["mask"].shape == (48, 48) and sample["mask"].dtype == torch.long
+    assert sample["mask"].shape == (48, 48) and sample["mask"].dtype == torch.uint8
     assert sample["key"].tolist() == [0, 3]
 
 

@@ -113,12 +113,13 @@ class SegmentationModule(L.LightningModule):
         every DDP framework).
         """
         logits = self(batch["image"])
-        terms = self.loss_fn(logits, batch["mask"])
+        mask = batch["mask"].long()  # uint8 through the DataLoader, class indices here
+        terms = self.loss_fn(logits, mask)
         global_counts = self.trainer.strategy.reduce(terms.counts.clone(), reduce_op="sum")
         objective = terms.mean(global_counts, scale=self.trainer.world_size)
         with torch.no_grad():
-            labelled = batch["mask"] != self.ignore_index
-            correct = ((logits.argmax(1) == batch["mask"]) & labelled).sum()
+            labelled = mask != self.ignore_index
+            correct = ((logits.argmax(1) == mask) & labelled).sum()
             acc = correct / labelled.sum().clamp(min=1)
         self.log("train/loss", terms.mean(), prog_bar=True)
         self.log("train/acc", acc)
@@ -127,9 +128,10 @@ class SegmentationModule(L.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         """Accumulate the confusion matrix and loss of one validation batch."""
         logits = self(batch["image"])
-        loss, valid = self._loss(logits, batch["mask"])
+        mask = batch["mask"].long()
+        loss, valid = self._loss(logits, mask)
         self.val_loss.update(loss, weight=valid)
-        self.val_confusion.update(logits.argmax(1), batch["mask"])
+        self.val_confusion.update(logits.argmax(1), mask)
 
     def on_validation_epoch_end(self) -> None:
         """Log validation loss, accuracy, mean IoU and per-class IoU over all ranks."""
