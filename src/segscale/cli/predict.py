@@ -30,7 +30,11 @@ log = logging.getLogger(__name__)
 
 
 def predict(cfg: DictConfig) -> list[Path]:
-    """Predict every image that ``input`` names; return the written mask files."""
+    """Predict every image that ``input`` names; return the mask files written.
+
+    With several devices, the returned list is that of rank 0's share (every rank
+    writes its own images into the same folder).
+    """
     trained = load_trained(cfg.ckpt)
     images = input_images(cfg.input)
     window = instantiate(cfg.inference)
