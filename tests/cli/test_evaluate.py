@@ -67,3 +67,14 @@ def test_classes_must_match_the_checkpoint_and_the_split_must_exist(tmp_path: Pa
         )
     with pytest.raises(ConfigError, match=r"splits.train='train'.*does not exist"):
         evaluate(_config(root, ckpt, tmp_path / "out", "split=train"))
+
+
+def test_two_processes_count_every_image_once(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    one = evaluate(_config(root, ckpt, tmp_path / "one", "split=test"))
+    two = evaluate(_config(root, ckpt, tmp_path / "two", "split=test", "devices=2"))
+    assert two == one
+    assert (tmp_path / "two/confusion_matrix.csv").read_text() == (
+        tmp_path / "one/confusion_matrix.csv"
+    ).read_text()

@@ -56,9 +56,10 @@ def evaluate(cfg: DictConfig) -> dict:
     pairs = report.pairs[cfg.split]
     window = instantiate(cfg.inference)
     log.info("evaluating %s on %d %s image(s)", cfg.ckpt, len(pairs), cfg.split)
-    confusion = run_on_devices(
+    counts = run_on_devices(
         cfg.accelerator, cfg.devices, _confusion_of_share, pairs, trained, window, datamodule.labels
     )
+    confusion = torch.from_numpy(counts)
     output = Path(cfg.output_dir)
     write_evaluation(output, confusion, trained.class_names)
     metrics = evaluation_report(confusion, trained.class_names)
@@ -72,13 +73,15 @@ def _confusion_of_share(
     trained: TrainedModel,
     window: SlidingWindow,
     labels: LabelMap,
-) -> torch.Tensor:
+) -> np.ndarray:
     trained.module.to(fabric.device)
     confusion = torch.zeros(trained.num_classes, trained.num_classes, dtype=torch.int64)
     for pair in pairs:
         confusion += image_confusion(pair, trained, window, labels, fabric.device)
-    # Every rank's counts, summed: the confusion matrix of the whole split.
-    return fabric.all_reduce(confusion.to(fabric.device), reduce_op="sum").cpu()
+    # Every rank's counts, summed: the confusion matrix of the whole split. Returned as
+    # numpy, which crosses back from a spawned rank by value (a tensor would be shared
+    # memory that dies with its process).
+    return fabric.all_reduce(confusion.to(fabric.device), reduce_op="sum").cpu().numpy()
 
 
 def image_confusion(

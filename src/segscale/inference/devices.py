@@ -20,14 +20,28 @@ def run_on_devices(
 
     One device runs in this process; several are started as processes of their own
     (``ddp_spawn``: GPUs, or CPU processes with ``accelerator=cpu``), so that a run
-    writes one output folder. ``work`` may all-reduce through ``fabric``.
+    writes one output folder. ``work`` may all-reduce through ``fabric``; what it returns
+    must pickle by value (numpy, lists, paths; not tensors, which a spawned rank would
+    hand back as shared memory that dies with it).
     """
     count = devices_count(devices, available_devices(accelerator), key="devices")
     strategy = "ddp_spawn" if count > 1 else "auto"
     fabric = Fabric(accelerator=accelerator, devices=devices, strategy=strategy)
-    return fabric.launch(_share, work, items, *args)
+    return fabric.launch(_Share(work, items, args))
 
 
-def _share(fabric: Fabric, work: Callable[..., T], items: Sequence[Any], *args: Any) -> T:
-    """Rank ``r`` of ``N`` takes items ``r, r + N, …``."""
-    return work(fabric, items[fabric.global_rank :: fabric.world_size], *args)
+class _Share:
+    """``work`` on rank ``r`` of ``N`` with items ``r, r + N, …``.
+
+    A plain object on purpose: Lightning's process launcher walks the arguments it is
+    given and cannot rebuild frozen dataclasses (our pairs, the trained model), while it
+    passes an object like this one through as it is.
+    """
+
+    def __init__(self, work: Callable[..., T], items: Sequence[Any], args: tuple) -> None:
+        self.work, self.items, self.args = work, items, args
+
+    def __call__(self, fabric: Fabric) -> T:
+        """Run this rank's share."""
+        share = self.items[fabric.global_rank :: fabric.world_size]
+        return self.work(fabric, share, *self.args)

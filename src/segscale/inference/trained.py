@@ -36,7 +36,7 @@ def inference_metadata(model_cfg: dict[str, Any], datamodule: SegmentationDataMo
     }
 
 
-@dataclass  # not frozen: Lightning's process launcher rebuilds it in each process
+@dataclass(frozen=True)
 class TrainedModel:
     """A network ready for inference (eval mode) with its classes and input conventions."""
 
