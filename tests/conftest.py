@@ -54,15 +54,20 @@ def tiny_overrides(data_root: Path, output_dir: Path | None) -> list[str]:
     ]
 
 
+def compose_config(config_name: str, *overrides: str) -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` (train, predict, evaluate) with ``overrides``."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name, overrides=list(overrides))
+
+
 @pytest.fixture
 def make_config(tiny_data_root: Path, tmp_path: Path) -> Callable[..., DictConfig]:
     """Compose ``conf/train.yaml`` with the tiny overrides plus the given ones."""
 
     def make(*overrides: str) -> DictConfig:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose(
-                "train", overrides=[*tiny_overrides(tiny_data_root, tmp_path / "run"), *overrides]
-            )
+        return compose_config(
+            "train", *tiny_overrides(tiny_data_root, tmp_path / "run"), *overrides
+        )
 
     return make
 

@@ -3,32 +3,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from segscale.checks import ConfigError
 from segscale.cli.evaluate import evaluate
-from segscale.cli.train import CONFIG_DIR
-from tests.conftest import oracle_checkpoint, oracle_image, write_pair
+from tests.conftest import compose_config, oracle_checkpoint, oracle_image, write_pair
 
 
 def _config(root: Path, ckpt: Path, out: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(
-            "evaluate",
-            overrides=[
-                "datamodule=folder",
-                f"datamodule.source.root={root}",
-                "+datamodule.source.splits.test=test",
-                "datamodule.num_classes=3",
-                "datamodule.class_names=[class0,class1,class2]",
-                "datamodule.class_colors=null",
-                f"ckpt={ckpt}",
-                f"output_dir={out}",
-                "accelerator=cpu",
-                "inference.tile_size=32",
-                *overrides,
-            ],
-        )
+    return compose_config(
+        "evaluate",
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "+datamodule.source.splits.test=test",
+        "datamodule.num_classes=3",
+        "datamodule.class_names=[class0,class1,class2]",
+        "datamodule.class_colors=null",
+        f"ckpt={ckpt}",
+        f"output_dir={out}",
+        "accelerator=cpu",
+        "inference.tile_size=32",
+        *overrides,
+    )
 
 
 def _dataset(root: Path) -> Path:

@@ -3,18 +3,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
-from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from segscale.checks import ConfigError
 from segscale.cli.predict import predict
-from segscale.cli.train import CONFIG_DIR
-from tests.conftest import oracle_checkpoint, oracle_image
+from tests.conftest import compose_config, oracle_checkpoint, oracle_image
 
 
 def _config(*overrides: str):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("predict", overrides=["accelerator=cpu", *overrides])
+    return compose_config("predict", "accelerator=cpu", *overrides)
 
 
 def _images(folder: Path) -> dict[str, np.ndarray]:

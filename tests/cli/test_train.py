@@ -5,16 +5,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from PIL import Image
 
 from segscale.checks import ConfigError
 from segscale.cli.predict import predict
 from segscale.cli.train import CONFIG_DIR, instantiate_each, train
-from segscale.data.sources import read_mask
+from segscale.data.sources import read_mask_values
 from segscale.data.synthetic import draw_tile
-from tests.conftest import tiny_overrides, train_command, write_pair
+from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
 
 GROUPS = [
     "model",
@@ -195,23 +194,20 @@ def learning_data(tmp_path_factory):
 
 def test_default_run_learns(learning_data, tmp_path):
     """The default recipe, shortened, beats predicting the majority class by far."""
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                f"output_dir={tmp_path}",
-                f"datamodule.source.root={learning_data}",
-                "datamodule.source.image_size=512",
-                "datamodule.source.num_train=3",
-                "datamodule.source.num_val=1",
-                "datamodule.patches_per_image=64",
-                "trainer.max_epochs=2",
-                "trainer.accelerator=cpu",
-                "callbacks=none",
-            ],
-        )
+    cfg = compose_config(
+        "train",
+        f"output_dir={tmp_path}",
+        f"datamodule.source.root={learning_data}",
+        "datamodule.source.image_size=512",
+        "datamodule.source.num_train=3",
+        "datamodule.source.num_val=1",
+        "datamodule.patches_per_image=64",
+        "trainer.max_epochs=2",
+        "trainer.accelerator=cpu",
+        "callbacks=none",
+    )
     summary = train(cfg)
-    masks = [read_mask(p.mask) for p in instantiate(cfg.datamodule.source).pairs("val")]
+    masks = [read_mask_values(p.mask) for p in instantiate(cfg.datamodule.source).pairs("val")]
     counts = np.bincount(np.concatenate([m.ravel() for m in masks]), minlength=6)
     majority_miou = counts.max() / counts.sum() / np.count_nonzero(counts)
     # Measured here: mIoU 0.55 against a majority-class mIoU of 0.04.
@@ -236,8 +232,7 @@ def test_the_trainer_follows_the_schedule(make_config, tmp_path):
 
 
 def test_the_matlab_preset_has_the_users_settings(make_config):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["experiment=matlab_deeplabv3plus", "output_dir=/tmp/x"])
+    cfg = compose_config("train", "experiment=matlab_deeplabv3plus", "output_dir=/tmp/x")
     assert cfg.model.encoder == "inceptionresnetv2" and cfg.model.output_stride == 16
     assert cfg.datamodule.num_classes == 6 and cfg.datamodule.patch_size == 512
     assert cfg.datamodule.patches_per_image == 1500 and cfg.datamodule.batch_size == 20
@@ -283,29 +278,23 @@ def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
         for i in range(count):
             image, mask = draw_tile(64, seed=0, index=i + 10 * (split == "val"))
             write_pair(tmp_path / "data", split, f"t{i}", image, colours[mask])
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                *_folder_overrides(tmp_path / "data", tmp_path / "run"),
-                "datamodule/classes=potsdam_rgb",
-            ],
-        )
+    cfg = compose_config(
+        "train",
+        *_folder_overrides(tmp_path / "data", tmp_path / "run"),
+        "datamodule/classes=potsdam_rgb",
+    )
     summary = train(cfg)
     assert summary["epochs"] == 1
     frequencies = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
     assert frequencies[0].startswith("class,train_pixels") and len(frequencies) == 7
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        predict_cfg = compose(
-            "predict",
-            overrides=[
-                f"ckpt={tmp_path / 'run/checkpoints/last.ckpt'}",
-                f"input={tmp_path / 'data/val/images'}",
-                f"output_dir={tmp_path / 'predicted'}",
-                "accelerator=cpu",
-                "inference.tile_size=32",
-            ],
-        )
+    predict_cfg = compose_config(
+        "predict",
+        f"ckpt={tmp_path / 'run/checkpoints/last.ckpt'}",
+        f"input={tmp_path / 'data/val/images'}",
+        f"output_dir={tmp_path / 'predicted'}",
+        "accelerator=cpu",
+        "inference.tile_size=32",
+    )
     (written,) = predict(predict_cfg)
     assert np.asarray(Image.open(written)).shape == (64, 64)
     assert Image.open(written).getpalette()[:6] == [255, 255, 255, 0, 0, 255]
@@ -319,15 +308,12 @@ def test_16_bit_multichannel_tiffs_train_with_measured_normalization(tmp_path):
             image = rng.integers(0, 4000, (64, 64, 4)).astype(np.uint16)
             image[..., 3] += mask.astype(np.uint16) * 9000  # the fourth band tells the class
             write_pair(tmp_path / "data", split, f"t{i}", image, mask, ".tif", ".tif")
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                *_folder_overrides(tmp_path / "data", tmp_path / "run"),
-                "loss=ce_dice",
-                "loss.class_weights=median",
-            ],
-        )
+    cfg = compose_config(
+        "train",
+        *_folder_overrides(tmp_path / "data", tmp_path / "run"),
+        "loss=ce_dice",
+        "loss.class_weights=median",
+    )
     summary = train(cfg)
     assert summary["epochs"] == 1
     checkpoint = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=False)
@@ -342,8 +328,7 @@ def test_a_broken_folder_dataset_stops_the_run_listing_every_file(tmp_path):
         write_pair(tmp_path / "data", split, "ok", image, mask)
     (tmp_path / "data/train/masks/ok.png").rename(tmp_path / "data/train/masks/orphan.png")
     write_pair(tmp_path / "data", "val", "bad", image, np.full((64, 64), 9, np.uint8))
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=_folder_overrides(tmp_path / "data", tmp_path / "run"))
+    cfg = compose_config("train", *_folder_overrides(tmp_path / "data", tmp_path / "run"))
     with pytest.raises(ConfigError) as error:
         train(cfg)
     message = str(error.value)
@@ -354,6 +339,5 @@ def test_a_broken_folder_dataset_stops_the_run_listing_every_file(tmp_path):
 
 def compose_classes(name: str):
     """The datamodule keys that ``conf/datamodule/classes/<name>.yaml`` sets."""
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=[f"datamodule/classes={name}"])
+    cfg = compose_config("train", f"datamodule/classes={name}")
     return cfg.datamodule

@@ -109,16 +109,6 @@ def read_mask_values(path: Path) -> np.ndarray:
     return array
 
 
-def read_mask(path: Path) -> np.ndarray:
-    """Decode a class-index mask file to an H×W uint8 array."""
-    array = read_mask_values(path)
-    if array.ndim != 2:
-        raise ValueError(
-            f"{path}: expected a single-channel class-index mask, got {array.shape[2]} channels"
-        )
-    return np.ascontiguousarray(array, dtype=np.uint8)
-
-
 def _read_tiff(path: Path) -> np.ndarray:
     """A TIFF's first image with its channel axis last, memory-mapped when possible."""
     with tifffile.TiffFile(path) as tif:
