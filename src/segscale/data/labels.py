@@ -62,6 +62,11 @@ class LabelMap:
                 "datamodule.label_ids and datamodule.ignore_ids mix grey levels and RGB "
                 "triplets; expected all of one kind"
             )
+        # The table as sorted packed codes and their classes, for decoding by search.
+        codes = np.array([self._code(k) for k in self.table], np.int64)
+        order = np.argsort(codes)
+        self._sorted_codes = codes[order]
+        self._sorted_classes = np.array(list(self.table.values()), np.uint8)[order]
 
     def _add(self, value: LabelId, index: int, key: str) -> None:
         if value in self.table and self.table[value] != index:
@@ -104,9 +109,7 @@ class LabelMap:
 
     def decode_codes(self, codes: np.ndarray) -> np.ndarray:
         """Class indices (uint8) of mask values packed by ``codes``; unknown → ignore_index."""
-        keys = np.array([self._code(k) for k in self.table], np.int64)
-        order = np.argsort(keys)
-        keys, classes = keys[order], np.array(list(self.table.values()), np.uint8)[order]
+        keys, classes = self._sorted_codes, self._sorted_classes
         position = np.clip(np.searchsorted(keys, codes), 0, len(keys) - 1)
         return np.where(keys[position] == codes, classes[position], self.ignore_index).astype(
             np.uint8
@@ -114,7 +117,7 @@ class LabelMap:
 
     def unknown(self, codes: np.ndarray) -> list[LabelId]:
         """The mask values among the unique ``codes`` that name no class and are not ignored."""
-        known = {self._code(k) for k in self.table}
+        known = set(self._sorted_codes.tolist())
         return [self.value_of_code(int(c)) for c in codes if int(c) not in known]
 
     def describe(self) -> dict[str, Any]:
