@@ -27,6 +27,13 @@ def test_bad_devices_name_the_key(devices):
         ("datamodule.batch_size=0", "datamodule.batch_size"),
         ("datamodule.patch_size=-5", "datamodule.patch_size"),
         ("trainer.devices=0", "trainer.devices"),
+        ("datamodule.num_workers=-1", "datamodule.num_workers"),
+        ("datamodule.num_workers=many", "datamodule.num_workers"),
+        ("datamodule.prefetch_factor=0", "datamodule.prefetch_factor"),
+        ("datamodule.persistent_workers=yes_please", "datamodule.persistent_workers"),
+        ("datamodule.pin_memory=1", "datamodule.pin_memory"),
+        ("training.compile=fast", "training.compile"),
+        ("training.channels_last=null", "training.channels_last"),
     ],
 )
 def test_check_config_names_the_key(make_config, override, key):

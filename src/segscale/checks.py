@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 class ConfigError(ValueError):
@@ -25,7 +25,6 @@ def check_config(cfg: DictConfig) -> None:
         ("datamodule.patch_size", 1),
         ("datamodule.patches_per_image", 1),
         ("datamodule.batch_size", 1),
-        ("datamodule.num_workers", 0),
     ):
         value = _get(cfg, key)
         _require(
@@ -34,6 +33,7 @@ def check_config(cfg: DictConfig) -> None:
             lambda v, m=minimum: isinstance(v, int) and v >= m,
             f"an integer >= {minimum}",
         )
+    check_loader_options(cfg)
     # Imported here: these modules import ConfigError from this one.
     from segscale.data.samplers import SHUFFLE_MODES
     from segscale.training.optim import SOLVERS
@@ -52,6 +52,35 @@ def check_config(cfg: DictConfig) -> None:
         lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
         "a positive learning rate such as 0.01",
     )
+
+
+def check_loader_options(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for a DataLoader or speed option that cannot work."""
+    workers = _get(cfg, "datamodule.num_workers")
+    if workers != "auto":
+        _require(
+            workers,
+            "datamodule.num_workers",
+            lambda v: isinstance(v, int) and v >= 0,
+            "an integer >= 0, or 'auto' (the rank's share of the CPU cores)",
+        )
+    prefetch = OmegaConf.select(cfg, "datamodule.prefetch_factor", default=2)
+    _require(
+        prefetch,
+        "datamodule.prefetch_factor",
+        lambda v: isinstance(v, int) and v >= 1,
+        "an integer >= 1",
+    )
+    for key, allowed in (
+        ("datamodule.persistent_workers", (True, False)),
+        ("datamodule.pin_memory", (True, False, None)),
+        ("training.channels_last", (True, False)),
+        ("training.compile", (True, False)),
+    ):
+        value = OmegaConf.select(cfg, key, default=False)
+        if not any(value is option for option in allowed):
+            expected = " or ".join({True: "true", False: "false", None: "null"}[o] for o in allowed)
+            raise ConfigError(f"{key}={value!r} is not allowed: expected {expected}")
 
 
 def is_device_list(devices: Any) -> bool:

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.checks import ConfigError, check_config, devices_count
+from segscale.data.datamodule import SegmentationDataModule
 from segscale.inference.trained import inference_metadata
 from segscale.models.module import SegmentationModule
 from segscale.training.callbacks import RunSummary, ensure_writable
@@ -35,6 +36,7 @@ from segscale.training.launch import (
     resolve_accelerator,
 )
 from segscale.training.resume import resolve_checkpoint, run_dir_for
+from segscale.training.scaling import Effective
 from segscale.training.sync_batchnorm import convert_sync_batchnorm
 
 log = logging.getLogger(__name__)
@@ -63,37 +65,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     devices = trainer_devices(cfg, num_processes, effective.included)
     # Devices are left out on one node only, so every node runs the same number.
     num_processes = effective.world_size // cfg.trainer.num_nodes
-    batch_sizes = list(effective.per_device_batch_sizes)
-    # batch_size also sets the validation batch: that of the largest training share.
-    datamodule = build(
-        cfg.datamodule, _convert_="all", batch_size=max(batch_sizes), rank_batch_sizes=batch_sizes
-    )
+    datamodule = build_datamodule(cfg, effective)
     report = datamodule.check()
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    model_cfg["in_channels"] = model_cfg.get("in_channels") or datamodule.in_channels
-    network = build(OmegaConf.create(model_cfg))
-    if sync_batchnorm and effective.world_size > 1:
-        network = convert_sync_batchnorm(network, resolve_accelerator(cfg.trainer.accelerator))
-    module = SegmentationModule(
-        network=network,
-        optimizer=build(cfg.optimizer, lr=effective.learning_rate),
-        schedule=build(cfg.scheduler, **warmup_for(cfg.scheduler, effective.warmup_epochs)),
-        num_classes=datamodule.num_classes,
-        class_names=datamodule.class_names,
-        ignore_index=datamodule.ignore_index,
-        mean=datamodule.mean,
-        std=datamodule.std,
-        max_value=datamodule.max_value,
-        gradient_threshold=cfg.training.gradient_threshold,
-        gradient_threshold_method=cfg.training.gradient_threshold_method,
-        channels_last=cfg.training.channels_last,
-        loss=build(
-            cfg.loss,
-            num_classes=datamodule.num_classes,
-            ignore_index=datamodule.ignore_index,
-            class_frequencies=report.frequencies("train").tolist(),
-        ),
-        inference_metadata=inference_metadata(model_cfg, datamodule),
+    module = build_module(
+        cfg,
+        datamodule,
+        effective.learning_rate,
+        effective.warmup_epochs,
+        sync_batchnorm=sync_batchnorm and effective.world_size > 1,
     )
     scaling = {**OmegaConf.to_container(cfg.scaling), **effective.as_dict()}
     scaling |= {"base_learning_rate": cfg.optimizer.lr}
@@ -125,6 +104,60 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
     return (RunSummary.read(cfg.output_dir) or {}) if trainer.is_global_zero else {}
+
+
+def build_datamodule(cfg: DictConfig, effective: Effective) -> SegmentationDataModule:
+    """The ``datamodule`` group's object, with the per-device batches of ``effective``."""
+    batch_sizes = list(effective.per_device_batch_sizes)
+    # batch_size also sets the validation batch: that of the largest training share.
+    return build(
+        cfg.datamodule, _convert_="all", batch_size=max(batch_sizes), rank_batch_sizes=batch_sizes
+    )
+
+
+def build_module(
+    cfg: DictConfig,
+    datamodule: SegmentationDataModule,
+    learning_rate: float,
+    warmup_epochs: float = 0.0,
+    sync_batchnorm: bool = False,
+) -> SegmentationModule:
+    """The network (``model``), loss, optimizer and schedule of ``cfg`` in one module.
+
+    ``learning_rate`` and ``warmup_epochs`` are the values after the scaling rules;
+    ``sync_batchnorm`` converts batch norm to the synchronized kind (DDP, several ranks).
+    ``training.compile`` compiles the network in place (``nn.Module.compile``), so its
+    checkpoint keys stay those of the plain network.
+    """
+    report = datamodule.check()
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg["in_channels"] = model_cfg.get("in_channels") or datamodule.in_channels
+    network = build(OmegaConf.create(model_cfg))
+    if sync_batchnorm:
+        network = convert_sync_batchnorm(network, resolve_accelerator(cfg.trainer.accelerator))
+    if cfg.training.get("compile"):
+        network.compile()
+    return SegmentationModule(
+        network=network,
+        optimizer=build(cfg.optimizer, lr=learning_rate),
+        schedule=build(cfg.scheduler, **warmup_for(cfg.scheduler, warmup_epochs)),
+        num_classes=datamodule.num_classes,
+        class_names=datamodule.class_names,
+        ignore_index=datamodule.ignore_index,
+        mean=datamodule.mean,
+        std=datamodule.std,
+        max_value=datamodule.max_value,
+        gradient_threshold=cfg.training.gradient_threshold,
+        gradient_threshold_method=cfg.training.gradient_threshold_method,
+        channels_last=cfg.training.channels_last,
+        loss=build(
+            cfg.loss,
+            num_classes=datamodule.num_classes,
+            ignore_index=datamodule.ignore_index,
+            class_frequencies=report.frequencies("train").tolist(),
+        ),
+        inference_metadata=inference_metadata(model_cfg, datamodule),
+    )
 
 
 def trainer_devices(cfg: DictConfig, per_node: int, included: tuple[int, ...]) -> Any:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import cv2
 import lightning as L
+from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from segscale.data.augment import Augmentation
@@ -17,6 +19,26 @@ from segscale.data.sources import TileSource, load_tiles
 from segscale.data.validation import DatasetReport, validate_dataset
 from segscale.training.resume import batches_done_in_epoch
 
+MAX_AUTO_WORKERS = 8
+"""``num_workers: auto`` never starts more workers than this per rank: each holds a copy
+of the dataset's Python state, and beyond a few the GPU, not the pipeline, is the limit
+(``bench.py`` measures where it lies for a config)."""
+
+
+def cpus_available() -> int:
+    """CPU cores this process may run on (its affinity mask, as SLURM and taskset set it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def auto_num_workers(ranks_per_node: int, cpus: int | None = None) -> int:
+    """DataLoader workers per rank for ``num_workers: auto``: the rank's share of the cores.
+
+    One core of each share is left to the rank's main process (the training step, and
+    collating the workers' batches); at least one worker, at most ``MAX_AUTO_WORKERS``.
+    """
+    share = (cpus or cpus_available()) // max(1, ranks_per_node)
+    return max(1, min(MAX_AUTO_WORKERS, share - 1))
+
 
 class SegmentationDataModule(L.LightningDataModule):
     """Random augmented patches for training and a fixed patch grid for validation.
@@ -26,6 +48,10 @@ class SegmentationDataModule(L.LightningDataModule):
     ``use_distributed_sampler=False``, which ``segscale.cli.train`` does.
     ``batch_size`` is the training batch of every device, unless ``rank_batch_sizes``
     gives one per rank (uneven devices, ``scaling.worker_load``).
+
+    Loader settings: ``num_workers`` per rank (``"auto"``: ``auto_num_workers``),
+    ``pin_memory`` (``None``: on when training on a GPU), ``persistent_workers`` (keep
+    workers across epochs) and ``prefetch_factor`` (batches each worker keeps ready).
     """
 
     def __init__(
@@ -36,13 +62,13 @@ class SegmentationDataModule(L.LightningDataModule):
         patch_size: int = 128,
         patches_per_image: int = 64,
         batch_size: int = 8,
-        num_workers: int = 1,
+        num_workers: int | str = "auto",
         augmentation: Augmentation | None = None,
         ignore_index: int = 255,
         seed: int = 0,
         shuffle: str = "every-epoch",
         val_batch_size: int | None = None,
-        pin_memory: bool = False,
+        pin_memory: bool | None = None,
         mean: Sequence[float] | None = (0.485, 0.456, 0.406),
         std: Sequence[float] | None = (0.229, 0.224, 0.225),
         in_channels: int | None = 3,
@@ -50,6 +76,8 @@ class SegmentationDataModule(L.LightningDataModule):
         rank_batch_sizes: Sequence[int] | None = None,
         label_ids: Sequence[Any] | None = None,
         ignore_ids: Sequence[Any] = (),
+        persistent_workers: bool = True,
+        prefetch_factor: int = 2,
     ) -> None:
         super().__init__()
         self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
@@ -57,6 +85,7 @@ class SegmentationDataModule(L.LightningDataModule):
         self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
         self.rank_batch_sizes = list(rank_batch_sizes) if rank_batch_sizes else None
         self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.persistent_workers, self.prefetch_factor = persistent_workers, prefetch_factor
         self.augmentation = augmentation or Augmentation()
         self.ignore_index, self.seed, self.shuffle = ignore_index, seed, shuffle
         self._mean, self._std, self._in_channels = mean, std, in_channels
@@ -130,8 +159,11 @@ class SegmentationDataModule(L.LightningDataModule):
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
 
-    def train_dataloader(self) -> DataLoader:
-        """Random patches of each epoch: the shard of this rank."""
+    def train_dataloader(self, num_workers: int | None = None) -> DataLoader:
+        """Random patches of each epoch: the shard of this rank.
+
+        ``num_workers`` overrides the configured workers (``bench.py`` measures several).
+        """
         rank, world = self._rank_and_world()
         batch_sizes = self.rank_batch_sizes or [self.batch_size] * world
         if len(batch_sizes) != world:
@@ -146,7 +178,7 @@ class SegmentationDataModule(L.LightningDataModule):
                 trainer.accumulate_grad_batches,
             )
             sampler.skip(min(done, len(sampler)))
-        return self._loader(self.train_set, batch_sampler=sampler)
+        return self._loader(self.train_set, batch_sampler=sampler, num_workers=num_workers)
 
     def val_dataloader(self) -> DataLoader:
         """Validation grid patches: the share of this rank (metrics are synced across ranks)."""
@@ -154,17 +186,31 @@ class SegmentationDataModule(L.LightningDataModule):
         shard = Subset(self.val_set, range(rank, len(self.val_set), world))
         return self._loader(shard, batch_size=self.val_batch_size)
 
+    def workers_per_rank(self) -> int:
+        """DataLoader workers of each rank: ``num_workers``, or its ``auto`` value."""
+        if self.num_workers != "auto":
+            return int(self.num_workers)
+        return auto_num_workers(self.trainer.num_devices if self.trainer else 1)
+
     def _loader(
         self,
         dataset: Dataset,
         batch_size: int | None = None,
         batch_sampler: Sampler | None = None,
+        num_workers: int | None = None,
     ) -> DataLoader:
+        workers = self.workers_per_rank() if num_workers is None else num_workers
+        pin_memory = self.pin_memory
+        if pin_memory is None:  # page-locked host memory only helps copies to a GPU
+            pin_memory = self.trainer is not None and isinstance(
+                self.trainer.accelerator, CUDAAccelerator
+            )
         return DataLoader(
             dataset,
             batch_size=batch_size or 1,
             batch_sampler=batch_sampler,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
+            num_workers=workers,
+            pin_memory=pin_memory,
+            persistent_workers=self.persistent_workers and workers > 0,
+            prefetch_factor=self.prefetch_factor if workers > 0 else None,
         )
