@@ -13,6 +13,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from segscale.checks import ConfigError
 from segscale.metrics import scores_from_confusion
 from segscale.models.losses import SegmentationLoss
 from segscale.training.optim import (
@@ -166,10 +167,17 @@ class SegmentationModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         """The ``optimizer`` group's optimizer, its rate set per step by ``scheduler``."""
         optimizer = self.optimizer_factory(self.network)
-        total_steps = int(self.trainer.estimated_stepping_batches)
+        total_steps = self.trainer.estimated_stepping_batches
+        if not math.isfinite(total_steps):
+            raise ConfigError(
+                "trainer.max_epochs=-1 with trainer.max_steps=-1 trains without end: the "
+                "learning-rate schedule needs one; set trainer.max_steps or trainer.max_epochs"
+            )
+        if self.trainer.train_dataloader is None:  # max_epochs=-1: Lightning has not loaded it
+            self.trainer.fit_loop.setup_data()
         batches = self.trainer.num_training_batches
         steps_per_epoch = max(1, math.ceil(batches / self.trainer.accumulate_grad_batches))
-        scheduler = lr_scheduler(optimizer, self.schedule, steps_per_epoch, total_steps)
+        scheduler = lr_scheduler(optimizer, self.schedule, steps_per_epoch, int(total_steps))
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},

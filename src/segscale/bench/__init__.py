@@ -1,0 +1,1 @@
+"""Measurement and prediction code behind ``bench.py``."""

@@ -1,0 +1,168 @@
+"""What ``bench.py`` leaves behind: the terminal table, ``bench.json`` and the plots."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from segscale.training.plots import plt, save_figure
+
+FILE = "bench.json"
+
+
+def write_json(results: dict[str, Any], folder: Path) -> Path:
+    """Write ``bench.json`` into ``folder`` atomically; its path."""
+    path = folder / FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{FILE}.{os.getpid()}")
+    temporary.write_text(json.dumps(results, indent=2))
+    temporary.replace(path)
+    return path
+
+
+def _rows(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    width = max(len(name) for name, _ in rows)
+    return [title, *(f"  {name:<{width}}  {value}" for name, value in rows)]
+
+
+def table(results: dict[str, Any]) -> str:
+    """The results as the plain-text table printed on the terminal."""
+    lines: list[str] = []
+    pipeline, compute = results["pipeline"], results["compute"]
+    lines += _rows(
+        f"Data pipeline ({pipeline['patch_size']}² patches, patches/s)",
+        [
+            ("crop alone, one core", f"{pipeline['crop_only']:.0f}"),
+            ("crop + one warp, one core", f"{pipeline['crop_and_warp']:.0f}"),
+            (
+                "augmented, one core",
+                f"{pipeline['augmented_one_core']:.0f} "
+                f"({pipeline['augmentation_cost']:.2f}× the cost of crop + warp)",
+            ),
+            *((f"DataLoader, {w} workers", f"{r:.0f}") for w, r in pipeline["loader"].items()),
+        ],
+    )
+    lightning, bare = compute["lightning"], compute["bare"]
+    step = lightning["mean_s"]
+    lines += _rows(
+        f"Compute (one {compute['device']}, batch {compute['batch']}, {compute['precision']})",
+        [
+            (
+                "step, Lightning",
+                f"{1000 * step:.1f} ms ± {1000 * lightning['spread_s']:.1f} "
+                f"over {len(lightning['window_means_s'])} windows, "
+                f"{compute['batch'] / step:.1f} patches/s",
+            ),
+            (
+                "step, bare PyTorch loop",
+                f"{1000 * bare['step']['mean_s']:.1f} ms (forward {1000 * bare['forward_s']:.1f}, "
+                f"backward {1000 * bare['backward_s']:.1f}, "
+                f"optimizer {1000 * bare['optimizer_s']:.1f})",
+            ),
+            ("Lightning / bare", f"{compute['framework_ratio']:.3f}"),
+            ("peak memory", f"{compute['peak_memory_mb']:.0f} MB ({compute['memory_kind']})"),
+            ("parameters", f"{compute['parameters'] / 1e6:.2f} M"),
+            ("gradient per step", f"{compute['gradient_bytes'] / 2**20:.1f} MiB"),
+        ],
+    )
+    if results["options"]:
+        lines += _rows(
+            "Options (bare step, one at a time)",
+            [
+                (
+                    row["option"],
+                    f"error: {row['error']}"
+                    if row["error"]
+                    else f"{1000 * row['step_s']:.1f} ms, {row['speedup']:.2f}×, "
+                    f"{row['peak_memory_mb']:.0f} MB, warm-up {row['warmup_s']:.1f} s",
+                )
+                for row in results["options"]
+            ],
+        )
+    lines += _rows(
+        f"Scaling, measured (strategy=ddp, {results['scaling']['per_device']})",
+        [
+            (
+                f"{row['devices']} devices" + (f", {row['variant']}" if row["variant"] else ""),
+                f"error: {row['error']}"
+                if row["error"]
+                else f"{row['throughput']:.1f} patches/s, speed-up {row['speedup']:.2f}, "
+                f"efficiency {row['efficiency']:.0%}",
+            )
+            for row in results["scaling"]["measured"]
+        ],
+    )
+    predicted = results["prediction"]["rows"]
+    devices = sorted({row["devices"] for row in predicted})
+    links = list(dict.fromkeys(row["interconnect"] for row in predicted))
+    cells = {(r["interconnect"], r["devices"]): r for r in predicted}
+    lines += _rows(
+        "Scaling, predicted: speed-up (efficiency) on " + ", ".join(map(str, devices)) + " devices",
+        [
+            (
+                link,
+                "   ".join(cell(cells.get((link, n))) for n in devices),
+            )
+            for link in links
+        ],
+    )
+    lines += ["  * limited by the data pipeline", "", "Verdict", results["verdict"]]
+    return "\n".join(lines)
+
+
+def cell(row: dict[str, Any] | None) -> str:
+    """One predicted speed-up and efficiency; ``*`` when the data pipeline limits it."""
+    if row is None:
+        return "-"
+    return f"{row['speedup']:.2f}× ({row['efficiency']:.0%})" + ("*" if row["data_bound"] else "")
+
+
+def plot_scaling(results: dict[str, Any], path: Path) -> None:
+    """Throughput and efficiency against devices: measured points, predicted lines."""
+    figure, (rate_axis, efficiency_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    by_link: dict[str, list[dict[str, Any]]] = {}
+    for row in results["prediction"]["rows"]:
+        by_link.setdefault(row["interconnect"], []).append(row)
+    for link, rows in by_link.items():
+        rows = sorted(rows, key=lambda r: r["devices"])
+        devices = [1] + [r["devices"] for r in rows]
+        one = results["prediction"]["one_device_throughput"]
+        rate_axis.plot(devices, [one] + [r["throughput"] for r in rows], "--", label=link)
+        efficiency_axis.plot(devices, [1.0] + [r["efficiency"] for r in rows], "--", label=link)
+    measured = [r for r in results["scaling"]["measured"] if not r["error"] and not r["variant"]]
+    if measured:
+        devices = [r["devices"] for r in measured]
+        style = {"color": "black", "marker": "o", "linestyle": "-", "label": "measured here"}
+        rate_axis.plot(devices, [r["throughput"] for r in measured], **style)
+        efficiency_axis.plot(devices, [r["efficiency"] for r in measured], **style)
+    rate_axis.set_ylabel("patches/s (all devices)")
+    efficiency_axis.set_ylabel("efficiency (speed-up / devices)")
+    efficiency_axis.set_ylim(0, 1.05)
+    for axis in (rate_axis, efficiency_axis):
+        axis.set_xlabel("devices")
+        axis.grid(alpha=0.3)
+    efficiency_axis.legend(fontsize=8)
+    save_figure(figure, path)
+
+
+def plot_pipeline(results: dict[str, Any], path: Path) -> None:
+    """DataLoader patches/s against workers, beside one core's ceilings and the device's need."""
+    pipeline = results["pipeline"]
+    figure, axis = plt.subplots(figsize=(6.5, 4.5))
+    workers = [int(w) for w in pipeline["loader"]]
+    axis.plot(workers, list(pipeline["loader"].values()), "o-", color="black", label="DataLoader")
+    for key, text, colour in (
+        ("crop_only", "crop alone × workers", "tab:green"),
+        ("crop_and_warp", "crop + warp × workers", "tab:blue"),
+    ):
+        axis.plot(workers, [pipeline[key] * w for w in workers], ":", color=colour, label=text)
+    need = results["compute"]["batch"] / results["compute"]["lightning"]["mean_s"]
+    axis.axhline(need, color="tab:red", label="one device consumes")
+    axis.set_yscale("log")
+    axis.set_xlabel("DataLoader workers")
+    axis.set_ylabel("patches/s")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    save_figure(figure, path)

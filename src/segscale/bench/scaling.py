@@ -1,0 +1,219 @@
+"""Measured scaling: ``train.py`` with ``strategy=ddp`` on N devices, and the all-reduce.
+
+Each N is a real, short training run through the same entry point as the user's
+(``python train.py <the user's overrides> strategy=ddp trainer.devices=N``), with the
+data pipeline, DDP, synchronized batch norm and all. Validation, checkpoints and loggers
+are off, and a ``StepTimer`` callback records rank 0's step times. On CPUs every rank
+gets the same number of threads (``threads`` each), so that N processes are N equal
+devices, as N GPUs would be.
+
+``measure_allreduce`` times the collective itself between N processes of this machine
+(gloo between CPU processes, NCCL between GPUs) and turns it into a bus bandwidth and a
+per-step latency: an ``Interconnect`` row for "this machine", so that the prediction can
+be checked against the measured runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+
+from segscale.bench.interconnects import Interconnect
+from segscale.bench.timing import Timing, summarize_steps
+from segscale.cli.train import CONFIG_DIR
+
+# What the scaling runs set themselves: these keys (and, for groups whose options they
+# replace, every key below them) are not passed on from the user's overrides.
+OWN_KEYS = (
+    "strategy",
+    "trainer.devices",
+    "trainer.accelerator",
+    "trainer.max_steps",
+    "trainer.max_epochs",
+    "trainer.limit_val_batches",
+    "trainer.enable_checkpointing",
+    "ckpt_path",
+    "output_dir",
+    "task_name",
+)
+OWN_GROUPS = ("callbacks", "logger", "hydra", "bench")
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One measured N: rank 0's step timing and the global batch of a step."""
+
+    devices: int
+    timing: Timing | None
+    global_batch: int
+    error: str | None = None
+
+    @property
+    def throughput(self) -> float | None:
+        """Patches/s of all devices together."""
+        return self.global_batch / self.timing.mean_s if self.timing else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain numbers (for ``bench.json``)."""
+        return {
+            "devices": self.devices,
+            "global_batch": self.global_batch,
+            "throughput": self.throughput,
+            "timing": self.timing.as_dict() if self.timing else None,
+            "error": self.error,
+        }
+
+
+SYNC_BATCHNORM = "strategy.sync_batchnorm"
+
+
+def override_key(override: str) -> str:
+    """The config key of a command-line override (``+a.b=1`` → ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def passed_on(overrides: list[str]) -> list[str]:
+    """The user's overrides that the scaling runs keep (not the keys they set themselves)."""
+
+    def own(override: str) -> bool:
+        key = override_key(override)
+        return key in OWN_KEYS or key.split(".")[0] in OWN_GROUPS
+
+    return [override for override in overrides if not own(override)]
+
+
+def without_key(overrides: list[str], key: str) -> list[str]:
+    """``overrides`` without those that set ``key``."""
+    return [override for override in overrides if override_key(override) != key]
+
+
+def sync_batchnorm(overrides: list[str]) -> bool:
+    """Whether the scaling runs synchronize batch norm: the user's override, else ddp's default."""
+    for override in reversed(passed_on(overrides)):
+        if override_key(override) == SYNC_BATCHNORM:
+            return override.split("=", 1)[1].strip().lower() == "true"
+    return bool(OmegaConf.load(Path(CONFIG_DIR) / "strategy" / "ddp.yaml").sync_batchnorm)
+
+
+def scaling_command(
+    train_script: Path,
+    overrides: list[str],
+    devices: int,
+    accelerator: str,
+    steps: int,
+    folder: Path,
+) -> list[str]:
+    """The ``train.py`` command line of the run on ``devices`` devices."""
+    return [
+        sys.executable,
+        str(train_script),
+        *passed_on(overrides),
+        "strategy=ddp",
+        f"trainer.devices={devices}",
+        f"trainer.accelerator={accelerator}",
+        # ++: set whether or not the trainer config names the key
+        f"++trainer.max_steps={steps}",
+        "++trainer.max_epochs=-1",
+        "++trainer.limit_val_batches=0",
+        "++trainer.enable_checkpointing=false",
+        "callbacks=none",
+        "logger=none",
+        "+callbacks.step_timer._target_=segscale.bench.timing.StepTimer",
+        f"+callbacks.step_timer.path={folder / 'steps.json'}",
+        f"hydra.run.dir={folder}",
+    ]
+
+
+def run_scaling_point(
+    command: list[str],
+    folder: Path,
+    devices: int,
+    threads: int | None,
+    warmup: int,
+    windows: int,
+    timeout_s: float,
+) -> ScalingPoint:
+    """Run one ``scaling_command``; its rank 0 step timing, or the error it ended with."""
+    env = dict(os.environ)
+    if threads:
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return ScalingPoint(devices, None, 0, f"no result within {timeout_s:.0f} s")
+    (folder / "console.log").write_text(done.stdout + done.stderr)
+    steps = folder / "steps.json"
+    if done.returncode or not steps.is_file():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return ScalingPoint(devices, None, 0, f"exit {done.returncode}: {' | '.join(tail)}")
+    record = json.loads(steps.read_text())
+    timing = summarize_steps(record["durations_s"], warmup, windows)
+    return ScalingPoint(devices, timing, record["global_batch"])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _allreduce_rank(
+    rank: int, world: int, port: int, nbytes: int, repeats: int, result: str, cuda: bool
+) -> None:
+    """One rank of ``measure_allreduce``: time large and tiny all-reduces."""
+    os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    times = {}
+    for name, numel in (("large", max(1, nbytes // 4)), ("tiny", 1)):
+        tensor = torch.ones(numel, device=device)
+        samples = []
+        for i in range(repeats + 2):  # the first two set up the rings
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(tensor)
+            if cuda:
+                torch.cuda.synchronize(device)
+            if i >= 2:
+                samples.append(time.perf_counter() - start)
+        times[name] = statistics.median(samples)
+    if rank == 0:
+        Path(result).write_text(json.dumps(times))
+    dist.destroy_process_group()
+
+
+def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> Interconnect:
+    """The all-reduce between ``world`` processes of this machine, as an ``Interconnect`` row.
+
+    Bus bandwidth from a ``nbytes`` all-reduce (2(N−1)/N × bytes / time, as nccl-tests
+    define it), latency per ring step from a 4-byte one.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        result = Path(folder) / "allreduce.json"
+        args = (world, _free_port(), nbytes, repeats, str(result), cuda)
+        mp.start_processes(_allreduce_rank, args=args, nprocs=world, start_method="spawn")
+        times = json.loads(result.read_text())
+    ring = 2 * (world - 1)
+    return Interconnect(
+        name=f"this machine ({'NCCL' if cuda else 'gloo'}, measured)",
+        bus_bandwidth=ring / world * nbytes / times["large"],
+        latency=times["tiny"] / ring,
+        source=f"all-reduce of {nbytes / 2**20:.0f} MiB between {world} processes, measured",
+    )

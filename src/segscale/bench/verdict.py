@@ -1,0 +1,149 @@
+"""The verdict: one plain paragraph from the measured and predicted numbers.
+
+The rules, in order: the data pipeline is the bottleneck when the configured workers
+deliver fewer patches/s than one device consumes; communication is, when the predicted
+efficiency on ``max(predict_devices)`` devices over PCIe falls below ``GOOD_EFFICIENCY``;
+otherwise compute is. What to change first follows the bottleneck: workers for data; a
+larger per-device batch and a faster link for communication; the fastest measured
+option (precision, channels_last, compile) for compute. Warnings follow: measured
+scaling well below the prediction, synchronized batch norm that costs more than 15%,
+epochs too short for many devices, framework overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GOOD_EFFICIENCY = 0.75
+"""Predicted efficiency below which communication is called the bottleneck."""
+
+MIN_STEPS_PER_EPOCH = 10
+"""Fewer steps than this per rank and epoch: start-up, validation and epoch ends dominate."""
+
+FRAMEWORK_TOLERANCE = 1.03
+"""Lightning's step may take this many times the bare loop's before the verdict says so."""
+
+SYNC_BATCHNORM_TOLERANCE = 1.15
+"""Turning synchronized batch norm off must gain this much before the verdict says so."""
+
+PCIE = "PCIe 4.0 x16"
+NVLINK = "NVLink H100"
+
+
+@dataclass(frozen=True)
+class Findings:
+    """The numbers the verdict is made of (patches/s unless said otherwise)."""
+
+    batch: int  # per device
+    compute_rate: float  # one device, Lightning step, data in memory
+    pipeline_rate: float  # the configured DataLoader workers
+    workers: int  # the configured workers per rank
+    best_workers: int
+    best_pipeline_rate: float
+    framework_ratio: float  # Lightning step / bare-loop step
+    steps_per_epoch: int  # on one device
+    predicted: dict[str, dict[int, float]]  # interconnect → devices → efficiency
+    measured: dict[int, float] = field(default_factory=dict)  # devices → efficiency (N ≥ 2)
+    predicted_here: dict[int, float] = field(default_factory=dict)  # this machine's link
+    best_option: tuple[str, float] | None = None  # overrides, speed-up of the step
+    # Devices, and throughput without / with synchronized batch norm there (when it is on)
+    sync_batchnorm_gain: tuple[int, float] | None = None
+
+
+def bottleneck(findings: Findings) -> str:
+    """``data``, ``communication`` or ``compute``: what limits training (module docstring)."""
+    if findings.pipeline_rate < findings.compute_rate:
+        return "data"
+    most = max(findings.predicted[PCIE])
+    if findings.predicted[PCIE][most] < GOOD_EFFICIENCY:
+        return "communication"
+    return "compute"
+
+
+def verdict(findings: Findings) -> str:
+    """The paragraph: bottleneck, whether more devices help and by how much, what to change."""
+    f = findings
+    most = max(f.predicted[PCIE])
+    nvlink, pcie = f.predicted[NVLINK][most], f.predicted[PCIE][most]
+    kind = bottleneck(f)
+    sentences = [
+        f"One device trains {f.compute_rate:.1f} patches/s (batch {f.batch}); "
+        f"{f.workers} DataLoader worker(s) deliver {f.pipeline_rate:.1f} patches/s."
+    ]
+    if kind == "data":
+        sentences.append(
+            f"The bottleneck is the data pipeline: the device waits for patches, and more "
+            f"devices will not help until each rank's workers keep up. Change first "
+            f"datamodule.num_workers (measured best: {f.best_workers} workers, "
+            f"{f.best_pipeline_rate:.1f} patches/s"
+            + (
+                ")."
+                if f.best_pipeline_rate >= f.compute_rate
+                else "; still short: cheaper augmentation or smaller patches)."
+            )
+        )
+    elif kind == "communication":
+        sentences.append(
+            f"The bottleneck is communication: on {most} devices the gradient all-reduce "
+            f"that the backward pass cannot hide leaves an expected efficiency of "
+            f"{pcie:.0%} over {PCIE} ({most * pcie:.1f}×) and {nvlink:.0%} over {NVLINK} "
+            f"({most * nvlink:.1f}×). Change first the per-device batch (datamodule."
+            f"batch_size: the all-reduce stays the same while the compute per step grows), "
+            f"then the interconnect."
+        )
+    else:
+        sentences.append(
+            f"The bottleneck is compute, so more devices help: on {most} devices expect "
+            f"{most * nvlink:.1f}× ({nvlink:.0%} efficiency) over {NVLINK} and "
+            f"{most * pcie:.1f}× ({pcie:.0%}) over {PCIE}."
+        )
+        if f.best_option and f.best_option[1] > 1.1:
+            sentences.append(
+                f"Change first {f.best_option[0]}: measured {f.best_option[1]:.2f}× faster "
+                f"per step on this device."
+            )
+        else:
+            sentences.append(
+                "No measured option (precision, channels_last, compile) gains more than "
+                "10% here; a larger per-device batch uses the device better."
+            )
+    sentences += warnings(f)
+    return " ".join(sentences)
+
+
+def warnings(findings: Findings) -> list[str]:
+    """Sentences on what else the numbers show (scaling gap, short epochs, overhead)."""
+    f, notes = findings, []
+    for devices, measured in sorted(f.measured.items()):
+        expected = f.predicted_here.get(devices)
+        if expected is not None and measured < expected - 0.15:
+            notes.append(
+                f"Measured on {devices} devices of this machine: {measured:.0%} efficiency, "
+                f"below the predicted {expected:.0%}; the model misses what the ranks share "
+                f"here (cores, memory bandwidth, the data workers)."
+            )
+        elif expected is not None:
+            notes.append(
+                f"Measured on {devices} devices of this machine: {measured:.0%} efficiency "
+                f"(predicted {expected:.0%})."
+            )
+    if f.sync_batchnorm_gain and f.sync_batchnorm_gain[1] > SYNC_BATCHNORM_TOLERANCE:
+        devices, gain = f.sync_batchnorm_gain
+        notes.append(
+            f"Synchronized batch norm is expensive here: strategy.sync_batchnorm=false measured "
+            f"{gain:.2f}× the throughput on {devices} devices (each device's statistics then "
+            f"come from its own {f.batch} patches)."
+        )
+    most = max(f.predicted[PCIE])
+    if f.steps_per_epoch / most < MIN_STEPS_PER_EPOCH:
+        notes.append(
+            f"An epoch is {f.steps_per_epoch} steps on one device, {f.steps_per_epoch / most:.1f} "
+            f"on each of {most}: epoch start, validation and checkpoints will dominate; draw "
+            f"more patches per image (datamodule.patches_per_image) before adding devices."
+        )
+    if f.framework_ratio > FRAMEWORK_TOLERANCE:
+        notes.append(
+            f"Lightning's step takes {f.framework_ratio:.2f}× the bare PyTorch loop's "
+            f"(logging and bookkeeping); at this step length that is visible."
+        )
+    return notes

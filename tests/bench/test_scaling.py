@@ -1,0 +1,51 @@
+from pathlib import Path
+
+from segscale.bench.scaling import passed_on, scaling_command, sync_batchnorm, without_key
+
+
+def test_the_users_overrides_are_passed_on_except_what_the_runs_set():
+    overrides = [
+        "datamodule.batch_size=16",
+        "model.encoder=resnet50",
+        "trainer.precision=bf16-mixed",
+        "trainer.devices=4",
+        "strategy=ddp_spawn",
+        "strategy.sync_batchnorm=false",
+        "callbacks=default",
+        "+callbacks.extra._target_=x.Y",
+        "hydra.run.dir=/somewhere",
+        "bench.seconds=1",
+        "trainer.max_epochs=3",
+    ]
+    assert passed_on(overrides) == [
+        "datamodule.batch_size=16",
+        "model.encoder=resnet50",
+        "trainer.precision=bf16-mixed",
+        "strategy.sync_batchnorm=false",
+    ]
+
+
+def test_scaling_command_runs_train_py_with_ddp_and_a_step_timer(tmp_path: Path):
+    command = scaling_command(
+        Path("train.py"), ["model.encoder=resnet50"], 2, "cpu", 35, tmp_path / "n2"
+    )
+    assert command[1:3] == ["train.py", "model.encoder=resnet50"]
+    for expected in (
+        "strategy=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "++trainer.max_steps=35",
+        "++trainer.limit_val_batches=0",
+        "+callbacks.step_timer._target_=segscale.bench.timing.StepTimer",
+        f"+callbacks.step_timer.path={tmp_path / 'n2' / 'steps.json'}",
+        f"hydra.run.dir={tmp_path / 'n2'}",
+    ):
+        assert expected in command
+
+
+def test_sync_batchnorm_follows_the_users_override_else_ddps_default():
+    assert sync_batchnorm(["model.encoder=resnet50"]) is True  # conf/strategy/ddp.yaml
+    assert sync_batchnorm(["strategy.sync_batchnorm=false"]) is False
+    assert without_key(["a=1", "strategy.sync_batchnorm=false"], "strategy.sync_batchnorm") == [
+        "a=1"
+    ]

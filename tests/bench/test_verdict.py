@@ -1,0 +1,74 @@
+import pytest
+
+from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, verdict
+
+
+def findings(**changes) -> Findings:
+    values = {
+        "batch": 8,
+        "compute_rate": 100.0,
+        "pipeline_rate": 400.0,
+        "workers": 2,
+        "best_workers": 4,
+        "best_pipeline_rate": 700.0,
+        "framework_ratio": 1.01,
+        "steps_per_epoch": 500,
+        "predicted": {PCIE: {2: 0.98, 4: 0.95, 8: 0.90}, NVLINK: {2: 0.99, 4: 0.98, 8: 0.97}},
+        "best_option": ("trainer.precision=bf16-mixed", 1.8),
+    }
+    return Findings(**(values | changes))
+
+
+def test_compute_bound_says_how_much_more_devices_give_and_names_the_best_option():
+    text = verdict(findings())
+    assert bottleneck(findings()) == "compute"
+    assert "bottleneck is compute" in text
+    assert "7.8× (97% efficiency) over NVLink H100" in text
+    assert "7.2× (90%) over PCIe 4.0 x16" in text
+    assert "Change first trainer.precision=bf16-mixed: measured 1.80× faster" in text
+
+
+def test_compute_bound_without_a_useful_option_says_batch():
+    text = verdict(findings(best_option=("training.channels_last=true", 1.02)))
+    assert "No measured option" in text and "larger per-device batch" in text
+
+
+def test_data_bound_when_workers_deliver_less_than_the_device_consumes():
+    data = findings(pipeline_rate=60.0, workers=1)
+    assert bottleneck(data) == "data"
+    text = verdict(data)
+    assert "bottleneck is the data pipeline" in text
+    assert "datamodule.num_workers (measured best: 4 workers, 700.0 patches/s)." in text
+
+
+def test_data_bound_even_at_the_best_worker_count_says_so():
+    text = verdict(findings(pipeline_rate=60.0, best_pipeline_rate=80.0))
+    assert "still short" in text
+
+
+def test_communication_bound_when_pcie_efficiency_is_low():
+    slow = findings(predicted={PCIE: {2: 0.8, 8: 0.5}, NVLINK: {2: 0.95, 8: 0.9}})
+    assert bottleneck(slow) == "communication"
+    text = verdict(slow)
+    assert "bottleneck is communication" in text
+    assert "50% over PCIe 4.0 x16 (4.0×)" in text
+    assert "datamodule.batch_size" in text
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"steps_per_epoch": 40}, "An epoch is 40 steps on one device, 5.0 on each of 8"),
+        ({"framework_ratio": 1.10}, "Lightning's step takes 1.10× the bare PyTorch loop's"),
+        ({"measured": {2: 0.5}, "predicted_here": {2: 0.95}}, "below the predicted 95%"),
+        ({"measured": {2: 0.9}, "predicted_here": {2: 0.95}}, "90% efficiency (predicted 95%)"),
+        ({"sync_batchnorm_gain": (2, 1.6)}, "strategy.sync_batchnorm=false measured 1.60×"),
+    ],
+)
+def test_warnings(change, expected):
+    assert expected in verdict(findings(**change))
+    assert expected not in verdict(findings())
+
+
+def test_a_small_sync_batchnorm_cost_is_not_mentioned():
+    assert "sync_batchnorm" not in verdict(findings(sync_batchnorm_gain=(2, 1.05)))

@@ -1,0 +1,104 @@
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from segscale.bench.interconnects import INTERCONNECTS
+from segscale.checks import ConfigError
+from segscale.cli.bench import bench, device_counts
+from tests.conftest import REPO, compose_config, tiny_overrides
+
+QUICK = [
+    "bench.seconds=0.1",
+    "bench.workers=[1]",
+    "bench.warmup_steps=1",
+    "bench.window_steps=2",
+    "bench.windows=2",
+    "bench.options=[channels_last]",
+    "bench.option_steps=2",
+    "bench.devices=[1,2]",
+]
+
+
+def bench_command(*args: str) -> list[str]:
+    return [sys.executable, str(REPO / "bench.py"), *args]
+
+
+def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
+    run = tmp_path / "bench"
+    done = subprocess.run(
+        bench_command(*tiny_overrides(tiny_data_root, None), *QUICK, f"hydra.run.dir={run}"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run / "bench.json").read_text())
+
+    pipeline = results["pipeline"]
+    assert pipeline["loader"]["1"] > 0 and pipeline["crop_only"] > pipeline["crop_and_warp"] > 0
+
+    compute = results["compute"]
+    assert compute["batch"] == 4 and compute["lightning"]["mean_s"] > 0
+    assert len(compute["lightning"]["window_means_s"]) == 2
+    bare = compute["bare"]
+    phases = bare["forward_s"] + bare["backward_s"] + bare["optimizer_s"]
+    assert phases == pytest.approx(bare["step"]["mean_s"], rel=1e-6)
+    assert compute["framework_ratio"] > 0
+    assert compute["parameters"] > 1e6 and compute["gradient_bytes"] == 4 * compute["parameters"]
+
+    assert [row["option"] for row in results["options"]] == [
+        "as configured",
+        "training.channels_last=true",
+    ]
+    assert all(row["error"] is None and row["step_s"] > 0 for row in results["options"])
+
+    measured = results["scaling"]["measured"]
+    assert [(row["devices"], row["variant"]) for row in measured] == [
+        (1, None),
+        (2, None),
+        (2, "strategy.sync_batchnorm=false"),  # ddp's default is on: what it costs
+    ]
+    assert all(row["error"] is None and row["throughput"] > 0 for row in measured), measured
+    assert measured[0]["speedup"] == 1.0
+    assert measured[1]["global_batch"] == 8  # per-device batch 4 on each of 2 ranks
+
+    rows = results["prediction"]["rows"]
+    assert len(rows) == 3 * len(INTERCONNECTS) + 1  # 2, 4, 8 devices; this machine at 2
+    here = [row for row in rows if "measured" in row["interconnect"]]
+    assert [row["devices"] for row in here] == [2]
+    assert all(0 < row["efficiency"] <= 1 for row in rows)
+
+    assert "bottleneck" in results["verdict"]
+    assert "Verdict" in done.stdout and results["verdict"] in done.stdout
+    for plot in ("bench_scaling.png", "bench_pipeline.png"):
+        assert (run / plot).stat().st_size > 0
+
+
+def test_device_counts():
+    assert device_counts(None, 1) == [1]
+    assert device_counts(None, 2) == [1, 2]
+    assert device_counts(None, 6) == [1, 2, 4, 6]
+    assert device_counts([2, 1, 2], 2) == [1, 2]
+    with pytest.raises(ConfigError, match=r"bench\.devices=\[1, 3\].*from 1 to 2"):
+        device_counts([1, 3], 2)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("bench.windows=0", "bench.windows=0 is not allowed"),
+        ("bench.seconds=-1", "bench.seconds=-1 is not allowed"),
+        ("bench.predict_devices=[1]", "bench.predict_devices=[1] is not allowed"),
+        ("bench.options=[turbo]", "bench.options has ['turbo']"),
+        ("trainer.precision=64-true", "trainer.precision='64-true' cannot be measured"),
+    ],
+)
+def test_bad_bench_value_names_the_key(tiny_data_root: Path, tmp_path: Path, override, message):
+    cfg = compose_config("bench", *tiny_overrides(tiny_data_root, tmp_path / "run"), override)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        bench(cfg, [])
+    assert not (tmp_path / "run" / "bench.json").exists()
