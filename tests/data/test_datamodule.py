@@ -5,7 +5,15 @@ from segscale.data.datamodule import MAX_AUTO_WORKERS, auto_num_workers
 
 @pytest.mark.parametrize(
     ("cpus", "ranks", "workers"),
-    [(2, 1, 1), (2, 2, 1), (16, 1, MAX_AUTO_WORKERS), (16, 2, 7), (16, 8, 1), (64, 8, 7), (1, 1, 1)],
+    [
+        (2, 1, 1),
+        (2, 2, 1),
+        (16, 1, MAX_AUTO_WORKERS),
+        (16, 2, 7),
+        (16, 8, 1),
+        (64, 8, 7),
+        (1, 1, 1),
+    ],
 )
 def test_auto_num_workers_is_the_ranks_share_of_the_cores_minus_one(cpus, ranks, workers):
     assert auto_num_workers(ranks, cpus=cpus) == workers
