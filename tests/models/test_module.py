@@ -38,9 +38,21 @@ def attach_trainer(seg: SegmentationModule, world_size: int, reduce) -> list[tup
     """Stand in for the parts of a Trainer that training_step uses; returns the logged."""
     logged = []
     strategy = SimpleNamespace(reduce=lambda tensor, reduce_op: reduce(tensor))
-    seg.trainer = SimpleNamespace(world_size=world_size, strategy=strategy)
+    seg.trainer = SimpleNamespace(
+        world_size=world_size, strategy=strategy, global_step=0, log_every_n_steps=10
+    )
     seg.log = lambda name, value, **kwargs: logged.append((name, value))
     return logged
+
+
+@pytest.mark.parametrize(("step", "logged"), [(0, True), (1, False), (8, False), (9, True)])
+def test_training_accuracy_is_measured_on_logged_steps_only(step, logged):
+    seg = module()
+    metrics = attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
+    seg.trainer.global_step = step
+    seg.training_step(batches(1)[0], 0)
+    assert ("train/acc" in dict(metrics)) is logged
+    assert "train/loss" in dict(metrics)
 
 
 def test_loss_ignores_the_ignore_index():

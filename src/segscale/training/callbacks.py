@@ -252,8 +252,9 @@ class VerboseLog(L.Callback):
 class TrainingProgressPlot(L.Callback):
     """MATLAB's ``Plots='training-progress'``: a PNG redrawn at every validation.
 
-    Training loss, accuracy and learning rate are recorded every iteration; the
-    validation loss, accuracy and mIoU at every validation. Rank 0 draws the figure
+    Training loss, accuracy and learning rate are recorded every
+    ``trainer.log_every_n_steps`` iterations (when the mini-batch accuracy is measured);
+    the validation loss, accuracy and mIoU at every validation. Rank 0 draws the figure
     (``segscale.training.plots``) and replaces the file atomically.
     """
 
@@ -270,9 +271,12 @@ class TrainingProgressPlot(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Record this iteration's loss, accuracy and learning rate."""
+        """Record this iteration's loss, accuracy and learning rate, when they were logged."""
+        # training_step ran with the step count before this optimizer step
+        if not trainer.is_global_zero or trainer.global_step % max(1, trainer.log_every_n_steps):
+            return
         loss, acc = _metric(trainer, "train/loss"), _metric(trainer, "train/acc")
-        if trainer.is_global_zero and loss is not None and acc is not None:
+        if loss is not None and acc is not None:
             self.train.append((trainer.global_step, loss, acc, _current_lr(trainer)))
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
