@@ -72,3 +72,7 @@ def test_warnings(change, expected):
 
 def test_a_small_sync_batchnorm_cost_is_not_mentioned():
     assert "sync_batchnorm" not in verdict(findings(sync_batchnorm_gain=(2, 1.05)))
+
+
+def test_compute_bound_without_measured_options_says_so():
+    assert "no speed option was measured" in verdict(findings(best_option=None))

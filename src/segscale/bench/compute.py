@@ -202,6 +202,7 @@ def lightning_steps(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*no `val_dataloader`.*")
             trainer = L.Trainer(
                 **trainer_options,
                 devices=1,

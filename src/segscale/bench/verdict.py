@@ -102,10 +102,15 @@ def verdict(findings: Findings) -> str:
                 f"Change first {f.best_option[0]}: measured {f.best_option[1]:.2f}× faster "
                 f"per step on this device."
             )
-        else:
+        elif f.best_option:
             sentences.append(
                 "No measured option (precision, channels_last, compile) gains more than "
                 "10% here; a larger per-device batch uses the device better."
+            )
+        else:
+            sentences.append(
+                "A larger per-device batch uses the device better (no speed option was "
+                "measured: bench.options=[])."
             )
     sentences += warnings(f)
     return " ".join(sentences)

@@ -139,7 +139,8 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         threads = options.threads_per_process or max(1, cpus // max(counts))
         torch.set_num_threads(threads)
     variants = option_variants(cfg, list(options.options or []), on_gpu)
-    progress = Progress(1 + len(workers) + 1 + len(variants) + len(counts) + 1)
+    scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
+    progress = Progress(1 + len(workers) + 1 + len(variants) + scaling_runs + 1)
     try:
         pipeline = measure_pipeline(datamodule, workers, options.seconds, progress)
         batch = next(iter(datamodule.train_dataloader(num_workers=0)))
