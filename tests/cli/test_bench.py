@@ -94,6 +94,7 @@ def test_device_counts():
         ("bench.seconds=-1", "bench.seconds=-1 is not allowed"),
         ("bench.predict_devices=[1]", "bench.predict_devices=[1] is not allowed"),
         ("bench.options=[turbo]", "bench.options has ['turbo']"),
+        ("bench.threads_per_process=0", "bench.threads_per_process=0 is not allowed"),
         ("trainer.precision=64-true", "trainer.precision='64-true' cannot be measured"),
     ],
 )

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.accelerators import CPUAccelerator
 
 from segscale.checks import ConfigError
 from segscale.cli.train import train
@@ -94,7 +95,13 @@ def test_a_resumed_epoch_continues_the_patch_sequence(make_config):
     uninterrupted = [batch["key"] for batch in loader]
     # A run restarting at global step 11 = epoch 1 (8 batches each), batch 3.
     datamodule.trainer = SimpleNamespace(
-        global_step=11, current_epoch=1, accumulate_grad_batches=1, global_rank=0, world_size=1
+        global_step=11,
+        current_epoch=1,
+        accumulate_grad_batches=1,
+        global_rank=0,
+        world_size=1,
+        num_devices=1,
+        accelerator=CPUAccelerator(),
     )
     loader = datamodule.train_dataloader()
     loader.batch_sampler.set_epoch(1)

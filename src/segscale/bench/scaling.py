@@ -179,6 +179,8 @@ def _allreduce_rank(
 ) -> None:
     """One rank of ``measure_allreduce``: time large and tiny all-reduces."""
     os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    if cuda:
+        torch.cuda.set_device(rank)  # NCCL binds each rank to its current device
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     times = {}

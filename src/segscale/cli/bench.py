@@ -87,6 +87,14 @@ def check_bench(options: DictConfig) -> None:
         value = options[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ConfigError(f"bench.{key}={value!r} is not allowed: expected a positive number")
+    threads = options.threads_per_process
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ConfigError(
+            f"bench.threads_per_process={threads!r} is not allowed: expected a positive "
+            "integer, or null (the cores / the largest device count)"
+        )
     predict_devices = list(options.predict_devices or [])
     if not predict_devices or not all(isinstance(n, int) and n >= 2 for n in predict_devices):
         raise ConfigError(
@@ -134,14 +142,16 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         workers = sorted({int(w) for w in options.workers} | {configured_workers})
     available = torch.cuda.device_count() if on_gpu else cpus
     counts = device_counts(options.devices, available)
+    variants = option_variants(cfg, list(options.options or []), on_gpu)
     threads = None
     if not on_gpu:  # a CPU "device" is a process with its share of the cores, here too
         threads = options.threads_per_process or max(1, cpus // max(counts))
-        torch.set_num_threads(threads)
-    variants = option_variants(cfg, list(options.options or []), on_gpu)
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
     progress = Progress(1 + len(workers) + 1 + len(variants) + scaling_runs + 1)
+    threads_before = torch.get_num_threads()
     try:
+        if threads:
+            torch.set_num_threads(threads)
         pipeline = measure_pipeline(datamodule, workers, options.seconds, progress)
         batch = next(iter(datamodule.train_dataloader(num_workers=0)))
         module = build_module(cfg, datamodule, effective.learning_rate)
@@ -178,6 +188,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         progress("prediction")
     finally:
         progress.close()
+        torch.set_num_threads(threads_before)
     results = {
         "config": {"overrides": overrides, "accelerator": accelerator, "cpus": cpus},
         "pipeline": pipeline.as_dict() | {"configured_workers": configured_workers},
