@@ -34,7 +34,7 @@ def auto_num_workers(ranks_per_node: int, cpus: int | None = None) -> int:
     """DataLoader workers per rank for ``num_workers: auto``: the rank's share of the cores.
 
     One core of each share is left to the rank's main process (the training step, and
-    collating the workers' batches); at least one worker, at most ``MAX_AUTO_WORKERS``.
+    receiving the workers' batches); at least one worker, at most ``MAX_AUTO_WORKERS``.
     """
     share = (cpus or cpus_available()) // max(1, ranks_per_node)
     return max(1, min(MAX_AUTO_WORKERS, share - 1))
