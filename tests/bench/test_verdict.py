@@ -1,9 +1,12 @@
+import json
+
 import pytest
 
-from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, verdict
+from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, findings, verdict
+from tests.conftest import REPO
 
 
-def findings(**changes) -> Findings:
+def numbers(**changes) -> Findings:
     values = {
         "batch": 8,
         "compute_rate": 100.0,
@@ -20,8 +23,8 @@ def findings(**changes) -> Findings:
 
 
 def test_compute_bound_says_how_much_more_devices_give_and_names_the_best_option():
-    text = verdict(findings())
-    assert bottleneck(findings()) == "compute"
+    text = verdict(numbers())
+    assert bottleneck(numbers()) == "compute"
     assert "bottleneck is compute" in text
     assert "7.8× (97% efficiency) over NVLink H100" in text
     assert "7.2× (90%) over PCIe 4.0 x16" in text
@@ -29,12 +32,12 @@ def test_compute_bound_says_how_much_more_devices_give_and_names_the_best_option
 
 
 def test_compute_bound_without_a_useful_option_says_batch():
-    text = verdict(findings(best_option=("training.channels_last=true", 1.02)))
+    text = verdict(numbers(best_option=("training.channels_last=true", 1.02)))
     assert "No measured option" in text and "larger per-device batch" in text
 
 
 def test_data_bound_when_workers_deliver_less_than_the_device_consumes():
-    data = findings(pipeline_rate=60.0, workers=1)
+    data = numbers(pipeline_rate=60.0, workers=1)
     assert bottleneck(data) == "data"
     text = verdict(data)
     assert "bottleneck is the data pipeline" in text
@@ -42,12 +45,12 @@ def test_data_bound_when_workers_deliver_less_than_the_device_consumes():
 
 
 def test_data_bound_even_at_the_best_worker_count_says_so():
-    text = verdict(findings(pipeline_rate=60.0, best_pipeline_rate=80.0))
+    text = verdict(numbers(pipeline_rate=60.0, best_pipeline_rate=80.0))
     assert "still short" in text
 
 
 def test_communication_bound_when_pcie_efficiency_is_low():
-    slow = findings(predicted={PCIE: {2: 0.8, 8: 0.5}, NVLINK: {2: 0.95, 8: 0.9}})
+    slow = numbers(predicted={PCIE: {2: 0.8, 8: 0.5}, NVLINK: {2: 0.95, 8: 0.9}})
     assert bottleneck(slow) == "communication"
     text = verdict(slow)
     assert "bottleneck is communication" in text
@@ -66,13 +69,19 @@ def test_communication_bound_when_pcie_efficiency_is_low():
     ],
 )
 def test_warnings(change, expected):
-    assert expected in verdict(findings(**change))
-    assert expected not in verdict(findings())
+    assert expected in verdict(numbers(**change))
+    assert expected not in verdict(numbers())
 
 
 def test_a_small_sync_batchnorm_cost_is_not_mentioned():
-    assert "sync_batchnorm" not in verdict(findings(sync_batchnorm_gain=(2, 1.05)))
+    assert "sync_batchnorm" not in verdict(numbers(sync_batchnorm_gain=(2, 1.05)))
 
 
 def test_compute_bound_without_measured_options_says_so():
-    assert "no speed option was measured" in verdict(findings(best_option=None))
+    assert "no speed option was measured" in verdict(numbers(best_option=None))
+
+
+@pytest.mark.parametrize("run", ["cpu-default", "cpu-512"])
+def test_the_verdict_of_a_stored_run_is_made_from_its_numbers(run):
+    results = json.loads((REPO / "experiments" / "scaling" / run / "bench.json").read_text())
+    assert verdict(findings(results)) == results["verdict"]

@@ -39,11 +39,6 @@ class PipelineRates:
         """How many times the cost of crop + one warp a fully augmented patch takes."""
         return self.crop_and_warp / self.augmented
 
-    def best(self) -> tuple[int, float]:
-        """The worker count with the highest delivered rate, and that rate."""
-        workers = max(self.loader, key=self.loader.get)
-        return workers, self.loader[workers]
-
     def as_dict(self) -> dict[str, Any]:
         """The rates as plain numbers (for ``bench.json``)."""
         return {

@@ -13,6 +13,7 @@ epochs too short for many devices, framework overhead.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 GOOD_EFFICIENCY = 0.75
 """Predicted efficiency below which communication is called the bottleneck."""
@@ -152,3 +153,49 @@ def warnings(findings: Findings) -> list[str]:
             f"(logging and bookkeeping); at this step length that is visible."
         )
     return notes
+
+
+def findings(results: dict[str, Any]) -> Findings:
+    """The verdict's numbers, read from ``bench.json``'s content."""
+    pipeline = results["pipeline"]
+    loader = {int(workers): rate for workers, rate in pipeline["loader"].items()}
+    workers = pipeline["configured_workers"]
+    best_workers = max(loader, key=loader.get)
+    compute, prediction = results["compute"], results["prediction"]
+    predicted: dict[str, dict[int, float]] = {}
+    for row in prediction["rows"]:
+        predicted.setdefault(row["interconnect"], {})[row["devices"]] = row["efficiency"]
+    here_name = next(
+        (link["name"] for link in prediction["interconnects"] if "measured" in link["name"]), None
+    )
+    rows = results["scaling"]["measured"]
+    measured = {
+        row["devices"]: row["efficiency"]
+        for row in rows
+        if row["devices"] > 1 and row["efficiency"] is not None and not row["variant"]
+    }
+    sync_gain = None
+    flipped = next((row for row in rows if row["variant"] and row["throughput"]), None)
+    if flipped and results["scaling"]["sync_batchnorm"]:
+        same = next(
+            (r for r in rows if r["devices"] == flipped["devices"] and not r["variant"]), None
+        )
+        if same and same["throughput"]:
+            sync_gain = (flipped["devices"], flipped["throughput"] / same["throughput"])
+    options = [r for r in results["options"] if r["overrides"] and r.get("speedup")]
+    best = max(options, key=lambda r: r["speedup"], default=None)
+    return Findings(
+        batch=compute["batch"],
+        compute_rate=compute["batch"] / compute["lightning"]["mean_s"],
+        pipeline_rate=loader[workers],
+        workers=workers,
+        best_workers=best_workers,
+        best_pipeline_rate=loader[best_workers],
+        framework_ratio=compute["framework_ratio"],
+        steps_per_epoch=compute["steps_per_epoch"],
+        predicted={k: v for k, v in predicted.items() if k != here_name},
+        measured=measured,
+        predicted_here=predicted.get(here_name, {}),
+        best_option=(best["option"], best["speedup"]) if best else None,
+        sync_batchnorm_gain=sync_gain,
+    )

@@ -37,7 +37,7 @@ from segscale.bench.compute import (
 )
 from segscale.bench.interconnects import INTERCONNECTS, Interconnect
 from segscale.bench.options import label, measure_option, option_variants
-from segscale.bench.pipeline import PipelineRates, measure_pipeline, worker_counts
+from segscale.bench.pipeline import measure_pipeline, worker_counts
 from segscale.bench.prediction import StepProfile, predict
 from segscale.bench.scaling import (
     SYNC_BATCHNORM,
@@ -49,7 +49,7 @@ from segscale.bench.scaling import (
     without_key,
 )
 from segscale.bench.timing import Timing
-from segscale.bench.verdict import Findings, verdict
+from segscale.bench.verdict import findings, verdict
 from segscale.checks import ConfigError, check_config
 from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
 from segscale.data.datamodule import cpus_available
@@ -197,7 +197,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         "scaling": measured,
         "prediction": prediction,
     }
-    results["verdict"] = verdict(findings(results, pipeline, configured_workers))
+    results["verdict"] = verdict(findings(results))
     return results
 
 
@@ -350,49 +350,6 @@ def prediction_rows(
         ],
         "rows": rows,
     }
-
-
-def findings(results: dict[str, Any], pipeline: PipelineRates, workers: int) -> Findings:
-    """The verdict's numbers, read from the results."""
-    compute, prediction = results["compute"], results["prediction"]
-    predicted: dict[str, dict[int, float]] = {}
-    for row in prediction["rows"]:
-        predicted.setdefault(row["interconnect"], {})[row["devices"]] = row["efficiency"]
-    here_name = next(
-        (link["name"] for link in prediction["interconnects"] if "measured" in link["name"]), None
-    )
-    rows = results["scaling"]["measured"]
-    measured = {
-        row["devices"]: row["efficiency"]
-        for row in rows
-        if row["devices"] > 1 and row["efficiency"] is not None and not row["variant"]
-    }
-    sync_gain = None
-    flipped = next((row for row in rows if row["variant"] and row["throughput"]), None)
-    if flipped and results["scaling"]["sync_batchnorm"]:
-        same = next(
-            (r for r in rows if r["devices"] == flipped["devices"] and not r["variant"]), None
-        )
-        if same and same["throughput"]:
-            sync_gain = (flipped["devices"], flipped["throughput"] / same["throughput"])
-    options = [r for r in results["options"] if r["overrides"] and r.get("speedup")]
-    best = max(options, key=lambda r: r["speedup"], default=None)
-    best_workers, best_rate = pipeline.best()
-    return Findings(
-        batch=compute["batch"],
-        compute_rate=compute["batch"] / compute["lightning"]["mean_s"],
-        pipeline_rate=pipeline.loader[workers],
-        workers=workers,
-        best_workers=best_workers,
-        best_pipeline_rate=best_rate,
-        framework_ratio=compute["framework_ratio"],
-        steps_per_epoch=compute["steps_per_epoch"],
-        predicted={k: v for k, v in predicted.items() if k != here_name},
-        measured=measured,
-        predicted_here=predicted.get(here_name, {}),
-        best_option=(best["option"], best["speedup"]) if best else None,
-        sync_batchnorm_gain=sync_gain,
-    )
 
 
 def finish(results: dict[str, Any], folder: Path) -> str:
