@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, findings, verdict
+from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, findings_from, verdict
 from tests.conftest import REPO
 
 
@@ -84,4 +84,4 @@ def test_compute_bound_without_measured_options_says_so():
 @pytest.mark.parametrize("run", ["cpu-default", "cpu-512"])
 def test_the_verdict_of_a_stored_run_is_made_from_its_numbers(run):
     results = json.loads((REPO / "experiments" / "scaling" / run / "bench.json").read_text())
-    assert verdict(findings(results)) == results["verdict"]
+    assert verdict(findings_from(results)) == results["verdict"]

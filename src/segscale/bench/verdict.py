@@ -155,7 +155,7 @@ def warnings(findings: Findings) -> list[str]:
     return notes
 
 
-def findings(results: dict[str, Any]) -> Findings:
+def findings_from(results: dict[str, Any]) -> Findings:
     """The verdict's numbers, read from ``bench.json``'s content."""
     pipeline = results["pipeline"]
     loader = {int(workers): rate for workers, rate in pipeline["loader"].items()}

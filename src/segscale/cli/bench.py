@@ -38,7 +38,7 @@ from segscale.bench.compute import (
 from segscale.bench.interconnects import INTERCONNECTS, Interconnect
 from segscale.bench.options import label, measure_option, option_variants
 from segscale.bench.pipeline import measure_pipeline, worker_counts
-from segscale.bench.prediction import StepProfile, predict
+from segscale.bench.prediction import StepProfile, efficiency, predict, speedup
 from segscale.bench.scaling import (
     SYNC_BATCHNORM,
     ScalingPoint,
@@ -49,7 +49,7 @@ from segscale.bench.scaling import (
     without_key,
 )
 from segscale.bench.timing import Timing
-from segscale.bench.verdict import findings, verdict
+from segscale.bench.verdict import findings_from, verdict
 from segscale.checks import ConfigError, check_config
 from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
 from segscale.data.datamodule import cpus_available
@@ -197,7 +197,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         "scaling": measured,
         "prediction": prediction,
     }
-    results["verdict"] = verdict(findings(results))
+    results["verdict"] = verdict(findings_from(results))
     return results
 
 
@@ -283,8 +283,8 @@ def measure_scaling(
     rows = []
     for point, variant in points:
         row = point.as_dict() | {"variant": variant}
-        speedup = point.throughput / one if one and point.throughput else None
-        row |= {"speedup": speedup, "efficiency": speedup / point.devices if speedup else None}
+        gain = speedup(point.throughput, one) if one and point.throughput else None
+        row |= {"speedup": gain, "efficiency": efficiency(gain, point.devices) if gain else None}
         rows.append(row)
     per_device = f"{threads} thread(s) per process" if threads else "one GPU per process"
     measured = {"per_device": per_device, "threads": threads, "sync_batchnorm": sync}
