@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from omegaconf import OmegaConf
 from segscale.bench.interconnects import Interconnect
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.cli.train import CONFIG_DIR
+from segscale.training.launch import free_port
 
 # What the scaling runs set themselves: these keys (and, for groups whose options they
 # replace, every key below them) are not passed on from the user's overrides.
@@ -168,12 +168,6 @@ def run_scaling_point(
     return ScalingPoint(devices, timing, record["global_batch"])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _allreduce_rank(
     rank: int, world: int, port: int, nbytes: int, repeats: int, result: str, cuda: bool
 ) -> None:
@@ -209,7 +203,7 @@ def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> 
     """
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "allreduce.json"
-        args = (world, _free_port(), nbytes, repeats, str(result), cuda)
+        args = (world, free_port(), nbytes, repeats, str(result), cuda)
         mp.start_processes(_allreduce_rank, args=args, nprocs=world, start_method="spawn")
         times = json.loads(result.read_text())
     ring = 2 * (world - 1)

@@ -230,7 +230,7 @@ def job_ranks(
     threads = max(1, (os.cpu_count() or 1) // num_processes)
     shared = {
         "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
-        "MASTER_PORT": os.environ.get("MASTER_PORT", str(_free_port())),
+        "MASTER_PORT": os.environ.get("MASTER_PORT", str(free_port())),
         "WORLD_SIZE": str(num_processes),
         "NODE_RANK": "0",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
@@ -325,7 +325,8 @@ def _quoted(value: str) -> str:
     return f"'{escaped}'"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on this host that no one listens on now (for a rendezvous)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
