@@ -20,14 +20,14 @@ def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
     devices_count(cfg.trainer.get("devices", "auto"))
     for key in ("datamodule.num_classes", "model.num_classes"):
-        _require(_get(cfg, key), key, lambda v: isinstance(v, int) and v >= 2, "an integer >= 2")
+        require(_get(cfg, key), key, lambda v: isinstance(v, int) and v >= 2, "an integer >= 2")
     for key, minimum in (
         ("datamodule.patch_size", 1),
         ("datamodule.patches_per_image", 1),
         ("datamodule.batch_size", 1),
     ):
         value = _get(cfg, key)
-        _require(
+        require(
             value,
             key,
             lambda v, m=minimum: isinstance(v, int) and v >= m,
@@ -39,14 +39,14 @@ def check_config(cfg: DictConfig) -> None:
     from segscale.training.optim import SOLVERS
 
     shuffle = _get(cfg, "datamodule.shuffle")
-    _require(
+    require(
         shuffle, "datamodule.shuffle", lambda v: v in SHUFFLE_MODES, f"one of {list(SHUFFLE_MODES)}"
     )
 
     solver = _get(cfg, "optimizer.solver")
-    _require(solver, "optimizer.solver", lambda v: v in SOLVERS, f"one of {list(SOLVERS)}")
+    require(solver, "optimizer.solver", lambda v: v in SOLVERS, f"one of {list(SOLVERS)}")
     lr = _get(cfg, "optimizer.lr")
-    _require(
+    require(
         lr,
         "optimizer.lr",
         lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
@@ -58,14 +58,14 @@ def check_loader_options(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for a DataLoader or speed option that cannot work."""
     workers = _get(cfg, "datamodule.num_workers")
     if workers != "auto":
-        _require(
+        require(
             workers,
             "datamodule.num_workers",
             lambda v: isinstance(v, int) and v >= 0,
             "an integer >= 0, or 'auto' (the rank's share of the CPU cores)",
         )
     prefetch = OmegaConf.select(cfg, "datamodule.prefetch_factor", default=2)
-    _require(
+    require(
         prefetch,
         "datamodule.prefetch_factor",
         lambda v: isinstance(v, int) and v >= 1,
@@ -98,13 +98,13 @@ def devices_count(devices: Any, available: int | None = None, key: str = "traine
     if is_device_list(devices):
         indices = list(devices)
         ok = indices and all(isinstance(i, int) and i >= 0 for i in indices)
-        _require(devices, key, lambda _: ok and len(set(indices)) == len(indices), expected)
+        require(devices, key, lambda _: ok and len(set(indices)) == len(indices), expected)
         return len(indices)
     if devices in ("auto", -1, "-1"):
         return max(1, available or 1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
-    _require(devices, key, lambda v: isinstance(v, int) and v >= 1, expected)
+    require(devices, key, lambda v: isinstance(v, int) and v >= 1, expected)
     return devices
 
 
@@ -117,7 +117,8 @@ def _get(cfg: DictConfig, dotted: str) -> Any:
     return node
 
 
-def _require(value: Any, key: str, ok: Any, expected: str) -> None:
+def require(value: Any, key: str, ok: Any, expected: str) -> None:
+    """Raise ``ConfigError`` naming ``key`` unless ``ok(value)`` (a bool is never allowed)."""
     if isinstance(value, bool) or not ok(value):
         shown = list(value) if isinstance(value, ListConfig) else value
         raise ConfigError(f"{key}={shown!r} is not allowed: expected {expected}")

@@ -50,7 +50,7 @@ from segscale.bench.scaling import (
 )
 from segscale.bench.timing import Timing
 from segscale.bench.verdict import findings_from, verdict
-from segscale.checks import ConfigError, check_config
+from segscale.checks import ConfigError, check_config, require
 from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
 from segscale.data.datamodule import cpus_available
 from segscale.training.launch import resolve_accelerator
@@ -79,28 +79,38 @@ def device_counts(configured: Any, available: int) -> list[int]:
 
 def check_bench(options: DictConfig) -> None:
     """Raise ``ConfigError`` for a ``bench`` value that cannot work."""
-    for key in ("warmup_steps", "window_steps", "windows", "option_steps"):
-        value = options[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < (key != "warmup_steps"):
-            raise ConfigError(f"bench.{key}={value!r} is not allowed: expected a positive integer")
-    for key in ("seconds", "timeout_s", "bucket_mb"):
-        value = options[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ConfigError(f"bench.{key}={value!r} is not allowed: expected a positive number")
-    threads = options.threads_per_process
-    if threads is not None and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    for name, minimum in (
+        ("warmup_steps", 0),
+        ("window_steps", 1),
+        ("windows", 1),
+        ("option_steps", 1),
     ):
-        raise ConfigError(
-            f"bench.threads_per_process={threads!r} is not allowed: expected a positive "
-            "integer, or null (the cores / the largest device count)"
+        require(
+            options[name],
+            f"bench.{name}",
+            lambda v, m=minimum: isinstance(v, int) and v >= m,
+            f"an integer >= {minimum}",
         )
-    predict_devices = list(options.predict_devices or [])
-    if not predict_devices or not all(isinstance(n, int) and n >= 2 for n in predict_devices):
-        raise ConfigError(
-            f"bench.predict_devices={predict_devices!r} is not allowed: expected a list of "
-            "device counts >= 2, such as [2, 4, 8]"
+    for name in ("seconds", "timeout_s", "bucket_mb"):
+        require(
+            options[name],
+            f"bench.{name}",
+            lambda v: isinstance(v, (int, float)) and v > 0,
+            "a positive number",
         )
+    if options.threads_per_process is not None:
+        require(
+            options.threads_per_process,
+            "bench.threads_per_process",
+            lambda v: isinstance(v, int) and v >= 1,
+            "a positive integer, or null (the cores / the largest device count)",
+        )
+    require(
+        options.predict_devices,
+        "bench.predict_devices",
+        lambda v: bool(v) and all(isinstance(n, int) and n >= 2 for n in v),
+        "a list of device counts >= 2, such as [2, 4, 8]",
+    )
 
 
 class Progress:
