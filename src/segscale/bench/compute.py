@@ -17,7 +17,7 @@ import resource
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -139,16 +139,16 @@ def bare_steps(
     return phases
 
 
-def bare_result(rounds: list[list[Phases]], warmup: int, peak_mb: float) -> BareLoopResult:
-    """``BareLoopResult`` of one or more rounds of steps, each starting with ``warmup``."""
-    timed = [phases for steps in rounds for phases in steps[warmup:]]
+def bare_result(windows: list[list[Phases]], warmup_s: float, peak_mb: float) -> BareLoopResult:
+    """``BareLoopResult`` of timed windows of steps (warm-up steps already left out)."""
+    timed = [phases for window in windows for phases in window]
     return BareLoopResult(
-        step=summarize_steps([sum(p) for p in timed], 0, len(rounds)),
+        step=summarize_steps([sum(p) for p in timed], 0, len(windows)),
         forward_s=sum(p[0] for p in timed) / len(timed),
         backward_s=sum(p[1] for p in timed) / len(timed),
         optimizer_s=sum(p[2] for p in timed) / len(timed),
         peak_memory_mb=peak_mb,
-        warmup_s=sum(sum(p) for p in rounds[0][:warmup]),
+        warmup_s=warmup_s,
     )
 
 
@@ -165,8 +165,8 @@ def bare_loop(
     timed = steps[plan.warmup :]
     size = len(timed) // plan.windows
     windows = [timed[i * size : (i + 1) * size] for i in range(plan.windows)]
-    result = bare_result(windows, 0, peak_memory_mb(device))
-    return replace(result, warmup_s=sum(sum(p) for p in steps[: plan.warmup]))
+    warmup_s = sum(sum(p) for p in steps[: plan.warmup])
+    return bare_result(windows, warmup_s, peak_memory_mb(device))
 
 
 class RepeatedBatch(Dataset):
@@ -248,9 +248,9 @@ def framework_comparison(
     bare_rounds: list[list[Phases]] = []
     lightning_rounds: list[list[float]] = []
     steps = plan.warmup + plan.window_steps
+    precision = trainer_options["precision"]
     reset_peak_memory(device)
     for _ in range(plan.windows):
-        precision = trainer_options["precision"]
         bare_rounds.append(bare_steps(copy.deepcopy(module), batch, precision, device, steps))
         lightning_rounds.append(
             lightning_steps(copy.deepcopy(module), batch, trainer_options, steps)
@@ -263,7 +263,11 @@ def framework_comparison(
     peak = peak_memory_mb(device)
     timed = [d for durations in lightning_rounds for d in durations[plan.warmup :]]
     return Comparison(
-        bare=bare_result(bare_rounds, plan.warmup, peak),
+        bare=bare_result(
+            [round_steps[plan.warmup :] for round_steps in bare_rounds],
+            sum(sum(p) for p in bare_rounds[0][: plan.warmup]),
+            peak,
+        ),
         lightning=summarize_steps(timed, 0, plan.windows),
         ratio=statistics.median(ratios),
         peak_memory_mb=peak,
