@@ -129,11 +129,15 @@ def measure_pipeline(
     return rates
 
 
-def worker_counts(cpus: int, configured: int) -> list[int]:
-    """Worker counts to measure: 1, 2, 4, … up to ``cpus``, ``cpus`` itself, and ``configured``."""
-    counts = {cpus, max(1, configured)}
-    count = 1
-    while count < cpus:
+def doubling_counts(limit: int, *also: int) -> list[int]:
+    """1, 2, 4, … below ``limit``, ``limit`` itself, and ``also``: the counts worth measuring."""
+    counts, count = {limit, *also}, 1
+    while count < limit:
         counts.add(count)
         count *= 2
     return sorted(counts)
+
+
+def worker_counts(cpus: int, configured: int) -> list[int]:
+    """Worker counts to measure: 1, 2, 4, … up to ``cpus``, ``cpus`` itself, and ``configured``."""
+    return doubling_counts(cpus, max(1, configured))

@@ -165,9 +165,7 @@ def findings_from(results: dict[str, Any]) -> Findings:
     predicted: dict[str, dict[int, float]] = {}
     for row in prediction["rows"]:
         predicted.setdefault(row["interconnect"], {})[row["devices"]] = row["efficiency"]
-    here_name = next(
-        (link["name"] for link in prediction["interconnects"] if "measured" in link["name"]), None
-    )
+    here_name = prediction["this_machine"]
     rows = results["scaling"]["measured"]
     measured = {
         row["devices"]: row["efficiency"]

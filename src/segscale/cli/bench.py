@@ -37,7 +37,7 @@ from segscale.bench.compute import (
 )
 from segscale.bench.interconnects import INTERCONNECTS, Interconnect
 from segscale.bench.options import label, measure_option, option_variants
-from segscale.bench.pipeline import measure_pipeline, worker_counts
+from segscale.bench.pipeline import doubling_counts, measure_pipeline, worker_counts
 from segscale.bench.prediction import StepProfile, efficiency, predict, speedup
 from segscale.bench.scaling import (
     SYNC_BATCHNORM,
@@ -70,11 +70,7 @@ def device_counts(configured: Any, available: int) -> list[int]:
                 "(the devices of this machine)"
             )
         return counts
-    counts, count = {available}, 1
-    while count < available:
-        counts.add(count)
-        count *= 2
-    return sorted(counts)
+    return doubling_counts(available)
 
 
 def check_bench(options: DictConfig) -> None:
@@ -163,7 +159,8 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         if threads:
             torch.set_num_threads(threads)
         pipeline = measure_pipeline(datamodule, workers, options.seconds, progress)
-        batch = next(iter(datamodule.train_dataloader(num_workers=0)))
+        in_process = datamodule.train_dataloader(num_workers=0)
+        batch = next(iter(in_process))
         module = build_module(cfg, datamodule, effective.learning_rate)
         plan = StepPlan(options.warmup_steps, options.window_steps, options.windows)
         trainer_options = {
@@ -187,9 +184,11 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             "memory_kind": "GPU, allocated" if on_gpu else "process peak RSS",
             "parameters": parameter_count(module),
             "gradient_bytes": gradient_bytes(module),
-            "steps_per_epoch": len(datamodule.train_dataloader(num_workers=0)),
+            "steps_per_epoch": len(in_process),
         }
-        option_rows = measure_options(cfg, variants, datamodule, batch, device, options, progress)
+        option_rows = measure_options(
+            cfg, variants, datamodule, effective.learning_rate, batch, device, options, progress
+        )
         measured, here = measure_scaling(
             cfg, overrides, counts, threads, compute, options, progress
         )
@@ -215,6 +214,7 @@ def measure_options(
     cfg: DictConfig,
     variants: list[dict[str, Any]],
     datamodule: Any,
+    learning_rate: float,
     batch: dict[str, torch.Tensor],
     device: torch.device,
     options: DictConfig,
@@ -226,7 +226,7 @@ def measure_options(
     plan = StepPlan(options.warmup_steps, options.option_steps, 1)
 
     def build_variant(variant: DictConfig) -> Any:
-        return build_module(variant, datamodule, cfg.optimizer.lr)
+        return build_module(variant, datamodule, learning_rate)
 
     rows: list[dict[str, Any]] = []
     for overrides in [{}, *variants]:
@@ -348,6 +348,7 @@ def prediction_rows(
             "jitter": profile.jitter,
         },
         "data_rate_per_device": data_rate,
+        "this_machine": here.name if here is not None else None,
         "one_device_throughput": min(profile.throughput, data_rate),
         "interconnects": [
             {
