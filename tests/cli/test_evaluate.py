@@ -3,9 +3,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from segscale.checks import ConfigError
-from segscale.cli.evaluate import evaluate
+from segscale.cli.evaluate import evaluate, image_confusion
+from segscale.data.labels import LabelMap
+from segscale.data.sources import ImageMaskPair
+from segscale.data.validation import InvalidDatasetError
+from segscale.inference.sliding_window import SlidingWindow
+from segscale.inference.trained import load_trained
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, write_pair
 
 
@@ -73,3 +79,22 @@ def test_two_processes_count_every_image_once(tmp_path: Path):
     assert (tmp_path / "two/confusion_matrix.csv").read_text() == (
         tmp_path / "one/confusion_matrix.csv"
     ).read_text()
+
+
+def test_the_pixel_limit_reaches_the_validation_pass_and_every_read(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    limited = _config(
+        root, ckpt, tmp_path / "out", "split=test", "datamodule.max_image_pixels=2000"
+    )
+    with pytest.raises(InvalidDatasetError) as refused:
+        evaluate(limited)
+    message = str(refused.value)
+    assert "test/images/a.png: image cannot be read: its header declares 70 x 45 = 3150" in message
+    assert "limit of 2000 pixels" in message and "b.png" not in message  # 33 x 33 = 1089
+    pair = ImageMaskPair(root / "test/images/a.png", root / "test/masks/a.png")
+    trained, window = load_trained(str(ckpt)), SlidingWindow(tile_size=32)
+    cpu = torch.device("cpu")
+    with pytest.raises(ValueError, match="limit of 2000 pixels"):
+        image_confusion(pair, trained, window, LabelMap(3), cpu, max_image_pixels=2000)
+    assert image_confusion(pair, trained, window, LabelMap(3), cpu).sum() == 45 * 70 - 15

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -6,8 +8,15 @@ import tifffile
 from PIL import Image
 
 from segscale.checks import ConfigError
-from segscale.cli.predict import predict
-from tests.conftest import compose_config, oracle_checkpoint, oracle_image
+from segscale.cli.predict import (
+    EXIT_REFUSED,
+    EXIT_SKIPPED,
+    UnreadableImageError,
+    predict,
+    run_prediction,
+)
+from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
+from tests.data.declared_size import png_declaring
 
 
 def _config(*overrides: str):
@@ -69,8 +78,8 @@ def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Pa
     ("override", "message"),
     [
         ("input={tmp}/nothing.png", "input=.*is not an image, a folder or a .txt list"),
-        ("ckpt={tmp}/missing.ckpt", r"ckpt=.*does not exist; expected a .ckpt"),
-        ("ckpt={tmp}/in/wide.png", "ckpt=.*is not a readable checkpoint"),
+        ("ckpt={tmp}/missing.ckpt", r"ckpt=.*no such file; expected a .ckpt"),
+        ("ckpt={tmp}/in/wide.png", "ckpt=.*cannot be read as weights"),
         ("format=jpg", "format='jpg' is not allowed"),
     ],
 )
@@ -85,3 +94,122 @@ def test_bad_input_names_the_key(tmp_path: Path, override: str, message: str):
     )
     with pytest.raises(ConfigError, match=message):
         predict(cfg)
+
+
+def _corrupt(folder: Path) -> list[str]:
+    """Beside the good images: random bytes named .png, and a PNG cut in half."""
+    (folder / "x.png").write_bytes(np.random.default_rng(0).bytes(500))
+    data = (folder / "wide.png").read_bytes()
+    (folder / "cut.png").write_bytes(data[: len(data) // 2])
+    return ["cut.png", "x.png"]
+
+
+def _predict_command(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``python predict.py`` on ``tmp_path/in`` with the oracle, writing ``tmp_path/out``."""
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    command = [
+        sys.executable,
+        str(REPO / "predict.py"),
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "accelerator=cpu",
+        "inference.tile_size=32",
+        *overrides,
+    ]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def test_unreadable_inputs_are_all_listed_before_anything_is_predicted(tmp_path: Path):
+    _images(tmp_path / "in")
+    bad = _corrupt(tmp_path / "in")
+    result = _predict_command(tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_REFUSED, output[-3000:]
+    assert "Traceback" not in output
+    assert "2 input image(s) of input=" in output and "nothing was predicted" in output
+    for name in bad:
+        assert f"{tmp_path / 'in' / name}: cannot be read" in output
+    assert "wide.png:" not in output and "tall.png:" not in output
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_skip_unreadable_predicts_the_others_and_exits_3(tmp_path: Path):
+    truths = _images(tmp_path / "in")
+    bad = _corrupt(tmp_path / "in")
+    result = _predict_command(tmp_path, "skip_unreadable=true")
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_SKIPPED, output[-3000:]
+    assert "Traceback" not in output and "skipping 2 unreadable input image(s)" in output
+    assert all(name in output for name in bad)
+    assert "2 image(s) predicted, 2 skipped as unreadable" in output
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["tall.png", "tall_overlay.png", "wide.png", "wide_overlay.png"]
+    for name, truth in truths.items():
+        np.testing.assert_array_equal(
+            np.asarray(Image.open(tmp_path / "out" / f"{name}.png")), truth
+        )
+
+
+def _truncated_jpeg(path: Path) -> Path:
+    """A JPEG whose header is whole and whose body is cut: it fails only when decoded."""
+    pixels = np.random.default_rng(1).integers(0, 256, (40, 40, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def test_an_image_that_fails_while_decoding_is_named_and_can_be_skipped(tmp_path: Path):
+    _images(tmp_path / "in")
+    jpeg = _truncated_jpeg(tmp_path / "in" / "a_cut.jpg")  # first in name order
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    common = (f"ckpt={ckpt}", f"input={tmp_path / 'in'}", "inference.tile_size=32")
+    cfg = _config(*common, f"output_dir={tmp_path / 'stop'}")
+    with pytest.raises(UnreadableImageError) as stopped:
+        predict(cfg)
+    assert f"{jpeg}: cannot be decoded: image file is truncated" in str(stopped.value)
+    assert not list((tmp_path / "stop").iterdir())  # the run stopped at the first image
+    run = run_prediction(_config(*common, f"output_dir={tmp_path / 'out'}", "skip_unreadable=true"))
+    assert sorted(p.name for p in run.written) == ["tall.png", "wide.png"]
+    assert [(p.path, p.reason.split(":")[0]) for p in run.skipped] == [(jpeg, "cannot be decoded")]
+    assert not list((tmp_path / "out").glob("a_cut*")) and not list((tmp_path / "out").glob(".*"))
+
+
+def test_two_processes_report_the_images_skipped_on_every_rank(tmp_path: Path):
+    _images(tmp_path / "in")
+    jpegs = [_truncated_jpeg(tmp_path / "in" / f"{name}.jpg") for name in ("cut1", "cut2")]
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    cfg = _config(
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        "inference.tile_size=32",
+        "devices=2",
+        "overlay=false",
+        "skip_unreadable=true",
+    )
+    run = run_prediction(cfg)  # ranks take images 0, 2 and 1, 3 of cut1, cut2, tall, wide
+    assert sorted(p.name for p in run.written) == ["tall.png", "wide.png"]
+    assert sorted(p.path for p in run.skipped) == jpegs
+
+
+def test_header_problems_name_the_limit_and_the_channels(tmp_path: Path):
+    _images(tmp_path / "in")
+    png_declaring(tmp_path / "in" / "bomb.png", 20000, 20000)
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "in" / "grey.png")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    common = (f"ckpt={ckpt}", f"input={tmp_path / 'in'}", f"output_dir={tmp_path / 'out'}")
+    with pytest.raises(UnreadableImageError) as refused:
+        predict(_config(*common))
+    message = str(refused.value)
+    assert "bomb.png: cannot be read: its header declares 20000 x 20000 = 400000000" in message
+    assert "max_image_pixels for predict.py" in message
+    assert "grey.png: has 1 channels, the network of ckpt takes 3" in message
+    with pytest.raises(UnreadableImageError, match="limit of 2000 pixels"):
+        predict(_config(*common, "max_image_pixels=2000"))  # 37 x 90 = 3330 pixels
+    with pytest.raises(ConfigError, match="max_image_pixels=-1 is not allowed"):
+        predict(_config(*common, "max_image_pixels=-1"))
+    with pytest.raises(ConfigError, match="skip_unreadable='yes' is not allowed"):
+        predict(_config(*common, "skip_unreadable=yes"))

@@ -1,12 +1,22 @@
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tifffile
-from PIL import Image
+from PIL import Image, ImageFile
 
 from segscale.data.labels import LabelMap
-from segscale.data.sources import ImageMaskPair, load_tiles, read_image, read_mask_values
+from segscale.data.sources import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    ImageHeader,
+    ImageMaskPair,
+    load_tiles,
+    read_image,
+    read_image_header,
+    read_mask_values,
+)
+from tests.data.declared_size import png_declaring
 
 
 def test_uncompressed_tiff_is_memory_mapped_with_channels_last(tmp_path: Path):
@@ -52,3 +62,117 @@ def test_colour_masks_are_decoded_and_class_index_tiffs_stay_mapped(tmp_path: Pa
     )
     assert isinstance(plain.mask, np.memmap)
     np.testing.assert_array_equal(plain.mask, indices)
+
+
+def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    def decode(self: ImageFile.ImageFile) -> None:
+        raise AssertionError(f"{self.filename} was decoded")
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", decode)
+
+
+@pytest.mark.parametrize("reader", [read_image, read_mask_values])
+def test_a_header_past_the_limit_is_refused_before_decoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader
+):
+    path = png_declaring(tmp_path / "bomb.png", 20000, 20000)
+    _forbid_decoding(monkeypatch)
+    pillow_limit = Image.MAX_IMAGE_PIXELS
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Pillow's own warning must not fire either
+        with pytest.raises(ValueError) as refused:
+            reader(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: its header declares 20000 x 20000 = 400000000 pixels")
+    assert f"limit of {DEFAULT_MAX_IMAGE_PIXELS} pixels" in message
+    assert "datamodule.max_image_pixels" in message and "max_image_pixels for predict.py" in message
+    assert pillow_limit == Image.MAX_IMAGE_PIXELS  # Pillow's limit is left as it was
+
+
+@pytest.mark.parametrize("limit", [400_000_000, None])
+def test_a_raised_limit_lets_the_header_through(tmp_path: Path, limit: int | None):
+    path = png_declaring(tmp_path / "big.png", 20000, 20000)
+    # The size check passes; decoding then finds only 8x8 pixels of data.
+    with pytest.raises(OSError, match="truncated"):
+        read_image(path, max_image_pixels=limit)
+    with pytest.raises(OSError, match="truncated"):
+        read_mask_values(path, max_image_pixels=limit)
+
+
+def test_sizes_between_pillows_warning_and_its_limit_read_without_a_warning(tmp_path: Path):
+    path = png_declaring(tmp_path / "large.png", 10000, 10000)  # > Pillow's 89478485
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(OSError, match="truncated"):
+            read_image(path)
+
+
+def test_compressed_tiffs_are_held_to_the_limit_and_memory_mapped_ones_are_exempt(
+    tmp_path: Path,
+):
+    pixels = np.zeros((30, 40, 3), np.uint8)
+    tifffile.imwrite(tmp_path / "z.tif", pixels, compression="zlib")
+    tifffile.imwrite(tmp_path / "plain.tif", pixels)
+    with pytest.raises(ValueError, match=r"z.tif: its header declares 40 x 30 = 1200 pixels"):
+        read_image(tmp_path / "z.tif", max_image_pixels=1000)
+    with pytest.raises(ValueError, match="limit of 1000 pixels"):
+        read_mask_values(tmp_path / "z.tif", max_image_pixels=1000)
+    with pytest.raises(ValueError, match="limit of 1000 pixels"):
+        read_image_header(tmp_path / "z.tif", max_image_pixels=1000)
+    assert read_image(tmp_path / "z.tif", max_image_pixels=1200).shape == (30, 40, 3)
+    mapped = read_image(tmp_path / "plain.tif", max_image_pixels=1000)
+    assert isinstance(mapped.base, np.memmap) or isinstance(mapped, np.memmap)
+    assert read_image_header(tmp_path / "plain.tif", 1000) == ImageHeader(40, 30, 3, "uint8")
+
+
+def test_load_tiles_applies_the_limit(tmp_path: Path):
+    Image.fromarray(np.zeros((16, 12, 3), np.uint8)).save(tmp_path / "image.png")
+    Image.fromarray(np.zeros((16, 12), np.uint8)).save(tmp_path / "mask.png")
+    pair = ImageMaskPair(tmp_path / "image.png", tmp_path / "mask.png")
+    with pytest.raises(ValueError, match=r"image.png: its header declares 12 x 16 = 192"):
+        load_tiles([pair], LabelMap(2), max_image_pixels=100)
+    assert load_tiles([pair], LabelMap(2), max_image_pixels=192)[0].shape == (16, 12)
+
+
+def test_the_header_gives_size_channels_and_type_as_read_image_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    Image.fromarray(np.zeros((24, 20), np.uint16)).save(tmp_path / "grey16.png")
+    Image.fromarray(np.zeros((24, 20, 4), np.uint8)).save(tmp_path / "rgba.png")
+    Image.fromarray(np.zeros((24, 20, 3), np.uint8)).save(tmp_path / "photo.jpg")
+    planar = np.zeros((5, 24, 20), np.float32)
+    tifffile.imwrite(tmp_path / "bands.tif", planar, photometric="minisblack")
+    expected = {
+        "grey16.png": ImageHeader(20, 24, 1, "uint16"),
+        "rgba.png": ImageHeader(20, 24, 3, "uint8"),  # read_image drops alpha
+        "photo.jpg": ImageHeader(20, 24, 3, "uint8"),
+        "bands.tif": ImageHeader(20, 24, 5, "float32"),
+    }
+    for name, header in expected.items():
+        image = read_image(tmp_path / name)
+        assert (header.height, header.width, header.channels) == image.shape
+        assert header.dtype == image.dtype.name
+    _forbid_decoding(monkeypatch)
+    for name, header in expected.items():
+        assert read_image_header(tmp_path / name) == header
+
+
+def test_the_header_check_finds_damaged_pngs_and_unsupported_types(tmp_path: Path):
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "good.png")
+    data = (tmp_path / "good.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    (tmp_path / "flipped.png").write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match=r"cut.png: the PNG is truncated or damaged \(Trunc"):
+        read_image_header(tmp_path / "cut.png")
+    with pytest.raises(ValueError, match=r"flipped.png: the PNG is .* \(broken PNG file \(bad"):
+        read_image_header(tmp_path / "flipped.png")
+    Image.fromarray(np.zeros((4, 4), bool)).save(tmp_path / "bits.png")
+    tifffile.imwrite(tmp_path / "f64.tif", np.zeros((4, 4), np.float64))
+    for name, dtype in (("bits.png", "bool"), ("f64.tif", "float64")):
+        with pytest.raises(ValueError, match=rf"{name}: pixels of type {dtype} are not supported"):
+            read_image(tmp_path / name)
+        with pytest.raises(ValueError, match=rf"{name}: pixels of type {dtype} are not supported"):
+            read_image_header(tmp_path / name)

@@ -4,11 +4,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from segscale.checks import ConfigError
+from segscale.cli.train import build
 from segscale.data import validation
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap
-from segscale.data.validation import InvalidDatasetError, validate_dataset
-from tests.conftest import write_pair
+from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
+from segscale.data.validation import InvalidDatasetError, check_image_headers, validate_dataset
+from tests.conftest import compose_config, write_pair
+from tests.data.declared_size import png_declaring
 
 NAMES = ("a", "b", "c")
 
@@ -24,9 +28,20 @@ def _dataset(root: Path, size: int = 32) -> Path:
     return root
 
 
-def _validate(root: Path, patch_size: int = 16, in_channels: int | None = None, **labels):
+def _validate(
+    root: Path,
+    patch_size: int = 16,
+    in_channels: int | None = None,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    **labels,
+):
     return validate_dataset(
-        FolderTiles(str(root)), LabelMap(3, 255, **labels), NAMES, patch_size, in_channels
+        FolderTiles(str(root)),
+        LabelMap(3, 255, **labels),
+        NAMES,
+        patch_size,
+        in_channels,
+        max_image_pixels=max_image_pixels,
     )
 
 
@@ -134,7 +149,9 @@ def test_the_pass_is_cached_by_size_and_modification_time(tmp_path: Path, monkey
     root = _dataset(tmp_path)
     reads = []
     inspect = validation.inspect_pair
-    monkeypatch.setattr(validation, "inspect_pair", lambda p, lm: reads.append(p) or inspect(p, lm))
+    monkeypatch.setattr(
+        validation, "inspect_pair", lambda p, *args: reads.append(p) or inspect(p, *args)
+    )
     first = _validate(root)
     assert len(reads) == 3 and (root / ".segscale/validation.json").is_file()
     second = _validate(root)
@@ -145,3 +162,53 @@ def test_the_pass_is_cached_by_size_and_modification_time(tmp_path: Path, monkey
     assert len(reads) == 4
     _validate(root, label_ids=[0, 1, 2], ignore_ids=[9])  # other label settings: read afresh
     assert len(reads) == 7
+
+
+def test_an_image_whose_header_is_past_the_limit_is_listed(tmp_path: Path):
+    root = _dataset(tmp_path)
+    png_declaring(root / "train/images/t1.png", 20000, 20000)
+    message = _problems(root)
+    assert message.startswith("1 problem(s) in the dataset")
+    assert (
+        "train/images/t1.png: image cannot be read: its header declares 20000 x 20000 = "
+        f"400000000 pixels, more than the limit of {DEFAULT_MAX_IMAGE_PIXELS} pixels"
+    ) in message
+    assert "datamodule.max_image_pixels" in message
+
+
+def test_the_limit_applies_to_images_and_masks_and_keys_the_cache(tmp_path: Path):
+    root = _dataset(tmp_path)
+    assert _validate(root).channels == 3  # cached at the default limit
+    message = _problems(root, max_image_pixels=1000)
+    assert message.startswith("6 problem(s)")
+    assert "train/masks/t1.png: mask cannot be read: its header declares 32 x 32 = 1024" in message
+    assert "val/images/v1.png: image cannot be read: its header declares 32 x 32" in message
+    # Back at the default, the refusals cached under the lower limit do not count.
+    assert _validate(root).channels == 3
+    assert _validate(root, max_image_pixels=1024).channels == 3
+
+
+def test_the_datamodule_config_key_reaches_the_validation_pass(tmp_path: Path):
+    root = _dataset(tmp_path)
+    overrides = ("datamodule=folder", f"datamodule.source.root={root}", "datamodule.patch_size=16")
+    cfg = compose_config("train", *overrides, "datamodule.max_image_pixels=1000")
+    with pytest.raises(InvalidDatasetError, match="limit of 1000 pixels"):
+        build(cfg.datamodule).check()
+    default = compose_config("train")  # the synthetic datamodule has the key too
+    assert default.datamodule.max_image_pixels == DEFAULT_MAX_IMAGE_PIXELS
+    with pytest.raises(ConfigError, match=r"datamodule.max_image_pixels=0 is not allowed"):
+        build(compose_config("train", *overrides, "datamodule.max_image_pixels=0").datamodule)
+
+
+def test_header_check_lists_unreadable_images_and_wrong_channel_counts(tmp_path: Path):
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "good.png")
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "grey.png")
+    (tmp_path / "noise.png").write_bytes(np.random.default_rng(0).bytes(300))
+    png_declaring(tmp_path / "bomb.png", 20000, 20000)
+    paths = [tmp_path / n for n in ("good.png", "grey.png", "noise.png", "bomb.png")]
+    problems = check_image_headers(paths, 3, "the network")
+    reasons = {problem.path.name: problem.reason for problem in problems}
+    assert list(reasons) == ["grey.png", "noise.png", "bomb.png"]
+    assert reasons["grey.png"] == "has 1 channels, the network takes 3"
+    assert reasons["noise.png"].startswith("cannot be read: cannot identify image file")
+    assert reasons["bomb.png"].startswith("cannot be read: its header declares 20000 x 20000")

@@ -22,7 +22,12 @@ from omegaconf import DictConfig
 from segscale.checks import ConfigError
 from segscale.cli.train import CONFIG_DIR, build
 from segscale.data.labels import LabelMap
-from segscale.data.sources import ImageMaskPair, read_image, read_mask_values
+from segscale.data.sources import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    ImageMaskPair,
+    read_image,
+    read_mask_values,
+)
 from segscale.data.validation import validate_dataset
 from segscale.inference.devices import run_on_devices
 from segscale.inference.sliding_window import SlidingWindow
@@ -52,12 +57,20 @@ def evaluate(cfg: DictConfig) -> dict:
         1,
         trained.in_channels,
         splits=(cfg.split,),
+        max_image_pixels=datamodule.max_image_pixels,
     )
     pairs = report.pairs[cfg.split]
     window = instantiate(cfg.inference)
     log.info("evaluating %s on %d %s image(s)", cfg.ckpt, len(pairs), cfg.split)
     counts = run_on_devices(
-        cfg.accelerator, cfg.devices, _confusion_of_share, pairs, trained, window, datamodule.labels
+        cfg.accelerator,
+        cfg.devices,
+        _confusion_of_share,
+        pairs,
+        trained,
+        window,
+        datamodule.labels,
+        datamodule.max_image_pixels,
     )
     confusion = torch.from_numpy(counts)
     output = Path(cfg.output_dir)
@@ -73,11 +86,12 @@ def _confusion_of_share(
     trained: TrainedModel,
     window: SlidingWindow,
     labels: LabelMap,
+    max_image_pixels: int | None,
 ) -> np.ndarray:
     trained.module.to(fabric.device)
     confusion = torch.zeros(trained.num_classes, trained.num_classes, dtype=torch.int64)
     for pair in pairs:
-        confusion += image_confusion(pair, trained, window, labels, fabric.device)
+        confusion += image_confusion(pair, trained, window, labels, fabric.device, max_image_pixels)
     # Every rank's counts, summed: the confusion matrix of the whole split. Returned as
     # numpy, which crosses back from a spawned rank by value (a tensor would be shared
     # memory that dies with its process).
@@ -90,9 +104,13 @@ def image_confusion(
     window: SlidingWindow,
     labels: LabelMap,
     device: torch.device,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
 ) -> torch.Tensor:
-    """Confusion matrix (true × predicted pixels) of one whole image, band by band."""
-    raw = read_mask_values(pair.mask)
+    """Confusion matrix (true × predicted pixels) of one whole image, band by band.
+
+    ``max_image_pixels``: the size limit of the readers (``datamodule.max_image_pixels``).
+    """
+    raw = read_mask_values(pair.mask, max_image_pixels)
     classes = trained.num_classes
     counts = np.zeros(classes * classes, np.int64)
 
@@ -102,7 +120,8 @@ def image_confusion(
         pairs = truth[labelled].astype(np.int64) * classes + predicted.ravel()[labelled]
         counts[:] += np.bincount(pairs, minlength=classes * classes)
 
-    window.predict(trained.module, read_image(pair.image), classes, device, on_band=count)
+    image = read_image(pair.image, max_image_pixels)
+    window.predict(trained.module, image, classes, device, on_band=count)
     return torch.from_numpy(counts.reshape(classes, classes))
 
 

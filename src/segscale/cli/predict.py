@@ -2,14 +2,22 @@
 
 Every image goes through ``SlidingWindow`` (the ``inference`` config group); its label
 map is written as a palette PNG or TIFF (class indices that open in colour in any
-viewer), with an overlay of the classes on the image beside it.
+viewer), with an overlay of the classes on the image beside it. Before any of that,
+every input's header is checked, so an unreadable file stops the run before it starts
+(or, with ``skip_unreadable``, is left out).
+
+Exit statuses: 0, every image predicted; 2 (``EXIT_REFUSED``), refused: a config value
+or an unreadable input (all listed); 3 (``EXIT_SKIPPED``), the readable images were
+predicted and the unreadable ones, listed in the log, skipped.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import hydra
 import numpy as np
@@ -18,9 +26,16 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
-from segscale.checks import ConfigError
+from segscale.checks import ConfigError, require
 from segscale.cli.train import CONFIG_DIR
-from segscale.data.sources import IMAGE_SUFFIXES, read_image
+from segscale.data.sources import (
+    IMAGE_SUFFIXES,
+    READ_ERRORS,
+    FileProblem,
+    describe_read_error,
+    read_image,
+)
+from segscale.data.validation import check_image_headers
 from segscale.inference.devices import run_on_devices
 from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.sliding_window import SlidingWindow
@@ -28,22 +43,85 @@ from segscale.inference.trained import TrainedModel, load_trained
 
 log = logging.getLogger(__name__)
 
+EXIT_REFUSED = 2
+"""Exit status of a run refused: a config value, or unreadable inputs (all listed)."""
+EXIT_SKIPPED = 3
+"""Exit status of a run that predicted the readable images and skipped the others."""
+
+
+class UnreadableImageError(ConfigError):
+    """Input images that cannot be read; the message names each one and why."""
+
+
+@dataclass(frozen=True)
+class PredictionRun:
+    """What a prediction run did: the masks it wrote and the inputs it skipped."""
+
+    written: list[Path]
+    """Mask files written by every rank."""
+    skipped: list[FileProblem]
+    """Inputs left out as unreadable (``skip_unreadable=true``), each with its reason."""
+
 
 def predict(cfg: DictConfig) -> list[Path]:
     """Predict every image that ``input`` names; return the mask files written.
 
-    With several devices, the returned list is that of rank 0's share (every rank
-    writes its own images into the same folder).
+    ``run_prediction`` does the work and also reports the inputs skipped as unreadable.
     """
+    return run_prediction(cfg).written
+
+
+def run_prediction(cfg: DictConfig) -> PredictionRun:
+    """Check every input's header, then predict the readable images.
+
+    Every input is opened first, without decoding (``check_image_headers``: size limit
+    ``max_image_pixels``, channel count, PNG checksums). Problems raise one
+    ``UnreadableImageError`` listing every bad file, before anything is predicted or
+    written; an image that fails only while it is decoded stops the run the same way,
+    naming it. With ``skip_unreadable`` such files are logged and left out instead.
+    With several devices every rank writes its share into the same folder.
+    """
+    require(
+        cfg.max_image_pixels,
+        "max_image_pixels",
+        lambda v: v is None or (isinstance(v, int) and v >= 1),
+        "a pixel count >= 1, or null for no limit",
+    )
+    if not isinstance(cfg.skip_unreadable, bool):
+        raise ConfigError(
+            f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"
+        )
     trained = load_trained(cfg.ckpt)
     images = input_images(cfg.input)
+    unreadable = check_image_headers(
+        images, trained.in_channels, "the network of ckpt", cfg.max_image_pixels
+    )
+    _refuse_or_skip(unreadable, cfg, "nothing was predicted")
+    skipped = {problem.path for problem in unreadable}
+    readable = [path for path in images if path not in skipped]
     window = instantiate(cfg.inference)
     output = Path(cfg.output_dir)
     output.mkdir(parents=True, exist_ok=True)
-    log.info("%d image(s) → %s", len(images), output)
-    return run_on_devices(
-        cfg.accelerator, cfg.devices, _predict_share, images, trained, window, output, cfg
+    log.info("%d image(s) → %s", len(readable), output)
+    written, failed = run_on_devices(
+        cfg.accelerator, cfg.devices, _predict_share, readable, trained, window, output, cfg
     )
+    undecodable = [FileProblem(path, reason) for path, reason in failed]
+    _refuse_or_skip(undecodable, cfg, "prediction stopped there; masks written before stay")
+    return PredictionRun(written, unreadable + undecodable)
+
+
+def _refuse_or_skip(problems: list[FileProblem], cfg: DictConfig, outcome: str) -> None:
+    """Raise ``UnreadableImageError`` listing ``problems``, or log them as skipped."""
+    if not problems:
+        return
+    listing = "\n".join(f"  {problem.path}: {problem.reason}" for problem in problems)
+    if not cfg.skip_unreadable:
+        raise UnreadableImageError(
+            f"{len(problems)} input image(s) of input={cfg.input!r} cannot be read; "
+            f"{outcome} (skip_unreadable=true predicts the others):\n{listing}"
+        )
+    log.warning("skipping %d unreadable input image(s):\n%s", len(problems), listing)
 
 
 def input_images(value: str) -> list[Path]:
@@ -84,11 +162,33 @@ def _predict_share(
     window: SlidingWindow,
     output: Path,
     cfg: DictConfig,
-) -> list[Path]:
+) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Predict the images of this rank; return every rank's masks and undecodable inputs.
+
+    An image that cannot be decoded is skipped with ``skip_unreadable``; without, it
+    ends this rank's share (one device: the run stops at it).
+    """
     trained.module.to(fabric.device)
-    written = [predict_image(path, trained, window, output, cfg, fabric.device) for path in images]
+    written: list[Path] = []
+    failed: list[tuple[Path, str]] = []
+    for path in images:
+        try:
+            written.append(predict_image(path, trained, window, output, cfg, fabric.device))
+        except UnreadableImageError as error:
+            failed.append((path, describe_read_error(path, error)))
+            if not cfg.skip_unreadable:
+                break
     fabric.barrier()
-    return written
+    # Plain tuples, not FileProblem: Lightning hands rank 0's result back from a spawned
+    # process through a walk that cannot rebuild frozen dataclasses.
+    return _all_ranks(fabric, written), _all_ranks(fabric, failed)
+
+
+def _all_ranks(fabric: Fabric, items: list[Any]) -> list[Any]:
+    """The lists ``items`` of every rank, joined in rank order (on every rank)."""
+    if fabric.world_size == 1:
+        return items
+    return [item for rank in range(fabric.world_size) for item in fabric.broadcast(items, rank)]
 
 
 def predict_image(
@@ -99,8 +199,16 @@ def predict_image(
     cfg: DictConfig,
     device: torch.device,
 ) -> Path:
-    """Write ``<stem>.<format>`` (and ``<stem>_overlay.<format>``) for one image."""
-    image = read_image(path)
+    """Write ``<stem>.<format>`` (and ``<stem>_overlay.<format>``) for one image.
+
+    Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
+    ``max_image_pixels``); nothing is written then.
+    """
+    try:
+        image = read_image(path, cfg.max_image_pixels)
+    except READ_ERRORS as error:
+        reason = describe_read_error(path, error)
+        raise UnreadableImageError(f"{path}: cannot be decoded: {reason}") from error
     if image.shape[2] != trained.in_channels:
         raise ConfigError(
             f"{path}: has {image.shape[2]} channels, the network of ckpt takes "
@@ -134,9 +242,16 @@ def predict_image(
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
 def main(cfg: DictConfig) -> None:
-    """Entry point of ``predict.py``."""
+    """Entry point of ``predict.py``: exit 0, ``EXIT_REFUSED`` or ``EXIT_SKIPPED``."""
     try:
-        predict(cfg)
+        run = run_prediction(cfg)
     except ConfigError as error:
         log.error("%s", error)
-        sys.exit(2)
+        sys.exit(EXIT_REFUSED)
+    if run.skipped:
+        log.warning(
+            "%d image(s) predicted, %d skipped as unreadable (listed above)",
+            len(run.written),
+            len(run.skipped),
+        )
+        sys.exit(EXIT_SKIPPED)

@@ -11,11 +11,12 @@ import lightning as L
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
+from segscale.checks import require
 from segscale.data.augment import Augmentation
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
-from segscale.data.sources import TileSource, load_tiles
+from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, TileSource, load_tiles
 from segscale.data.validation import DatasetReport, validate_dataset
 from segscale.training.resume import batches_done_in_epoch
 
@@ -52,6 +53,10 @@ class SegmentationDataModule(L.LightningDataModule):
     Loader settings: ``num_workers`` per rank (``"auto"``: ``auto_num_workers``),
     ``pin_memory`` (``None``: on when training on a GPU), ``persistent_workers`` (keep
     workers across epochs) and ``prefetch_factor`` (batches each worker keeps ready).
+
+    ``max_image_pixels`` refuses, before decoding, an image or mask whose header
+    declares more pixels (``None``: no limit; memory-mapped TIFFs decode nothing and are
+    exempt): the validation pass lists such files with the other unusable ones.
     """
 
     def __init__(
@@ -78,8 +83,15 @@ class SegmentationDataModule(L.LightningDataModule):
         ignore_ids: Sequence[Any] = (),
         persistent_workers: bool = True,
         prefetch_factor: int = 2,
+        max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     ) -> None:
         super().__init__()
+        require(
+            max_image_pixels,
+            "datamodule.max_image_pixels",
+            lambda v: v is None or (isinstance(v, int) and v >= 1),
+            "a pixel count >= 1, or null for no limit",
+        )
         self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
         self.patch_size, self.patches_per_image = patch_size, patches_per_image
         self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
@@ -91,6 +103,7 @@ class SegmentationDataModule(L.LightningDataModule):
         self._mean, self._std, self._in_channels = mean, std, in_channels
         self.class_colors = [tuple(c) for c in class_colors] if class_colors else None
         self.labels = LabelMap(num_classes, ignore_index, label_ids, ignore_ids)
+        self.max_image_pixels = max_image_pixels
         self.report: DatasetReport | None = None
         self.train_set: RandomPatchDataset | None = None
         self.val_set: GridPatchDataset | None = None
@@ -105,7 +118,12 @@ class SegmentationDataModule(L.LightningDataModule):
         if self.report is None:
             self.source.prepare()
             self.report = validate_dataset(
-                self.source, self.labels, self.class_names, self.patch_size, self._in_channels
+                self.source,
+                self.labels,
+                self.class_names,
+                self.patch_size,
+                self._in_channels,
+                max_image_pixels=self.max_image_pixels,
             )
         return self.report
 
@@ -141,7 +159,7 @@ class SegmentationDataModule(L.LightningDataModule):
         cv2.setNumThreads(1)
         if stage == "fit" and self.train_set is None:
             self.train_set = RandomPatchDataset(
-                load_tiles(self.check().pairs["train"], self.labels),
+                load_tiles(self.check().pairs["train"], self.labels, self.max_image_pixels),
                 self.patch_size,
                 self.patches_per_image,
                 self.augmentation,
@@ -150,7 +168,7 @@ class SegmentationDataModule(L.LightningDataModule):
             )
         if stage in ("fit", "validate") and self.val_set is None:
             self.val_set = GridPatchDataset(
-                load_tiles(self.check().pairs["val"], self.labels),
+                load_tiles(self.check().pairs["val"], self.labels, self.max_image_pixels),
                 self.patch_size,
                 self.ignore_index,
             )

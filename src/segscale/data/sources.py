@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import tifffile
-from PIL import Image
+from PIL import Image, ImageMode
 
 from segscale.data.labels import LabelMap
 
@@ -69,38 +73,86 @@ TIFF_SUFFIXES = (".tif", ".tiff")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", *TIFF_SUFFIXES)
 MASK_SUFFIXES = (".png", *TIFF_SUFFIXES)  # JPEG's lossy compression would alter labels
 PIXEL_DTYPES = (np.uint8, np.uint16, np.float32)
+READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError, zlib.error)
+"""What reading a broken file raises: Pillow (OSError, SyntaxError for bad headers and
+checksums, EOFError for truncated streams), tifffile (ValueError, and zlib.error for a
+truncated deflate stream) and our readers (ValueError)."""
+DEFAULT_MAX_IMAGE_PIXELS = 2 * 89_478_485
+"""Pillow's own hard limit (twice ``Image.MAX_IMAGE_PIXELS``): the default of ours, so
+every image that Pillow reads reads here too."""
+MAX_IMAGE_PIXELS_KEYS = "datamodule.max_image_pixels; max_image_pixels for predict.py"
+"""The config keys that set the limit, as a refusal names them."""
+_TO_RGB_MODES = ("P", "RGBA", "LA", "CMYK", "YCbCr")  # read_image converts these to RGB
+# Pillow's limit is one module global; this lock keeps two threads that read at once
+# from restoring each other's value (see _open_checked).
+_PILLOW_LIMIT_LOCK = threading.Lock()
 
 
-def read_image(path: Path) -> np.ndarray:
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image file's header declares, as ``read_image`` would return the pixels."""
+
+    width: int
+    height: int
+    channels: int
+    dtype: str
+
+
+def read_image(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray:
     """An image file as an H×W×C array (uint8, uint16 or float32).
 
     TIFFs whose pixels are stored uncompressed in one block come back memory-mapped
     (read-only): only the pages that patches touch are read, so a tile larger than RAM
-    still works. Every other file is decoded into memory.
+    still works. Every other file is decoded into memory, but only after its header's
+    width × height passed ``max_image_pixels`` (``None``: no limit); a larger one is
+    refused with a ``ValueError`` before anything is decoded.
     """
     if path.suffix.lower() in TIFF_SUFFIXES:
-        array = _read_tiff(path)
+        array = _read_tiff(path, max_image_pixels)
     else:
-        with Image.open(path) as img:
-            if img.mode in ("P", "RGBA", "LA", "CMYK", "YCbCr"):
-                img = img.convert("RGB")
-            array = np.asarray(img)
+        with _open_checked(path, max_image_pixels) as img:
+            array = np.asarray(img.convert("RGB") if img.mode in _TO_RGB_MODES else img)
     if array.ndim == 2:
         array = array[:, :, None]
-    if array.dtype not in PIXEL_DTYPES:
-        raise ValueError(
-            f"{path}: pixels of type {array.dtype} are not supported; expected "
-            "uint8, uint16 or float32"
-        )
+    _check_pixel_type(path, array.dtype)
     return array
 
 
-def read_mask_values(path: Path) -> np.ndarray:
-    """A mask file's raw values: H×W (class indices, grey levels) or H×W×3 (colours)."""
+def read_image_header(
+    path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+) -> ImageHeader:
+    """The size, channels and pixel type of an image file, read without decoding pixels.
+
+    Raises what ``read_image`` would for the same causes that a header shows: a file
+    that is not an image, a size past ``max_image_pixels`` (memory-mapped TIFFs are
+    exempt, as in ``read_image``), a pixel type that is not supported. A PNG's chunk
+    checksums are verified too (``Image.verify``: it reads the file but inflates
+    nothing), so a truncated or damaged PNG is found here.
+    """
     if path.suffix.lower() in TIFF_SUFFIXES:
-        array = _read_tiff(path)
+        return _tiff_header(path, max_image_pixels)
+    with _open_checked(path, max_image_pixels) as img:
+        to_rgb = img.mode in _TO_RGB_MODES
+        channels = 3 if to_rgb else len(img.getbands())
+        dtype = np.dtype("uint8" if to_rgb else ImageMode.getmode(img.mode).typestr)
+        header = ImageHeader(img.width, img.height, channels, dtype.name)
+        if img.format == "PNG":
+            _verify_png(path, img)
+    _check_pixel_type(path, dtype)
+    return header
+
+
+def read_mask_values(
+    path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+) -> np.ndarray:
+    """A mask file's raw values: H×W (class indices, grey levels) or H×W×3 (colours).
+
+    ``max_image_pixels`` limits the size as in ``read_image``.
+    """
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        array = _read_tiff(path, max_image_pixels)
     else:
-        with Image.open(path) as img:
+        with _open_checked(path, max_image_pixels) as img:
             array = np.asarray(img.convert("RGB") if img.mode in ("RGBA", "LA") else img)
     if array.ndim == 3 and array.shape[2] == 1:
         array = array[:, :, 0]
@@ -109,19 +161,106 @@ def read_mask_values(path: Path) -> np.ndarray:
     return array
 
 
-def _read_tiff(path: Path) -> np.ndarray:
-    """A TIFF's first image with its channel axis last, memory-mapped when possible."""
+def describe_read_error(path: Path, error: BaseException) -> str:
+    """Why ``path`` could not be read, without the ``<path>: `` our readers put first."""
+    reason = str(error)
+    return reason.removeprefix(f"{path}: ") or type(error).__name__
+
+
+def _check_pixel_count(path: Path, width: int, height: int, max_image_pixels: int | None) -> None:
+    """Raise ``ValueError`` naming the file, its size and the key, past the limit."""
+    pixels = width * height
+    if max_image_pixels is not None and pixels > max_image_pixels:
+        raise ValueError(
+            f"{path}: its header declares {width} x {height} = {pixels} pixels, more than "
+            f"the limit of {max_image_pixels} pixels; if the file is trusted, raise the "
+            f"limit ({MAX_IMAGE_PIXELS_KEYS})"
+        )
+
+
+@contextmanager
+def _open_checked(path: Path, max_image_pixels: int | None) -> Iterator[Image.Image]:
+    """``path`` opened by Pillow, its declared size within our limit; nothing decoded yet.
+
+    Ours replaces Pillow's decompression-bomb check, which would raise (or warn) with a
+    message that names neither the file nor our key: Pillow's is switched off for the
+    duration of this read only, never for the rest of the process.
+    """
+    with _PILLOW_LIMIT_LOCK:
+        pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            with Image.open(path) as img:
+                _check_pixel_count(path, img.width, img.height, max_image_pixels)
+                yield img
+        finally:
+            Image.MAX_IMAGE_PIXELS = pillow_limit
+
+
+def _verify_png(path: Path, img: Image.Image) -> None:
+    """Check every chunk's checksum (no pixel is inflated); name the file if one fails."""
+    try:
+        img.verify()
+    except (OSError, SyntaxError, EOFError) as error:
+        raise ValueError(
+            f"{path}: the PNG is truncated or damaged ({error}); expected a complete PNG file"
+        ) from error
+
+
+def _check_pixel_type(path: Path, dtype: np.dtype) -> None:
+    if dtype not in PIXEL_DTYPES:
+        raise ValueError(
+            f"{path}: pixels of type {dtype} are not supported; expected uint8, uint16 or float32"
+        )
+
+
+def _read_tiff(path: Path, max_image_pixels: int | None) -> np.ndarray:
+    """A TIFF's first image with its channel axis last, memory-mapped when possible.
+
+    A memory map decodes nothing, so only TIFFs that must be decoded are held to
+    ``max_image_pixels``.
+    """
     with tifffile.TiffFile(path) as tif:
         series = tif.series[0]
-        axes = series.axes
+        axes = _image_axes(path, series)
         try:
             array = tifffile.memmap(path, mode="r")
         except ValueError:  # compressed, tiled or strided: decode into memory
+            _check_tiff_size(path, series, max_image_pixels)
             array = series.asarray()
-    extra = [i for i, axis in enumerate(axes) if axis not in "YX"]
-    if len(extra) > 1 or array.ndim != len(axes):
+    if array.ndim != len(axes):
         raise ValueError(f"{path}: expected one 2-D image with channels, found axes {axes!r}")
+    extra = [i for i, axis in enumerate(axes) if axis not in "YX"]
     return np.moveaxis(array, extra[0], -1) if extra else array
+
+
+def _tiff_header(path: Path, max_image_pixels: int | None) -> ImageHeader:
+    """``read_image_header`` of a TIFF: its first series' shape and type."""
+    with tifffile.TiffFile(path) as tif:
+        series = tif.series[0]
+        axes = _image_axes(path, series)
+        if series.dataoffset is None:  # not memory-mappable: read_image would decode it
+            _check_tiff_size(path, series, max_image_pixels)
+        dtype = np.dtype(series.dtype)
+    _check_pixel_type(path, dtype)
+    shape = dict(zip(axes, series.shape, strict=True))
+    channels = int(np.prod([n for axis, n in shape.items() if axis not in "YX"]))
+    return ImageHeader(shape["X"], shape["Y"], channels, dtype.name)
+
+
+def _image_axes(path: Path, series: tifffile.TiffPageSeries) -> str:
+    """The series' axes, if they are one 2-D image (Y, X) with at most one channel axis."""
+    axes = series.axes
+    extra = [axis for axis in axes if axis not in "YX"]
+    if len(extra) > 1 or "Y" not in axes or "X" not in axes:
+        raise ValueError(f"{path}: expected one 2-D image with channels, found axes {axes!r}")
+    return axes
+
+
+def _check_tiff_size(
+    path: Path, series: tifffile.TiffPageSeries, max_image_pixels: int | None
+) -> None:
+    shape = dict(zip(series.axes, series.shape, strict=True))
+    _check_pixel_count(path, shape["X"], shape["Y"], max_image_pixels)
 
 
 def write_image(path: Path, image: np.ndarray) -> None:
@@ -134,15 +273,21 @@ def write_mask(path: Path, mask: np.ndarray) -> None:
     Image.fromarray(mask, mode="L").save(path)
 
 
-def load_tiles(pairs: list[ImageMaskPair], labels: LabelMap) -> list[Tile]:
+def load_tiles(
+    pairs: list[ImageMaskPair],
+    labels: LabelMap,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+) -> list[Tile]:
     """Decode every pair once (memory-mapped TIFFs stay mapped), masks to class indices.
 
     The pairs are expected to have passed ``segscale.data.validation`` (sizes agree,
-    mask values known); a size mismatch is still refused here.
+    mask values known); a size mismatch is still refused here, and so is a file past
+    ``max_image_pixels`` (see ``read_image``).
     """
     tiles = []
     for pair in pairs:
-        image, raw = read_image(pair.image), read_mask_values(pair.mask)
+        image = read_image(pair.image, max_image_pixels)
+        raw = read_mask_values(pair.mask, max_image_pixels)
         if image.shape[:2] != raw.shape[:2]:
             raise ValueError(
                 f"{pair.mask}: mask is {raw.shape[1]}x{raw.shape[0]} but its image "

@@ -23,10 +23,14 @@ import numpy as np
 from segscale.checks import ConfigError
 from segscale.data.labels import LabelMap
 from segscale.data.sources import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    READ_ERRORS,
     FileProblem,
     ImageMaskPair,
     TileSource,
+    describe_read_error,
     read_image,
+    read_image_header,
     read_mask_values,
 )
 
@@ -34,9 +38,6 @@ log = logging.getLogger(__name__)
 
 _CACHE_VERSION = 1
 _ROWS_PER_CHUNK = 1024  # rows read at a time, so a memory-mapped tile is never loaded whole
-# What decoding a broken file raises: PIL (OSError, SyntaxError for bad headers, EOFError
-# for truncated streams), tifffile and our readers (ValueError).
-READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
 MAX_VALUES = {"uint8": 255.0, "uint16": 65535.0, "float32": 1.0}
 """The value of full intensity for each pixel type (images are scaled by it)."""
 
@@ -110,16 +111,18 @@ def validate_dataset(
     patch_size: int,
     in_channels: int | None,
     splits: Sequence[str] = ("train", "val"),
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
-    Checks: every image has a mask and every mask an image; files are readable; image
+    Checks: every image has a mask and every mask an image; files are readable and
+    their headers declare at most ``max_image_pixels`` (see ``read_image``); image
     and mask sizes match; masks hold only known class values or the ignore index; all
     images have the same channel count (``in_channels`` when given) and pixel type; at
     least one image of each split is at least ``patch_size`` on each side (smaller ones
     are left out, with a warning).
     """
-    cache = _Cache(source.cache_dir, labels)
+    cache = _Cache(source.cache_dir, labels, max_image_pixels)
     problems: list[FileProblem] = []
     facts: dict[str, list[tuple[ImageMaskPair, dict[str, Any]]]] = {}
     for split in splits:
@@ -150,19 +153,29 @@ def validate_dataset(
     )
 
 
-def inspect_pair(pair: ImageMaskPair, labels: LabelMap) -> dict[str, Any]:
-    """Read one image and mask in row chunks; return sizes, statistics and problems."""
+def inspect_pair(
+    pair: ImageMaskPair,
+    labels: LabelMap,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+) -> dict[str, Any]:
+    """Read one image and mask in row chunks; return sizes, statistics and problems.
+
+    A file whose header declares more than ``max_image_pixels`` is a problem like any
+    unreadable one, found before it is decoded.
+    """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
     try:
-        image = read_image(pair.image)
+        image = read_image(pair.image, max_image_pixels)
         facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
         facts |= {"dtype": str(image.dtype), **_pixel_sums(image)}
     except READ_ERRORS as error:
-        facts["image_problems"].append(f"image cannot be read: {error}")
+        reason = describe_read_error(pair.image, error)
+        facts["image_problems"].append(f"image cannot be read: {reason}")
     try:
-        raw = read_mask_values(pair.mask)
+        raw = read_mask_values(pair.mask, max_image_pixels)
     except READ_ERRORS as error:
-        facts["mask_problems"].append(f"mask cannot be read: {error}")
+        reason = describe_read_error(pair.mask, error)
+        facts["mask_problems"].append(f"mask cannot be read: {reason}")
         return facts
     mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
     if mask_channels != labels.channels:
@@ -193,6 +206,38 @@ def inspect_pair(pair: ImageMaskPair, labels: LabelMap) -> dict[str, Any]:
         .tolist()
     )
     return facts
+
+
+def check_image_headers(
+    paths: Sequence[Path],
+    in_channels: int,
+    channels_from: str,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+) -> list[FileProblem]:
+    """Every image of ``paths`` that cannot be used, judged by its header alone.
+
+    Nothing is decoded (see ``read_image_header``): each file is opened, its declared
+    size checked against ``max_image_pixels``, its channels against ``in_channels``
+    (``channels_from`` says whose number that is, for the message), and a PNG's chunk
+    checksums are verified. A file that passes may still fail while being decoded (a
+    truncated JPEG body).
+    """
+    problems: list[FileProblem] = []
+    for path in paths:
+        try:
+            header = read_image_header(path, max_image_pixels)
+        except READ_ERRORS as error:
+            problems.append(
+                FileProblem(path, f"cannot be read: {describe_read_error(path, error)}")
+            )
+            continue
+        if header.channels != in_channels:
+            problems.append(
+                FileProblem(
+                    path, f"has {header.channels} channels, {channels_from} takes {in_channels}"
+                )
+            )
+    return problems
 
 
 def _pixel_sums(image: np.ndarray) -> dict[str, Any]:
@@ -304,12 +349,17 @@ def _message(problems: list[FileProblem]) -> str:
 class _Cache:
     """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged."""
 
-    def __init__(self, folder: Path, labels: LabelMap) -> None:
+    def __init__(self, folder: Path, labels: LabelMap, max_image_pixels: int | None) -> None:
         self.folder = folder
         self.path = folder / "validation.json"
-        settings = json.dumps([_CACHE_VERSION, labels.describe()], sort_keys=True)
-        self.settings = hashlib.sha1(settings.encode()).hexdigest()[:16]
-        self.labels = labels
+        settings: list[Any] = [_CACHE_VERSION, labels.describe()]
+        # Another limit can turn a refused file into a readable one, or back. The default
+        # is left out of the key so that caches written before the limit existed stay
+        # valid: at Pillow's own limit a file read then reads the same now.
+        if max_image_pixels != DEFAULT_MAX_IMAGE_PIXELS:
+            settings.append({"max_image_pixels": max_image_pixels})
+        self.settings = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+        self.labels, self.max_image_pixels = labels, max_image_pixels
         self.entries: dict[str, Any] = {}
         self.changed = False
         if self.path.is_file():
@@ -327,7 +377,7 @@ class _Cache:
         entry = self.entries.get(key)
         if entry and entry["stamp"] == stamp:
             return entry["facts"]
-        facts = inspect_pair(pair, self.labels)
+        facts = inspect_pair(pair, self.labels, self.max_image_pixels)
         self.entries[key] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
