@@ -21,6 +21,7 @@ from PIL import Image
 
 from segscale.cli.train import CONFIG_DIR
 from segscale.data.synthetic import SyntheticTiles, draw_tile
+from segscale.training.checkpoint_io import save_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,7 +149,7 @@ def oracle_checkpoint(path: Path, num_classes: int = 3, colours: list | None = N
         "max_value": 255.0,
     }
     state = {"network.weight": weight, "network.bias": -(torch.arange(num_classes) ** 2.0)}
-    torch.save({"state_dict": state, "segscale": meta}, path)
+    save_checkpoint_file({"state_dict": state, "segscale": meta}, path)
     return path
 
 

@@ -1,7 +1,16 @@
+import os
+import stat
+
 import pytest
 import torch
 
-from segscale.training.checkpoint_io import AtomicCheckpointIO
+from segscale.checks import ConfigError
+from segscale.training.checkpoint_io import (
+    DIGEST_KEY,
+    SafeCheckpointIO,
+    load_checkpoint_file,
+    save_checkpoint_file,
+)
 
 
 class Unpicklable:
@@ -10,12 +19,60 @@ class Unpicklable:
 
 
 def test_save_is_atomic(tmp_path):
-    io = AtomicCheckpointIO()
+    io = SafeCheckpointIO()
     path = tmp_path / "checkpoints" / "last.ckpt"
     io.save_checkpoint({"step": 1}, path)
-    assert torch.load(path, weights_only=True) == {"step": 1}
+    assert io.load_checkpoint(path) == {"step": 1}
     with pytest.raises(RuntimeError, match="cannot save"):
         io.save_checkpoint({"step": 2, "bad": Unpicklable()}, path)
     # The failed write left the previous checkpoint intact and no temporary file.
-    assert torch.load(path, weights_only=True) == {"step": 1}
+    assert io.load_checkpoint(path) == {"step": 1}
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
+
+
+def test_checkpoints_get_the_permissions_of_the_other_files(tmp_path):
+    save_checkpoint_file({"step": 1}, tmp_path / "a.ckpt")
+    (tmp_path / "b.txt").write_text("")
+    mode = stat.S_IMODE(os.stat(tmp_path / "a.ckpt").st_mode)
+    assert mode == stat.S_IMODE(os.stat(tmp_path / "b.txt").st_mode)
+
+
+def big_checkpoint() -> dict:
+    generator = torch.Generator().manual_seed(0)
+    return {
+        "state_dict": {"network.weight": torch.randn(1_000_000, generator=generator)},
+        "epoch": 3,
+        "segscale": {"class_names": ["a", "b"], "mean": [0.5, 0.25]},
+    }
+
+
+def test_a_checkpoint_damaged_in_the_middle_is_refused(tmp_path):
+    path = tmp_path / "best.ckpt"
+    save_checkpoint_file(big_checkpoint(), path)
+    assert torch.equal(
+        load_checkpoint_file(path, "ckpt")["state_dict"]["network.weight"],
+        big_checkpoint()["state_dict"]["network.weight"],
+    )
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 100_000] = bytes(100_000)  # the zip index at the end is intact
+    path.write_bytes(bytes(data))
+    # torch itself reads the damaged file without a word, with the zeros in the weights.
+    damaged = torch.load(path, weights_only=True)["state_dict"]["network.weight"]
+    assert (damaged == 0).sum() >= 20_000
+    with pytest.raises(ConfigError, match=r"ckpt='.*best\.ckpt' is damaged"):
+        load_checkpoint_file(path, "ckpt")
+
+
+def test_a_changed_value_is_refused_and_a_checkpoint_without_digest_too(tmp_path):
+    path = tmp_path / "x.ckpt"
+    save_checkpoint_file(big_checkpoint(), path)
+    content = torch.load(path, weights_only=True)
+    content["epoch"] = 4
+    torch.save(content, path)
+    with pytest.raises(ConfigError, match="is damaged"):
+        load_checkpoint_file(path, "ckpt_path")
+    del content[DIGEST_KEY]
+    torch.save(content, path)
+    with pytest.raises(ConfigError, match=r"ckpt_path='.*x\.ckpt' carries no content digest"):
+        load_checkpoint_file(path, "ckpt_path")

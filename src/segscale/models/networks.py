@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 import segmentation_models_pytorch as smp
-import torch
 from segmentation_models_pytorch.base import SegmentationHead, SegmentationModel
 from segmentation_models_pytorch.decoders.deeplabv3.decoder import DeepLabV3PlusDecoder
 from torch import nn
 
 from segscale.checks import ConfigError
+from segscale.models.weights import load_encoder_weights
 
 
 def build_network(
@@ -30,11 +30,7 @@ def build_network(
     (DeepLabV3, DeepLabV3+); it is an error for the others. Extra keyword arguments go
     to the architecture (``decoder_channels``, ...). Nothing is ever downloaded.
     """
-    try:
-        model_class = smp.MODEL_ARCHITECTURES_MAPPING[arch.lower()]
-    except KeyError:
-        names = sorted(cls.__name__ for cls in smp.MODEL_ARCHITECTURES_MAPPING.values())
-        raise ConfigError(f"model.arch={arch!r} is unknown: expected one of {names}") from None
+    model_class = architecture(arch)
     if encoder not in smp.encoders.get_encoder_names() and not encoder.startswith("tu-"):
         raise ConfigError(
             f"model.encoder={encoder!r} is unknown: expected an smp encoder name such as "
@@ -72,28 +68,6 @@ def build_network(
     if encoder_weights is not None:
         load_encoder_weights(network, Path(encoder_weights))
     return network
-
-
-def load_encoder_weights(network: nn.Module, path: Path) -> None:
-    """Load a local state dict (an encoder's, or a whole network's) into the encoder."""
-    if not path.is_file():
-        raise ConfigError(
-            f"model.encoder_weights={str(path)!r}: no such file; expected a local .pth file"
-        )
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    state = state.get("state_dict", state)
-    # Accept an encoder's own keys, or a whole network's with an "encoder." prefix.
-    prefix = "encoder."
-    if any(k.startswith(prefix) for k in state):
-        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-    missing = sorted(set(network.encoder.state_dict()) - set(state))
-    if missing:
-        raise ConfigError(
-            f"model.encoder_weights={str(path)!r} does not fit the encoder: "
-            f"{len(missing)} weights missing, for example {missing[:3]}"
-        )
-    # Extra keys (the classifier head of an ImageNet checkpoint) are expected and skipped.
-    network.encoder.load_state_dict(state, strict=False)
 
 
 class TruncatedDeepLabV3Plus(SegmentationModel):
@@ -134,3 +108,85 @@ class TruncatedDeepLabV3Plus(SegmentationModel):
         self.classification_head = None
         self.name = f"deeplabv3plus-{encoder}-os16"
         self.initialize()
+
+
+def architecture(arch: str) -> type[nn.Module]:
+    """The smp architecture class that ``model.arch`` names (in any case)."""
+    try:
+        return smp.MODEL_ARCHITECTURES_MAPPING[arch.lower()]
+    except KeyError:
+        names = sorted(cls.__name__ for cls in smp.MODEL_ARCHITECTURES_MAPPING.values())
+        raise ConfigError(f"model.arch={arch!r} is unknown: expected one of {names}") from None
+
+
+def input_multiple(
+    arch: str = "DeepLabV3Plus", output_stride: int | None = None, encoder_depth: int | None = None
+) -> int | None:
+    """What the input height and width of ``build_network``'s network must be a multiple of.
+
+    smp 0.6 refuses other sides (``SegmentationModel.check_input_shape``) unless the
+    architecture takes any size (U-Net: 1). The multiple is the encoder's output stride,
+    ``min(stride, 2 ** depth)``: ``stride`` is ``output_stride`` for the architectures
+    that dilate their encoder (DeepLabV3, DeepLabV3+, PAN; their own default when null)
+    and 32 for the others, ``depth`` is ``encoder_depth`` (the architecture's default
+    when null). An encoder that cannot be dilated is cut after its 1/16 stage instead
+    (``TruncatedDeepLabV3Plus``): 16 as well, so the encoder does not change the rule.
+    ``None`` for DPT, whose stride is its vision transformer's patch size, known only
+    once it is built. An ``output_stride`` the architecture does not take is refused.
+    """
+    model_class = architecture(arch)
+    if model_class is smp.DPT:
+        return None
+    if not getattr(model_class, "requires_divisible_input_shape", True):
+        return 1
+    parameters = inspect.signature(model_class).parameters
+    depth = parameters["encoder_depth"].default if encoder_depth is None else encoder_depth
+    if "encoder_output_stride" not in parameters:
+        return min(32, 2**depth)
+    stride = parameters["encoder_output_stride"].default if output_stride is None else output_stride
+    allowed = get_args(get_type_hints(model_class.__init__)["encoder_output_stride"])
+    if allowed and stride not in allowed:
+        raise ConfigError(
+            f"model.output_stride={stride!r} is not allowed: {model_class.__name__} takes "
+            f"{' or '.join(map(str, allowed))}"
+        )
+    return min(stride, 2**depth)
+
+
+def network_input_multiple(network: nn.Module) -> int:
+    """What a built network's input height and width must be a multiple of (1: any size)."""
+    if isinstance(network, SegmentationModel) and network.requires_divisible_input_shape:
+        return int(network.encoder.output_stride)
+    return 1
+
+
+def check_input_side(side: Any, key: str, model: Any) -> None:
+    """Raise ``ConfigError`` unless the network takes inputs ``side`` pixels high and wide.
+
+    ``model`` is a ``model`` config (a mapping, checked before anything is built; only
+    a config that ``build_network`` builds has a known rule) or a built network (one
+    rebuilt from a checkpoint). ``key`` names the config key that gave ``side``; a side
+    that is not a positive integer is left to the check that owns that key.
+    """
+    if isinstance(side, bool) or not isinstance(side, int) or side < 1:
+        return
+    if isinstance(model, nn.Module):
+        multiple: int | None = network_input_multiple(model)
+        network = f"{type(model).__name__} (output stride {multiple})"
+    else:
+        target = f"{build_network.__module__}.{build_network.__qualname__}"
+        if model.get("_target_") != target:
+            return
+        defaults = inspect.signature(build_network).parameters
+        arch = model.get("arch", defaults["arch"].default)
+        encoder = model.get("encoder", defaults["encoder"].default)
+        multiple = input_multiple(arch, model.get("output_stride"), model.get("encoder_depth"))
+        network = f"{architecture(arch).__name__} ({encoder}, output stride {multiple})"
+    if multiple is None or side % multiple == 0:
+        return
+    below = side // multiple * multiple
+    neighbours = " or ".join(str(s) for s in (below, below + multiple) if s > 0)
+    raise ConfigError(
+        f"{key}={side} is not allowed: {network} takes sides that are multiples of "
+        f"{multiple}, such as {neighbours}"
+    )

@@ -1,9 +1,17 @@
-"""Checkpoint writing that never leaves a truncated file behind."""
+"""Checkpoint files: written atomically with a digest, read weights-only and verified.
+
+Every checkpoint ``train.py`` writes carries a SHA-256 digest of its content (every
+tensor's bytes, dtype and shape, and every plain value, in order). Reading one
+(resume, ``predict.py``, ``evaluate.py``) recomputes it and refuses a file whose
+content changed since it was written: a disk or copy error that zeroed part of a
+tensor would otherwise load as silently wrong weights, because a checkpoint's zip
+index can survive damage to its body. Reading never runs code (``read_weights``).
+"""
 
 from __future__ import annotations
 
-import os
-import tempfile
+import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,29 +19,91 @@ import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from segscale.atomic_files import write_atomically
+from segscale.checks import ConfigError
+from segscale.models.weights import read_weights
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes each checkpoint to a temporary file beside it, then renames it into place.
+DIGEST_KEY = "segscale_sha256"
+"""The checkpoint entry that holds the digest of everything else in it."""
 
-    A rename within one folder is atomic, so a crash or a kill mid-write leaves either
-    the previous checkpoint or the new one, never half of one.
+EXPECTED = "a .ckpt file written by segscale's train.py"
+
+
+def content_digest(checkpoint: Mapping[str, Any]) -> str:
+    """SHA-256 of a checkpoint's content, the digest entry itself left out.
+
+    Tensors count with their key path, dtype, shape and bytes; other values with their
+    type and ``repr``, which round-trip through ``torch.save`` unchanged.
+    """
+    digest = hashlib.sha256()
+    _update(digest, "", {k: v for k, v in checkpoint.items() if k != DIGEST_KEY})
+    return digest.hexdigest()
+
+
+def _update(digest: Any, path: str, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        digest.update(f"{path}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    elif isinstance(value, Mapping):
+        digest.update(f"{path}:{{{len(value)}".encode())
+        for key, item in value.items():
+            _update(digest, f"{path}/{key!r}", item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{path}:{type(value).__name__}{len(value)}".encode())
+        for index, item in enumerate(value):
+            _update(digest, f"{path}/{index}", item)
+    else:
+        digest.update(f"{path}:{type(value).__name__}={value!r};".encode())
+
+
+def save_checkpoint_file(checkpoint: dict[str, Any], path: str | Path) -> None:
+    """Write ``checkpoint`` with its digest to ``path``, atomically."""
+    sealed = {**checkpoint, DIGEST_KEY: content_digest(checkpoint)}
+    write_atomically(path, lambda stream: torch.save(sealed, stream))
+
+
+def load_checkpoint_file(path: str | Path, key: str) -> dict[str, Any]:
+    """A checkpoint's content, read weights-only and checked against its digest.
+
+    ``key`` names the config key that gave ``path``, for the errors: a missing,
+    unreadable or damaged file, or one without a digest (not written by segscale, or
+    by a version before digests), is refused before anything uses it.
+    """
+    path = Path(path)
+    checkpoint = read_weights(path, key, EXPECTED)
+    if not isinstance(checkpoint, dict):
+        raise ConfigError(f"{key}={str(path)!r} is not a checkpoint; expected {EXPECTED}")
+    stored = checkpoint.pop(DIGEST_KEY, None)
+    if stored is None:
+        raise ConfigError(
+            f"{key}={str(path)!r} carries no content digest, so its weights cannot be "
+            f"verified; expected {EXPECTED} (those written before segscale added digests have none)"
+        )
+    if content_digest(checkpoint) != stored:
+        raise ConfigError(
+            f"{key}={str(path)!r} is damaged: its content no longer matches the digest "
+            "written with it (a disk, copy or transfer error changed it); use another "
+            "checkpoint, or copy it again from where it was written"
+        )
+    return checkpoint
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint I/O, through ``save_checkpoint_file``/``load_checkpoint_file``.
+
+    Saving is atomic and adds the digest; loading (``trainer.fit(ckpt_path=...)``) is
+    weights-only, whatever Lightning asks for, and verified.
     """
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any = None
     ) -> None:
-        """Save ``checkpoint`` to ``path`` atomically."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(
-            dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-        )
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                torch.save(checkpoint, stream)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        """Save ``checkpoint`` to ``path`` atomically, with its digest."""
+        save_checkpoint_file(checkpoint, path)
+
+    def load_checkpoint(
+        self, path: _PATH, map_location: Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """Load a verified checkpoint on the CPU (Lightning moves the weights)."""
+        return load_checkpoint_file(path, "ckpt_path")

@@ -11,11 +11,16 @@ new one.
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from segscale.checks import ConfigError
+from segscale.models.weights import compare_state
+from segscale.training.checkpoint_io import load_checkpoint_file
 from segscale.training.launch import launcher_job_id
+
+if TYPE_CHECKING:
+    from segscale.models.module import SegmentationModule
 
 
 def newest_checkpoint(run_dir: Path) -> Path | None:
@@ -50,7 +55,7 @@ def run_dir_for(ckpt_path: str | None, task_root: str, fresh_dir: str) -> str:
 
 
 def resolve_checkpoint(ckpt_path: str | None, output_dir: str) -> str | None:
-    """The checkpoint file ``ckpt_path`` names, checked to be a complete checkpoint."""
+    """The checkpoint file ``ckpt_path`` names (``check_resumable`` checks its content)."""
     if not ckpt_path:
         return None
     if ckpt_path == "auto":
@@ -68,14 +73,42 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: str) -> str | None:
         path = Path(ckpt_path)
         if not path.is_file():
             raise ConfigError(f"ckpt_path={ckpt_path!r}: no such file; expected a .ckpt file")
-    # torch.save writes a zip archive whose index is at its end: a truncated or foreign
-    # file fails here at once, before any training step.
-    if not zipfile.is_zipfile(path):
-        raise ConfigError(
-            f"ckpt_path={str(path)!r}: not a readable checkpoint (truncated, or not written "
-            "by this framework)"
-        )
     return str(path)
+
+
+def check_resumable(path: str, module: SegmentationModule) -> None:
+    """Refuse a checkpoint that is damaged, or whose network is not the one ``module`` has.
+
+    Read weights-only and verified against its digest, before any rank starts; its
+    state must cover the module exactly (the same architecture, encoder and classes),
+    so that a resume with a forgotten override stops here with the differences named,
+    not inside Lightning.
+    """
+    checkpoint = load_checkpoint_file(path, "ckpt_path")
+    meta = checkpoint.get("segscale") or {}
+    hint = "resume with the overrides the run was started with (its .hydra/overrides.yaml)"
+    names = meta.get("class_names")
+    if names is not None and list(names) != list(module.class_names):
+        raise ConfigError(
+            f"ckpt_path={path!r} was trained on the classes {list(names)}, this config has "
+            f"{list(module.class_names)}; {hint}"
+        )
+    mismatch = compare_state(module.state_dict(), checkpoint.get("state_dict") or {})
+    if mismatch:
+        ours = (module.inference_metadata or {}).get("model", {})
+        differences = _differences(meta.get("model") or {}, ours)
+        raise ConfigError(
+            f"ckpt_path={path!r} holds another network than this config builds"
+            f"{f' ({differences})' if differences else ''}: {mismatch.describe()}; {hint}"
+        )
+
+
+def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
+    """``model.<key>``: the checkpoint's value against this config's, for each that differs."""
+    keys = [k for k in {**theirs, **ours} if theirs.get(k) != ours.get(k)]
+    return ", ".join(
+        f"model.{k}: checkpoint {theirs.get(k)!r}, config {ours.get(k)!r}" for k in keys
+    )
 
 
 def batches_done_in_epoch(

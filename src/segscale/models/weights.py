@@ -1,0 +1,157 @@
+"""Weights from files: read without running code, loaded completely or refused.
+
+Every file a user passes (a checkpoint, an encoder's weights) is read with
+``torch.load(..., weights_only=True)``: tensors and plain Python values only, so a
+shared file cannot run code through its pickle. A state dict is loaded only when it
+fits the network key for key and shape for shape; otherwise the error lists what is
+missing, unexpected or of another shape, and names the file and the config key.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from segscale.checks import ConfigError
+
+SHOWN = 4
+"""How many keys of each kind an error names before it gives the count."""
+
+# What torch.load raises for a file that is not a weights-only archive: a pickle that
+# refers to a global (code) it will not import, a damaged zip or pickle, a foreign file.
+LOAD_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile)
+
+
+def read_weights(path: Path, key: str, expected: str) -> Any:
+    """The content of a ``torch.save`` file, read weights-only on the CPU.
+
+    ``key`` names the config key that gave ``path`` and ``expected`` what it should
+    be; both go into the error for a missing file, or one that is not a weights-only
+    archive (truncated, damaged, or a pickle that would run code).
+    """
+    if not path.is_file():
+        raise ConfigError(f"{key}={str(path)!r}: no such file; expected {expected}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except LOAD_ERRORS as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            f"{key}={str(path)!r} cannot be read as weights ({reason}): it is damaged, "
+            f"truncated, or holds objects other than tensors and plain values, which are "
+            f"never loaded because unpickling them could run code; expected {expected}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class StateMismatch:
+    """How a state dict differs from the one a network expects."""
+
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    reshaped: tuple[str, ...]
+    """Keys present in both with another shape, each as ``key (file A×B, network C×D)``."""
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.unexpected or self.reshaped)
+
+    def describe(self) -> str:
+        """The differences, a few keys of each kind and then a count."""
+        parts = [
+            f"{len(keys)} {what}: {_few(keys)}"
+            for what, keys in (
+                ("missing", self.missing),
+                ("unexpected", self.unexpected),
+                ("with another shape", self.reshaped),
+            )
+            if keys
+        ]
+        return "; ".join(parts)
+
+
+def compare_state(
+    expected: Mapping[str, torch.Tensor],
+    given: Mapping[str, Any],
+    optional: Iterable[str] = (),
+) -> StateMismatch:
+    """How ``given`` differs from ``expected``; keys in ``optional`` may be missing."""
+    optional = set(optional)
+    missing = tuple(k for k in expected if k not in given and k not in optional)
+    unexpected = tuple(k for k in given if k not in expected)
+    reshaped = tuple(
+        f"{k} (file {_shape(given[k])}, network {_shape(v)})"
+        for k, v in expected.items()
+        if k in given and _shape(given[k]) != _shape(v)
+    )
+    return StateMismatch(missing, unexpected, reshaped)
+
+
+def load_network_weights(
+    network: nn.Module, state: Mapping[str, torch.Tensor], path: Path, key: str
+) -> None:
+    """Load ``state`` into ``network`` if it covers it exactly, else refuse with the keys."""
+    mismatch = compare_state(network.state_dict(), state)
+    if mismatch:
+        raise ConfigError(
+            f"{key}={str(path)!r} does not fit the network ({type(network).__name__}): "
+            f"{mismatch.describe()}"
+        )
+    network.load_state_dict(state)
+
+
+# Heads of ImageNet classifiers, which segmentation encoders drop: torchvision and timm
+# ResNets (fc), MobileNets and EfficientNets (classifier), Cadene's pretrainedmodels
+# (last_linear), timm's transformers and ConvNeXts (head).
+CLASSIFIER_HEADS = ("fc.", "classifier.", "last_linear.", "head.")
+
+
+def load_encoder_weights(network: nn.Module, path: Path) -> None:
+    """Load a local state dict (an encoder's, or a whole network's) into the encoder.
+
+    Every encoder weight must be in the file with its shape. Keys the encoder does not
+    have are refused too (they mean the file is another encoder's, such as a ResNet-34's
+    for a ResNet-18, whose first blocks would fit), except an ImageNet classifier's head
+    (``fc.``, ``classifier.``, ...). Batch norm's ``num_batches_tracked`` counters may
+    be missing (torchvision's files have none); they are not weights.
+    """
+    key = "model.encoder_weights"
+    state = read_weights(path, key, "a local .pth file of encoder weights")
+    if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
+        state = state["state_dict"]
+    if not isinstance(state, Mapping):
+        raise ConfigError(
+            f"{key}={str(path)!r} holds a {type(state).__name__}, not a state dict; expected "
+            "a local .pth file of encoder weights"
+        )
+    # Accept an encoder's own keys, or a whole network's with an "encoder." prefix.
+    prefix = "encoder."
+    if any(k.startswith(prefix) for k in state):
+        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    expected = network.encoder.state_dict()
+    state = {k: v for k, v in state.items() if k in expected or not k.startswith(CLASSIFIER_HEADS)}
+    counters = [k for k in expected if k.endswith("num_batches_tracked")]
+    mismatch = compare_state(expected, state, optional=counters)
+    if mismatch:
+        raise ConfigError(
+            f"{key}={str(path)!r} does not fit the encoder "
+            f"({type(network.encoder).__name__}): {mismatch.describe()}"
+        )
+    network.encoder.load_state_dict(state, strict=False)
+
+
+def _few(keys: tuple[str, ...]) -> str:
+    shown = ", ".join(keys[:SHOWN])
+    return shown if len(keys) <= SHOWN else f"{shown}, ... ({len(keys) - SHOWN} more)"
+
+
+def _shape(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return type(value).__name__
+    return "×".join(str(n) for n in shape) or "scalar"

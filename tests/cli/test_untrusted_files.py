@@ -1,0 +1,94 @@
+"""Files from others never run code: every place that loads one refuses a malicious pickle."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from segscale.checks import ConfigError
+from segscale.cli.evaluate import evaluate
+from segscale.cli.predict import predict
+from segscale.cli.train import build_datamodule, build_module, train
+from segscale.training.checkpoint_io import save_checkpoint_file
+from tests.conftest import REPO, compose_config, folder_dataset, oracle_checkpoint
+from tests.models.test_weights import WritesAFile
+
+
+def malicious_checkpoint(path: Path, marker: Path) -> Path:
+    """A checkpoint-shaped file whose pickle would create ``marker`` when loaded."""
+    torch.save({"state_dict": {}, "segscale": {}, "payload": WritesAFile(marker)}, path)
+    return path
+
+
+def test_train_refuses_to_resume_from_it(make_config, tmp_path):
+    marker = tmp_path / "ran"
+    bad = malicious_checkpoint(tmp_path / "shared.ckpt", marker)
+    with pytest.raises(ConfigError, match=r"ckpt_path='.*shared\.ckpt' cannot be read"):
+        train(make_config(f"ckpt_path={bad}"))
+    assert not marker.exists()
+
+
+def test_bench_and_train_refuse_it_as_encoder_weights(make_config, tmp_path):
+    # bench.py builds its module with build_module, as train.py does.
+    marker = tmp_path / "ran"
+    bad = malicious_checkpoint(tmp_path / "encoder.pth", marker)
+    cfg = make_config(f"model.encoder_weights={bad}")
+    effective = instantiate(cfg.scaling).resolve(cfg.datamodule.batch_size, 0.01, 1)
+    datamodule = build_datamodule(cfg, effective)
+    with pytest.raises(ConfigError, match=r"model\.encoder_weights='.*encoder\.pth' cannot be"):
+        build_module(cfg, datamodule, 0.01)
+    assert not marker.exists()
+
+
+def test_predict_and_evaluate_refuse_it(tmp_path):
+    marker = tmp_path / "ran"
+    bad = malicious_checkpoint(tmp_path / "shared.ckpt", marker)
+    image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
+    with pytest.raises(ConfigError, match=r"ckpt='.*shared\.ckpt' cannot be read"):
+        predict(
+            compose_config("predict", f"ckpt={bad}", f"input={image}", f"output_dir={tmp_path}")
+        )
+    with pytest.raises(ConfigError, match=r"ckpt='.*shared\.ckpt' cannot be read"):
+        evaluate(
+            compose_config(
+                "evaluate",
+                f"ckpt={bad}",
+                "datamodule=folder",
+                f"datamodule.source.root={tmp_path / 'data'}",
+                f"output_dir={tmp_path}",
+            )
+        )
+    assert not marker.exists()
+
+
+def test_predict_py_says_so_and_exits_2(tmp_path):
+    marker = tmp_path / "ran"
+    bad = malicious_checkpoint(tmp_path / "shared.ckpt", marker)
+    image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "predict.py"), f"ckpt={bad}", f"input={image}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "shared.ckpt' cannot be read as weights" in result.stdout + result.stderr
+    assert not marker.exists()
+
+
+def test_a_checkpoint_whose_metadata_calls_other_code_is_refused(tmp_path):
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    content = torch.load(ckpt, weights_only=True)
+    content.pop("segscale_sha256")
+    content["segscale"]["model"] = {"_target_": "builtins.open", "file": str(tmp_path / "ran")}
+    save_checkpoint_file(content, ckpt)  # a valid digest: the file is as its author wrote it
+    image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
+    with pytest.raises(ConfigError, match=r"its network config calls 'builtins\.open'"):
+        predict(
+            compose_config("predict", f"ckpt={ckpt}", f"input={image}", f"output_dir={tmp_path}")
+        )
+    assert not (tmp_path / "ran").exists()

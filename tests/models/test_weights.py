@@ -1,0 +1,85 @@
+import pytest
+import torch
+import torchvision
+
+from segscale.checks import ConfigError
+from segscale.models.networks import build_network
+from segscale.models.weights import compare_state, load_network_weights, read_weights
+
+
+class WritesAFile:
+    """A pickle payload: unpickling it would create ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
+    marker, path = tmp_path / "ran", tmp_path / "weights.pth"
+    torch.save({"conv1.weight": torch.zeros(1), "payload": WritesAFile(marker)}, path)
+    with pytest.raises(
+        ConfigError, match=r"model\.encoder_weights='.*weights\.pth' cannot be read"
+    ):
+        build_network(encoder_weights=str(path))
+    assert not marker.exists()
+
+
+def test_an_imagenet_classifier_file_loads_into_the_encoder(tmp_path):
+    # torchvision's layout: the classifier head (fc) and no num_batches_tracked counters.
+    state = torchvision.models.resnet18().state_dict()
+    state = {k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}
+    path = tmp_path / "resnet18.pth"
+    torch.save(state, path)
+    network = build_network(num_classes=3, encoder_weights=str(path))
+    assert torch.equal(network.encoder.conv1.weight, state["conv1.weight"])
+
+
+def test_another_encoders_file_is_refused_with_its_keys(tmp_path):
+    # A ResNet-34's weights cover every ResNet-18 key with the right shape: only the
+    # extra blocks tell them apart.
+    path = tmp_path / "resnet34.pth"
+    torch.save(build_network(encoder="resnet34").encoder.state_dict(), path)
+    with pytest.raises(ConfigError) as error:
+        build_network(encoder="resnet18", encoder_weights=str(path))
+    message = str(error.value)
+    assert "model.encoder_weights=" in message and "resnet34.pth" in message
+    assert "unexpected: layer1.2.conv1.weight" in message
+    assert "more)" in message  # a few keys, then a count
+
+
+def test_a_file_with_other_shapes_is_refused_with_the_shapes(tmp_path):
+    path = tmp_path / "rgb.pth"
+    torch.save(build_network(in_channels=3).encoder.state_dict(), path)
+    with pytest.raises(
+        ConfigError,
+        match=r"1 with another shape: conv1\.weight \(file 64×3×7×7, "
+        r"network 64×4×7×7\)",
+    ):
+        build_network(in_channels=4, encoder_weights=str(path))
+
+
+def test_missing_keys_are_listed():
+    network = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.BatchNorm2d(2))
+    state = dict(network.state_dict())
+    del state["1.running_var"]
+    state["2.weight"] = torch.zeros(1)
+    mismatch = compare_state(network.state_dict(), state)
+    assert mismatch.missing == ("1.running_var",)
+    assert mismatch.unexpected == ("2.weight",)
+    with pytest.raises(
+        ConfigError,
+        match=r"ckpt='x\.ckpt' does not fit the network \(Sequential\): "
+        r"1 missing: 1\.running_var; 1 unexpected: 2\.weight",
+    ):
+        load_network_weights(network, state, "x.ckpt", "ckpt")
+
+
+def test_read_weights_names_a_damaged_file(tmp_path):
+    path = tmp_path / "half.pth"
+    torch.save({"w": torch.zeros(1000)}, path)
+    path.write_bytes(path.read_bytes()[:500])
+    with pytest.raises(ConfigError, match=r"ckpt='.*half\.pth' cannot be read as weights"):
+        read_weights(path, "ckpt", "a checkpoint")
