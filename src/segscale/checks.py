@@ -35,6 +35,7 @@ def check_config(cfg: DictConfig) -> None:
         )
     check_loader_options(cfg)
     # Imported here: these modules import ConfigError from this one.
+    from segscale.config_types import check_types
     from segscale.data.samplers import SHUFFLE_MODES
     from segscale.training.optim import SOLVERS
 
@@ -52,6 +53,9 @@ def check_config(cfg: DictConfig) -> None:
         lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
         "a positive learning rate such as 0.01",
     )
+    # Last, so that the checks above give their more specific messages first.
+    # model.in_channels: null means "from the images"; train() fills it in when it builds.
+    check_types(cfg, filled_in=("model.in_channels",))
 
 
 def check_loader_options(cfg: DictConfig) -> None:

@@ -140,6 +140,12 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
         (["optimizer.lr=-0.1"], "optimizer.lr=-0.1"),
         (["strategy=single", "trainer.devices=2"], "use strategy=ddp"),
         (["model=unet", "model.output_stride=8"], "model.output_stride=8"),
+        (["trainer.max_epochs=abc"], "trainer.max_epochs='abc' is not allowed: expected a number"),
+        (
+            ["datamodule.patch_size=100"],
+            "datamodule.patch_size=100 is not allowed: DeepLabV3Plus (resnet18, output stride 16) "
+            "takes sides that are multiples of 16, such as 96 or 112",
+        ),
         (["trainer.no_such_key=1"], "trainer.no_such_key"),  # refused by Hydra itself
     ],
 )

@@ -53,6 +53,7 @@ from segscale.bench.verdict import findings_from, verdict
 from segscale.checks import ConfigError, check_config, require
 from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
 from segscale.data.datamodule import cpus_available
+from segscale.models.networks import check_input_side
 from segscale.training.launch import resolve_accelerator
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     ``overrides`` are the command line's, passed on to the ``train.py`` runs.
     """
     check_config(cfg)
+    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
     check_bench(cfg.bench)
     options = cfg.bench
     L.seed_everything(cfg.seed, workers=True)

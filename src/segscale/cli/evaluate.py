@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from segscale.checks import ConfigError
 from segscale.cli.train import CONFIG_DIR, build
+from segscale.config_types import check_types
 from segscale.data.labels import LabelMap
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -33,13 +34,16 @@ from segscale.inference.devices import run_on_devices
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.metrics import evaluation_report, write_evaluation
+from segscale.models.networks import check_input_side
 
 log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict:
     """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics."""
+    check_types(cfg)
     trained = load_trained(cfg.ckpt)
+    check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     datamodule = build(cfg.datamodule)
     if tuple(datamodule.class_names) != trained.class_names:
         raise ConfigError(

@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from segscale.checks import ConfigError, require
 from segscale.cli.train import CONFIG_DIR
+from segscale.config_types import check_types
 from segscale.data.sources import (
     IMAGE_SUFFIXES,
     READ_ERRORS,
@@ -40,6 +41,7 @@ from segscale.inference.devices import run_on_devices
 from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
+from segscale.models.networks import check_input_side
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,9 @@ def run_prediction(cfg: DictConfig) -> PredictionRun:
         raise ConfigError(
             f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"
         )
+    check_types(cfg)
     trained = load_trained(cfg.ckpt)
+    check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     images = input_images(cfg.input)
     unreadable = check_image_headers(
         images, trained.in_channels, "the network of ckpt", cfg.max_image_pixels
