@@ -4,6 +4,8 @@ And with uneven devices (``scaling.worker_load``): 2 ranks with batches 4 and 2 
 one process with batch 6.
 """
 
+from pathlib import Path
+
 import torch
 
 from segscale.cli.train import train
@@ -24,11 +26,14 @@ SAME_STEPS = [
 ]
 
 
-def final_weights(make_config, *overrides: str, global_batch: int = 8) -> dict[str, torch.Tensor]:
-    summary = train(make_config(*SAME_STEPS, *overrides))
+def final_weights(
+    make_config, run: Path, *overrides: str, global_batch: int = 8
+) -> dict[str, torch.Tensor]:
+    """The floating-point weights after training in the run folder ``run`` (one per run)."""
+    summary = train(make_config(*SAME_STEPS, *overrides, f"output_dir={run}"))
     assert summary["global_batch_size"] == global_batch
     assert summary["steps"] == 2 * -(-32 // global_batch)
-    state = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)
+    state = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=True)
     return {k: v for k, v in state["state_dict"].items() if v.is_floating_point()}
 
 
@@ -37,15 +42,20 @@ def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
 
 
 def test_ddp_with_synced_batchnorm_takes_the_same_steps_as_one_process(make_config, tmp_path):
-    one = final_weights(make_config, "strategy=single", "datamodule.batch_size=8")
+    one = final_weights(make_config, tmp_path / "one", "strategy=single", "datamodule.batch_size=8")
     two = final_weights(
-        make_config, "strategy=ddp_spawn", "trainer.devices=2", "datamodule.batch_size=4"
+        make_config,
+        tmp_path / "two",
+        "strategy=ddp_spawn",
+        "trainer.devices=2",
+        "datamodule.batch_size=4",
     )
     assert one.keys() == two.keys()
     assert largest_difference(one, two) < 1e-6
     # The test has power: without synchronized batch norm the runs part ways.
     unsynced = final_weights(
         make_config,
+        tmp_path / "unsynced",
         "strategy=ddp_spawn",
         "trainer.devices=2",
         "datamodule.batch_size=4",
@@ -54,13 +64,14 @@ def test_ddp_with_synced_batchnorm_takes_the_same_steps_as_one_process(make_conf
     assert largest_difference(one, unsynced) > 1e-3
 
 
-def test_uneven_worker_load_takes_the_same_steps_as_one_process(make_config):
+def test_uneven_worker_load_takes_the_same_steps_as_one_process(make_config, tmp_path):
     # Rotation on: patches carry ignored corners, so the ranks' batches differ in
     # labelled pixels as well as in size; the loss must weigh them as one batch does.
     uneven = ["datamodule.augmentation.rotation=[-40,40]", "datamodule.batch_size=6"]
-    one = final_weights(make_config, *uneven, "strategy=single", global_batch=6)
+    one = final_weights(make_config, tmp_path / "one", *uneven, "strategy=single", global_batch=6)
     two = final_weights(
         make_config,
+        tmp_path / "two",
         *uneven,
         "strategy=ddp_spawn",
         "trainer.devices=2",

@@ -9,6 +9,7 @@ from torch import nn
 from segscale.metrics import scores_from_confusion
 from segscale.models.losses import SegmentationLoss
 from segscale.models.module import SegmentationModule
+from segscale.models.nonfinite import NonFiniteError
 from tests.distributed import on_two_ranks
 
 
@@ -208,3 +209,60 @@ def test_channels_last_converts_weights_and_inputs():
     )
     assert seg.network.conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert seg(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).shape == (2, 3, 8, 8)
+
+
+HOST_SYNCS = ("item", "__bool__", "__float__", "__int__", "tolist", "cpu", "numpy")
+
+
+def test_a_training_step_syncs_with_the_host_once(monkeypatch):
+    """The non-finite check's flag is read once per step; nothing else waits for the device.
+
+    On a GPU each of these calls makes the host wait for the device: counted here on CPU
+    tensors, which run the same code.
+    """
+    seg = module()
+    attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
+    seg.trainer.global_step, seg.trainer.precision = 1, "32-true"  # a step that logs nothing
+    optimizer = torch.optim.SGD(seg.parameters(), lr=0.1)
+    batch = batches(1)[0]
+    calls = []
+    for name in HOST_SYNCS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    seg.training_step(batch, 0).backward()
+    seg.on_before_optimizer_step(optimizer)
+    assert calls == ["item"]
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_a_nan_loss_stops_or_changes_nothing(policy):
+    seg = module(on_nonfinite=policy)
+    seg.network.bn = nn.BatchNorm2d(3)  # statistics a NaN forward pass would spoil
+    forward = seg.network.forward
+    seg.network.forward = lambda x: seg.network.bn(forward(x))
+    attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
+    seg.trainer.global_step, seg.trainer.current_epoch = 3, 0
+    seg.trainer.precision, seg.trainer.is_global_zero = "32-true", True
+    optimizer = torch.optim.SGD(seg.parameters(), lr=0.1, momentum=0.9)
+    seg.trainer.optimizers = [optimizer]
+    before = {k: v.clone() for k, v in seg.state_dict().items()}
+    batch = dict(batches(1)[0])
+    batch["image"] = torch.full(batch["image"].shape, float("nan"))
+    seg.training_step(batch, 0).backward()
+    if policy == "stop":
+        with pytest.raises(
+            NonFiniteError, match=r"the loss is not finite .* at step 3 \(epoch 0\)"
+        ):
+            seg.on_before_optimizer_step(optimizer)
+        return
+    seg.on_before_optimizer_step(optimizer)
+    optimizer.step()
+    assert seg.skipped_steps == 1
+    for key, value in seg.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert not optimizer.state  # no momentum buffer was started

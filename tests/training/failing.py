@@ -1,6 +1,7 @@
-"""A callback that raises on one rank, to test that a DDP run never hangs on a failure."""
+"""Callbacks that inject failures: a raising rank (a DDP run never hangs), NaN images."""
 
 import lightning as L
+import torch
 
 
 class FailOnRank(L.Callback):
@@ -12,3 +13,14 @@ class FailOnRank(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
             raise RuntimeError(f"injected failure on rank {self.rank}")
+
+
+class NaNImagesAt(L.Callback):
+    """Replace the batch's images by NaN at the given training step: a non-finite loss."""
+
+    def __init__(self, step: int = 5) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            batch["image"] = torch.full(batch["image"].shape, float("nan"))

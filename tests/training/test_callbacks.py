@@ -41,7 +41,7 @@ def test_training_progress_png_is_drawn_and_updated(make_config, tmp_path):
     assert [p.name for p in png.parent.glob(".*.png")] == []  # no temporary left
 
 
-def test_validation_patience_stops_training(make_config):
+def test_validation_patience_stops_training(make_config, tmp_path):
     # min_delta=1000: no validation after the first counts as an improvement.
     summary = train(
         make_config(
@@ -51,7 +51,13 @@ def test_validation_patience_stops_training(make_config):
         )
     )
     assert summary["epochs"] == 2 and summary["steps"] == 8
-    patient = train(make_config("trainer.max_epochs=3", "+callbacks.early_stopping.min_delta=1000"))
+    patient = train(
+        make_config(
+            "trainer.max_epochs=3",
+            "+callbacks.early_stopping.min_delta=1000",
+            f"output_dir={tmp_path / 'patient'}",  # a run folder holds one run
+        )
+    )
     assert patient["steps"] == 12  # patience .inf: never stops early
 
 

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -94,7 +96,8 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
     assert "injected failure on rank 1" in result.stderr  # the failing rank's own error
     assert "rank 1 failed with exit code 1" in result.stderr  # and rank 0 names it last
     assert elapsed < 60
-    assert not (tmp_path / "run" / "summary.json").exists()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed"  # rank 0 stopped in a collective, and says so
 
 
 def test_device_indices_must_exist(monkeypatch):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,10 @@ from segscale.checks import ConfigError, check_config, devices_count
 from segscale.data.datamodule import SegmentationDataModule
 from segscale.inference.trained import inference_metadata
 from segscale.models.module import SegmentationModule
+from segscale.models.networks import check_input_side
+from segscale.models.nonfinite import NonFiniteError
 from segscale.training.callbacks import RunSummary, ensure_writable
-from segscale.training.checkpoint_io import AtomicCheckpointIO
+from segscale.training.checkpoint_io import SafeCheckpointIO
 from segscale.training.launch import (
     QUIET_RANK_OVERRIDES,
     available_devices,
@@ -35,7 +38,13 @@ from segscale.training.launch import (
     job_ranks,
     resolve_accelerator,
 )
-from segscale.training.resume import resolve_checkpoint, run_dir_for
+from segscale.training.resume import check_resumable, resolve_checkpoint, run_dir_for
+from segscale.training.run_folder import (
+    RunFolderLock,
+    check_fresh_folder,
+    has_launch_record,
+    write_launch_record,
+)
 from segscale.training.scaling import Effective
 from segscale.training.sync_batchnorm import convert_sync_batchnorm
 
@@ -44,13 +53,38 @@ log = logging.getLogger(__name__)
 CONFIG_DIR = str(Path(__file__).resolve().parents[3] / "conf")
 """The repository's ``conf/`` folder (the package is installed in editable mode)."""
 
+EXIT_BAD_INPUT = 2
+"""Exit status of a run refused before training: a bad value, file or folder."""
+EXIT_NONFINITE = 3
+"""Exit status of a run stopped by a non-finite loss or gradient."""
+
 # hydra.run.dir asks this resolver for the folder of the run that ckpt_path resumes.
 OmegaConf.register_new_resolver("segscale.run_dir", run_dir_for, replace=True)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train the configured network; return the run summary (empty on ranks > 0)."""
+    """Train the configured network; return the run summary (empty on ranks > 0).
+
+    Rank 0 holds the run folder for the whole run (``RunFolderLock``): a second run
+    started into it is refused.
+    """
+    leader = rank_zero_only.rank == 0  # read from the rank variables, before the trainer exists
+    with RunFolderLock(cfg.output_dir) if leader else nullcontext():
+        return _train_in_folder(cfg, leader)
+
+
+def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
+    """``train`` once the run folder is this run's; ``leader`` (rank 0) writes its files."""
+    # A relaunch (resume, requeue) records itself only once it is known to continue the
+    # run; a fresh run records itself first, as Hydra would, also if a check then fails.
+    relaunch = bool(cfg.get("ckpt_path"))
+    if leader and not relaunch:
+        check_fresh_folder(cfg.output_dir)
+    recorded = leader and not relaunch and not has_launch_record(cfg.output_dir)
+    if recorded:
+        write_launch_record(cfg.output_dir, cfg)
     check_config(cfg)
+    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
     L.seed_everything(cfg.seed, workers=True)
     # sync_batchnorm is ours (it converts the network below), not a strategy argument.
     strategy_cfg = OmegaConf.to_container(cfg.strategy, resolve=True)
@@ -83,11 +117,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
+    if ckpt_path:
+        check_resumable(ckpt_path, module)
     start_method = cfg.strategy.get("start_method")
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
     resolved = {"ckpt_path": ckpt_path} if ckpt_path else None
-    if rank_zero_only.rank == 0:  # read from the rank variables, before the trainer exists
+    if leader:
+        if not recorded:
+            write_launch_record(cfg.output_dir, cfg)
         log.info("%s", report.table())
         report.write(Path(cfg.output_dir))
     with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved):
@@ -97,7 +135,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             strategy=strategy,
             callbacks=callbacks,
             logger=list(instantiate_each(cfg.get("logger"))) or False,
-            plugins=[AtomicCheckpointIO()],
+            plugins=[SafeCheckpointIO()],
             # The datamodule shards every epoch by rank itself (EpochShardSampler).
             use_distributed_sampler=False,
         )
@@ -150,6 +188,7 @@ def build_module(
         gradient_threshold=cfg.training.gradient_threshold,
         gradient_threshold_method=cfg.training.gradient_threshold_method,
         channels_last=cfg.training.channels_last,
+        on_nonfinite=cfg.training.get("on_nonfinite", "stop"),
         loss=build(
             cfg.loss,
             num_classes=datamodule.num_classes,
@@ -232,10 +271,10 @@ def run(cfg: DictConfig) -> float | None:
     """Train one job of the composed config; return its ``optimized_metric`` (for sweepers)."""
     try:
         summary = train(cfg)
-    except ConfigError as error:
+    except (ConfigError, NonFiniteError) as error:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # this job fails; the sweeper reports it and the other jobs go on
         log.error("%s", error)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT if isinstance(error, ConfigError) else EXIT_NONFINITE)
     log.info("summary: %s", OmegaConf.to_yaml(OmegaConf.create(summary)) if summary else "{}")
     return objective(cfg, summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import torch
 from lightning.fabric import Fabric
 
 from segscale.checks import devices_count
@@ -42,6 +43,13 @@ class _Share:
         self.work, self.items, self.args = work, items, args
 
     def __call__(self, fabric: Fabric) -> T:
-        """Run this rank's share."""
+        """Run this rank's share, then leave the process group."""
         share = self.items[fabric.global_rank :: fabric.world_size]
-        return self.work(fabric, share, *self.args)
+        try:
+            return self.work(fabric, share, *self.args)
+        finally:
+            # Fabric leaves a spawned rank's process group up; gloo's threads still
+            # running when the process exits abort it now and then ("terminate called
+            # without an active exception", SIGABRT), which failed the whole run.
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from segscale.checks import ConfigError
 from segscale.metrics import scores_from_confusion
 from segscale.models.losses import SegmentationLoss
+from segscale.models.nonfinite import NonFiniteError, check_policy, describe
 from segscale.training.optim import (
     Schedule,
     check_gradient_threshold,
@@ -28,6 +30,8 @@ from segscale.training.optim import (
 warnings.filterwarnings(
     "ignore", message=r".*sync_dist=True.*when logging on epoch level", module="lightning"
 )
+
+log = logging.getLogger(__name__)
 
 OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
 
@@ -74,9 +78,15 @@ class SegmentationModule(L.LightningModule):
         loss: SegmentationLoss | None = None,
         inference_metadata: dict[str, Any] | None = None,
         max_value: float = 255.0,
+        on_nonfinite: str = "stop",
     ) -> None:
         super().__init__()
         check_gradient_threshold(gradient_threshold, gradient_threshold_method)
+        check_policy(on_nonfinite)
+        self.on_nonfinite = on_nonfinite
+        self.skipped_steps = 0
+        self._nonfinite: torch.Tensor | None = None  # this step's verdict, on the device
+        self._buffers_before: list[torch.Tensor] = []  # batch-norm statistics, under skip
         self.network, self.optimizer_factory = network, optimizer
         self.schedule = schedule or Schedule("none")
         self.gradient_threshold = gradient_threshold
@@ -123,12 +133,19 @@ class SegmentationModule(L.LightningModule):
         ranks: exact for the pixel terms, a mean of per-device Dice losses for Dice (as in
         every DDP framework).
         """
+        if self.on_nonfinite == "skip":  # a skipped step must not change them either
+            self._buffers_before = [b.clone() for b in self.network.buffers()]
         logits = self(batch["image"])
         mask = batch["mask"].long()  # uint8 through the DataLoader, class indices here
         terms = self.loss_fn(logits, mask)
-        global_counts = self.trainer.strategy.reduce(terms.counts.clone(), reduce_op="sum")
+        loss = terms.mean()
+        # The normalisers' all-reduce also carries whether any rank's loss is non-finite,
+        # so every rank decides alike with no collective of its own.
+        flag = (~torch.isfinite(loss)).to(terms.counts.dtype).reshape(1)
+        reduced = self.trainer.strategy.reduce(torch.cat([terms.counts, flag]), reduce_op="sum")
+        global_counts, self._nonfinite = reduced[:-1], reduced[-1] > 0
         objective = terms.mean(global_counts, scale=self.trainer.world_size)
-        self.log("train/loss", terms.mean(), prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True)
         if logs_this_step(self.trainer):
             # Only when the metrics are written: the argmax over the logits is 3-4% of a
             # CPU step, and Lightning keeps one value per log_every_n_steps steps anyway.
@@ -153,8 +170,11 @@ class SegmentationModule(L.LightningModule):
         scores = scores_from_confusion(confusion)
         # compute() has already gathered every rank's state, so these values are the
         # same on all ranks and need no further reduction.
+        val_loss = self.val_loss.compute()
+        if not self.trainer.sanity_checking and not bool(torch.isfinite(val_loss)):
+            raise NonFiniteError(f"training stopped: {self._describe_nonfinite('validation loss')}")
         metrics = {
-            "val/loss": self.val_loss.compute(),
+            "val/loss": val_loss,
             "val/acc": scores["acc"],
             "val/mIoU": scores["mIoU"],
         }
@@ -171,9 +191,57 @@ class SegmentationModule(L.LightningModule):
             checkpoint["segscale"] = self.inference_metadata
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Clip the (already all-reduced, unscaled) gradients: MATLAB's GradientThreshold."""
-        clip_gradients(
-            list(self.network.parameters()), self.gradient_threshold, self.gradient_threshold_method
+        """Stop or skip a non-finite step; clip the gradients (MATLAB's GradientThreshold).
+
+        The gradients here are all-reduced (the same on every rank) and unscaled.
+        """
+        parameters = list(self.network.parameters())
+        if self._nonfinite is not None and self._step_is_nonfinite(parameters):
+            self._refuse_step(optimizer, parameters)
+            return
+        clip_gradients(parameters, self.gradient_threshold, self.gradient_threshold_method)
+
+    def _step_is_nonfinite(self, parameters: list[nn.Parameter]) -> bool:
+        """Whether the loss, or without clipping the gradients, are not finite.
+
+        One host sync per step, on a flag computed in the forward pass: by now the
+        backward pass is queued behind it, so the device does not wait for the host.
+        Under 16-mixed the gradient scaler already skips steps with non-finite
+        gradients (that is how it finds its scale), so only the loss counts there.
+        """
+        flag = self._nonfinite
+        if math.isinf(self.gradient_threshold) and self.trainer.precision != "16-mixed":
+            gradients = [p.grad for p in parameters if p.grad is not None]
+            if gradients:
+                flag = flag | ~torch.isfinite(torch.nn.utils.get_total_norm(gradients))
+        return bool(flag.item())
+
+    def _refuse_step(
+        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter]
+    ) -> None:
+        """Raise ``NonFiniteError`` (``stop``), or make this step change nothing (``skip``)."""
+        what = "loss" if bool(self._nonfinite.item()) else "gradient"
+        message = self._describe_nonfinite(what)
+        if self.on_nonfinite == "stop":
+            raise NonFiniteError(f"training stopped: {message}")
+        # An optimizer leaves parameters without a gradient untouched (no momentum, no
+        # weight decay); the batch-norm statistics go back to before the forward pass.
+        for parameter in parameters:
+            parameter.grad = None
+        for buffer, before in zip(self.network.buffers(), self._buffers_before, strict=True):
+            buffer.copy_(before)
+        self.skipped_steps += 1
+        if self.trainer.is_global_zero:
+            log.warning("skipped a step (training.on_nonfinite=skip): %s", message)
+
+    def _describe_nonfinite(self, what: str) -> str:
+        optimizers = self.trainer.optimizers
+        return describe(
+            what,
+            self.trainer.global_step,
+            self.trainer.current_epoch,
+            float(optimizers[0].param_groups[0]["lr"]) if optimizers else math.nan,
+            str(self.trainer.precision),
         )
 
     def configure_optimizers(self) -> dict[str, Any]:

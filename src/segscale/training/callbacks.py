@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
+from segscale.atomic_files import write_text_atomically
 from segscale.checks import ConfigError
 from segscale.data.labels import class_colours
 from segscale.data.sources import display_rgb
@@ -104,12 +105,27 @@ class RunSummary(L.Callback):
     @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Write ``summary.json`` (rank 0 only)."""
-        summary = self.summary(trainer)
-        path = self.output_dir / self.FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(summary, indent=2))
-        os.replace(temporary, path)
+        self._write(self.summary(trainer, pl_module))
+
+    @rank_zero_only
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Write ``summary.json`` with the failure, if this launch started training.
+
+        A launch that failed before its first step (a resume refused by Lightning, say)
+        leaves the summary of the run it tried to continue as it was.
+        """
+        if not self._train_start:
+            return
+        self.train_s = time.perf_counter() - self._train_start - self._val_s
+        summary = self.summary(trainer, pl_module)
+        self._write(
+            summary | {"status": "failed", "error": f"{type(exception).__name__}: {exception}"}
+        )
+
+    def _write(self, summary: dict[str, Any]) -> None:
+        write_text_atomically(self.output_dir / self.FILE, json.dumps(summary, indent=2))
 
     @staticmethod
     def effective_values(trainer: L.Trainer) -> dict[str, Any]:
@@ -133,12 +149,17 @@ class RunSummary(L.Callback):
             "final_learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
         }
 
-    def summary(self, trainer: L.Trainer) -> dict[str, Any]:
-        """The run's summary as a JSON-ready dict."""
+    def summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        """The run's summary as a JSON-ready dict, of a run that finished.
+
+        ``on_exception`` gives it ``status: failed`` and the ``error``.
+        """
         checkpoint = trainer.checkpoint_callback
         best = getattr(checkpoint, "best_model_path", None) or None
         last = getattr(checkpoint, "last_model_path", None) or None
         return {
+            "status": "finished",
+            "error": None,
             "metrics": {k: _number(v) for k, v in sorted(trainer.callback_metrics.items())},
             "best_checkpoint": best,
             "best_score": _number(getattr(checkpoint, "best_model_score", None)),
@@ -150,6 +171,8 @@ class RunSummary(L.Callback):
             "scaling": self.scaling,
             "epochs": trainer.current_epoch,
             "steps": trainer.global_step,
+            # Steps skipped for a non-finite loss or gradient (training.on_nonfinite=skip).
+            "skipped_steps": getattr(pl_module, "skipped_steps", 0),
             "train_patches": self.patches,
             "train_time_s": round(self.train_s, 3),
             "wall_time_s": round(time.perf_counter() - self._fit_start, 3),
@@ -340,6 +363,7 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
         auto_insert_metric_name=False,
         save_top_k=-1,
         save_on_train_epoch_end=True,
+        enable_version_counter=False,  # a resumed run rewrites its own files, not -v1 copies
         **every,
     )
 

@@ -28,6 +28,7 @@ import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
 from segscale.checks import ConfigError, devices_count, is_device_list
+from segscale.models.nonfinite import NonFiniteError
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,8 @@ def job_ranks(
         yield
     except Exception as error:
         failed = ranks.failures()
-        if not failed:
+        if not failed or isinstance(error, AGREED_FAILURES):
+            ranks.terminate()
             raise
         rank, code = failed[0]
         # Rank 0's own error (a broken collective) is a consequence; name the cause.
@@ -263,6 +265,10 @@ def job_ranks(
         os.environ.clear()
         os.environ.update(saved)
 
+
+AGREED_FAILURES = (ConfigError, NonFiniteError)
+"""Failures every rank meets alike (the same check, a loss flag all-reduced): rank 0's
+own error then names the cause, and is the one reported."""
 
 QUIET_RANK_OVERRIDES = (
     "hydra.output_subdir=null",  # rank 0 alone writes the config

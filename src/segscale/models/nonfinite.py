@@ -1,0 +1,47 @@
+"""What a training step with a non-finite loss or gradient does: stop the run, or skip it.
+
+A NaN or infinite loss used to end a run through early stopping with exit status 0
+and ``val/loss: null`` in its summary. Now it is a failure that names the step, or,
+for users who ask for it (``training.on_nonfinite=skip``), a skipped step that is
+logged and counted; never silent.
+"""
+
+from __future__ import annotations
+
+import math
+
+from segscale.checks import ConfigError
+
+POLICIES = ("stop", "skip")
+
+
+class NonFiniteError(RuntimeError):
+    """Training met a non-finite loss or gradient; the message says where and why."""
+
+
+def check_policy(policy: str) -> None:
+    """Raise ``ConfigError`` unless ``policy`` is one of ``POLICIES``."""
+    if policy not in POLICIES:
+        raise ConfigError(
+            f"training.on_nonfinite={policy!r} is unknown: expected stop (end the run "
+            "with an error) or skip (skip the step and go on)"
+        )
+
+
+def describe(what: str, step: int, epoch: int, learning_rate: float, precision: str) -> str:
+    """What went wrong at ``step`` and its likely causes, for the log and the summary."""
+    causes = [
+        f"a learning rate too high for this model and batch (it was {learning_rate:.3g}: "
+        "lower optimizer.lr, or add warmup with scheduler.warmup_epochs)",
+        "exploding gradients (set training.gradient_threshold to clip them)",
+    ]
+    if precision.startswith("16"):
+        causes.insert(0, f"float16 overflow under trainer.precision={precision} (try bf16-mixed)")
+    elif precision.startswith("bf16"):
+        causes.append(f"reduced precision (trainer.precision={precision}; try 32-true)")
+    causes.append("NaN or infinite values in the images (float TIFFs)")
+    rate = "" if math.isfinite(learning_rate) else " (the learning rate itself is not finite)"
+    return (
+        f"the {what} is not finite (NaN or inf) at step {step} (epoch {epoch}){rate}. "
+        f"Likely causes: {'; '.join(causes)}."
+    )

@@ -1,0 +1,116 @@
+"""One run, one folder, one record: concurrent runs, fresh runs, failed and good resumes."""
+
+import hashlib
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from segscale.checks import ConfigError
+from segscale.cli.train import train
+from tests.conftest import tiny_overrides, train_command
+
+# 3 epochs of 4 iterations, a checkpoint every 3 iterations (mid-epoch ones included).
+RUN = [
+    "trainer.max_epochs=3",
+    "callbacks.periodic_checkpoint.frequency=3",
+    "callbacks.periodic_checkpoint.unit=iteration",
+]
+
+
+def cli(data_root: Path, run: Path, *extra: str) -> list[str]:
+    return train_command(*tiny_overrides(data_root, None), *RUN, f"hydra.run.dir={run}", *extra)
+
+
+def fingerprint(folder: Path) -> dict[str, str]:
+    """Every file of a run folder but its log, by content."""
+    return {
+        str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "train.log"
+    }
+
+
+@pytest.mark.slow
+def test_one_run_one_folder_one_record(tiny_data_root, tmp_path):
+    run = tmp_path / "run"
+    first = subprocess.Popen(
+        cli(tiny_data_root, run), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 120
+    while not (run / ".lock").is_file() or not (run / ".lock").read_text():
+        assert first.poll() is None and time.monotonic() < deadline, "the run never held its folder"
+        time.sleep(0.02)
+
+    # A second run into the folder of a live one is refused, naming the holder.
+    second = subprocess.run(
+        cli(tiny_data_root, run), cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"in use by another run (pid {first.pid} on host" in second.stdout + second.stderr
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, output[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 12
+    assert sorted(p.name for p in (run / ".hydra").iterdir()) == [
+        "config.yaml",
+        "hydra.yaml",
+        "overrides.yaml",
+    ]
+    assert not (run / ".lock").exists()
+
+    # A fresh run into a finished run's folder is refused too.
+    fresh = subprocess.run(
+        cli(tiny_data_root, run), cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert fresh.returncode == 2 and "already holds a run" in fresh.stdout + fresh.stderr
+
+    # A resume with a forgotten override fails before anything changes.
+    before = fingerprint(run)
+    early = run / "checkpoints" / "epoch000-step0000003.ckpt"
+    wrong = subprocess.run(
+        cli(tiny_data_root, run, "model=unet", f"ckpt_path={early}"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert "holds another network than this config builds" in wrong.stdout + wrong.stderr
+    assert "model.arch: checkpoint 'DeepLabV3Plus', config 'Unet'" in wrong.stdout + wrong.stderr
+    assert fingerprint(run) == before
+
+    # Resuming from a checkpoint older than best.ckpt: best and last are rewritten in
+    # place (no best-v1.ckpt), and the launch gets its own record.
+    resumed = subprocess.run(
+        cli(tiny_data_root, run, f"ckpt_path={early}"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert not [n for n in names if "-v" in n], names
+    summary = json.loads((run / "summary.json").read_text())
+    assert Path(summary["best_checkpoint"]).name == "best.ckpt"
+    assert Path(summary["last_checkpoint"]).name == "last.ckpt"
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 12
+    assert fingerprint(run)[".hydra/config.yaml"] == before[".hydra/config.yaml"]
+    assert (run / ".hydra" / "launch-2" / "overrides.yaml").is_file()
+    assert f"ckpt_path={early}" in (run / ".hydra" / "launch-2" / "overrides.yaml").read_text()
+
+
+def test_resuming_into_another_architecture_names_the_keys(make_config, tmp_path):
+    train(make_config("trainer.max_epochs=1"))
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError) as error:
+        train(make_config("model=fpn", f"ckpt_path={last}"))
+    message = str(error.value)
+    assert f"ckpt_path='{last}' holds another network" in message
+    assert "missing: network.decoder." in message and "unexpected: network.decoder." in message
+    assert "more)" in message

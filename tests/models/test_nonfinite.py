@@ -1,0 +1,82 @@
+"""A non-finite loss stops the run (exit 3) with the last good checkpoint, or is skipped."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from segscale.checks import ConfigError
+from segscale.cli.train import train
+from segscale.models.nonfinite import check_policy, describe
+from tests.conftest import tiny_overrides, train_command
+
+# Tiny runs have 4 steps an epoch: step 5 is in the second epoch, after one validation.
+NAN_AT_STEP_5 = [
+    "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
+    "+callbacks.poison.step=5",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("devices", "per_epoch"),
+    [([], 4), (["strategy=ddp", "trainer.devices=2"], 2)],  # a global batch of 4, or 8
+    ids=["1", "ddp2"],
+)
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
+    tiny_data_root, tmp_path, devices, per_epoch
+):
+    # Under DDP every rank sees the flag (all-reduced with the loss normalisers): all stop,
+    # and rank 0 reports the cause itself, not "rank 1 failed".
+    run = tmp_path / "run"
+    result = subprocess.run(
+        train_command(
+            *tiny_overrides(tiny_data_root, None),
+            f"hydra.run.dir={run}",
+            "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
+            f"+callbacks.poison.step={per_epoch + 1}",  # the second step of the second epoch
+            *devices,
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output[-3000:]
+    assert "Traceback" not in output
+    bad = per_epoch + 1
+    assert f"the loss is not finite (NaN or inf) at step {bad} (epoch 1)" in output
+    assert "Likely causes: a learning rate too high" in output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed" and f"step {bad}" in summary["error"]
+    assert summary["steps"] == bad
+    assert "rank 1 failed" not in output
+    output_checkpoint = summary["output_checkpoint"]
+    assert output_checkpoint.endswith("last.ckpt")
+    good = torch.load(output_checkpoint, weights_only=True)
+    assert good["global_step"] == per_epoch  # saved at the validation before the NaN
+    assert all(
+        torch.isfinite(v).all() for v in good["state_dict"].values() if v.is_floating_point()
+    )
+
+
+def test_skip_leaves_the_weights_and_statistics_as_they_were(make_config, tmp_path):
+    summary = train(make_config("training.on_nonfinite=skip", *NAN_AT_STEP_5))
+    assert summary["status"] == "finished" and summary["skipped_steps"] == 1
+    assert summary["steps"] == 8  # the skipped step still counts as a step taken
+    assert summary["metrics"]["val/loss"] is not None
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert all(
+        torch.isfinite(v).all() for v in last["state_dict"].values() if v.is_floating_point()
+    )
+
+
+def test_policy_and_message():
+    check_policy("skip")
+    with pytest.raises(ConfigError, match=r"training\.on_nonfinite='ignore' is unknown"):
+        check_policy("ignore")
+    message = describe("gradient", 7, 2, 0.5, "16-mixed")
+    assert message.startswith("the gradient is not finite (NaN or inf) at step 7 (epoch 2)")
+    assert "float16 overflow under trainer.precision=16-mixed" in message

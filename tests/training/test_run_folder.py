@@ -1,0 +1,78 @@
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from segscale.checks import ConfigError
+from segscale.training.run_folder import (
+    LOCK_FILE,
+    RunFolderBusyError,
+    RunFolderLock,
+    check_fresh_folder,
+    has_launch_record,
+    write_launch_record,
+)
+
+HOLD = (
+    "import sys, time\n"
+    "from segscale.training.run_folder import RunFolderLock\n"
+    "RunFolderLock(sys.argv[1]).acquire()\n"
+    "print('held', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_a_live_holder_is_named_and_a_dead_ones_lock_is_taken_over(tmp_path, caplog):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(
+            RunFolderBusyError, match=rf"in use by another run \(pid {holder.pid} on host"
+        ):
+            RunFolderLock(tmp_path).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # dies without releasing: its lock file stays
+        holder.wait(timeout=30)
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == holder.pid
+    with caplog.at_level(logging.WARNING), RunFolderLock(tmp_path):
+        facts = json.loads((tmp_path / LOCK_FILE).read_text())
+        assert facts["pid"] == os.getpid() and facts["host"] == socket.gethostname()
+    assert f"ended without releasing it (pid {holder.pid}" in caplog.text
+    assert not (tmp_path / LOCK_FILE).exists()  # released: the folder is as it was
+
+
+def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
+    with RunFolderLock(tmp_path), pytest.raises(RunFolderBusyError):
+        RunFolderLock(tmp_path).acquire()
+    with RunFolderLock(tmp_path):  # released, so free again
+        pass
+
+
+def test_each_launch_gets_its_own_record(tmp_path):
+    assert not has_launch_record(tmp_path)
+    for launch in (1, 2, 3):
+        record = write_launch_record(tmp_path, OmegaConf.create({"launch": launch}))
+        assert record == tmp_path / ".hydra" / ("" if launch == 1 else f"launch-{launch}")
+        assert has_launch_record(tmp_path)
+    assert yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text()) == {"launch": 1}
+    launch3 = tmp_path / ".hydra" / "launch-3" / "config.yaml"
+    assert yaml.safe_load(launch3.read_text()) == {"launch": 3}
+
+
+def test_a_fresh_run_is_refused_a_folder_with_results(tmp_path):
+    check_fresh_folder(tmp_path)
+    (tmp_path / "train.log").write_text("a run that failed its checks\n")
+    check_fresh_folder(tmp_path)  # nothing trained there
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"already holds a run \(checkpoints/\); continue it"):
+        check_fresh_folder(tmp_path)
