@@ -16,6 +16,10 @@ class ConfigError(ValueError):
     """A config value that cannot work; the message names the key and what is allowed."""
 
 
+EXIT_BAD_INPUT = 2
+"""Exit status of every entry point that refuses a bad value, file or folder."""
+
+
 def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
     devices_count(cfg.trainer.get("devices", "auto"))
@@ -37,6 +41,7 @@ def check_config(cfg: DictConfig) -> None:
     # Imported here: these modules import ConfigError from this one.
     from segscale.config_types import check_types
     from segscale.data.samplers import SHUFFLE_MODES
+    from segscale.models.nonfinite import check_policy
     from segscale.training.optim import SOLVERS
 
     shuffle = _get(cfg, "datamodule.shuffle")
@@ -53,6 +58,7 @@ def check_config(cfg: DictConfig) -> None:
         lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
         "a positive learning rate such as 0.01",
     )
+    check_policy(OmegaConf.select(cfg, "training.on_nonfinite", default="stop"))
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.
     check_types(cfg, filled_in=("model.in_channels",))

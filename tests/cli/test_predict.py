@@ -7,9 +7,8 @@ import pytest
 import tifffile
 from PIL import Image
 
-from segscale.checks import ConfigError
+from segscale.checks import EXIT_BAD_INPUT, ConfigError
 from segscale.cli.predict import (
-    EXIT_REFUSED,
     EXIT_SKIPPED,
     UnreadableImageError,
     predict,
@@ -126,7 +125,7 @@ def test_unreadable_inputs_are_all_listed_before_anything_is_predicted(tmp_path:
     bad = _corrupt(tmp_path / "in")
     result = _predict_command(tmp_path)
     output = result.stdout + result.stderr
-    assert result.returncode == EXIT_REFUSED, output[-3000:]
+    assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
     assert "Traceback" not in output
     assert "2 input image(s) of input=" in output and "nothing was predicted" in output
     for name in bad:

@@ -80,15 +80,26 @@ def test_predict_py_says_so_and_exits_2(tmp_path):
     assert not marker.exists()
 
 
-def test_a_checkpoint_whose_metadata_calls_other_code_is_refused(tmp_path):
+PAYLOAD_TARGETS = [
+    ("builtins.open", {"file": "ran"}),
+    # Hydra's _locate reaches torch.load through any module that imports torch.
+    ("segscale.models.weights.torch.load", {"f": "payload.pt", "weights_only": False}),
+    ("torch.nn.modules.module.torch.load", {"f": "payload.pt", "weights_only": False}),
+]
+
+
+@pytest.mark.parametrize(("target", "arguments"), PAYLOAD_TARGETS)
+def test_a_checkpoint_whose_metadata_calls_other_code_is_refused(tmp_path, target, arguments):
+    marker = tmp_path / "ran"
+    torch.save({"payload": WritesAFile(marker)}, tmp_path / "payload.pt")
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     content = torch.load(ckpt, weights_only=True)
     content.pop("segscale_sha256")
-    content["segscale"]["model"] = {"_target_": "builtins.open", "file": str(tmp_path / "ran")}
+    paths = {k: str(tmp_path / v) if k in ("file", "f") else v for k, v in arguments.items()}
+    content["segscale"]["model"] = {"_target_": target, **paths}
     save_checkpoint_file(content, ckpt)  # a valid digest: the file is as its author wrote it
     image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
-    with pytest.raises(ConfigError, match=r"its network config calls 'builtins\.open'"):
-        predict(
-            compose_config("predict", f"ckpt={ckpt}", f"input={image}", f"output_dir={tmp_path}")
-        )
-    assert not (tmp_path / "ran").exists()
+    cfg = compose_config("predict", f"ckpt={ckpt}", f"input={image}", f"output_dir={tmp_path}")
+    with pytest.raises(ConfigError, match=rf"its network config names _target_='{target}'"):
+        predict(cfg)
+    assert not marker.exists()

@@ -266,3 +266,47 @@ def test_a_nan_loss_stops_or_changes_nothing(policy):
     for key, value in seg.state_dict().items():
         assert torch.equal(value, before[key]), key
     assert not optimizer.state  # no momentum buffer was started
+
+
+def nan_ready(seg: SegmentationModule) -> torch.optim.Optimizer:
+    """A stand-in trainer with what the non-finite check reads; returns the optimizer."""
+    attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
+    optimizer = torch.optim.SGD(seg.parameters(), lr=0.1)
+    seg.trainer.global_step, seg.trainer.current_epoch = 3, 0
+    seg.trainer.precision, seg.trainer.is_global_zero = "32-true", True
+    seg.trainer.optimizers, seg.trainer.sanity_checking = [optimizer], False
+    return optimizer
+
+
+def test_a_nan_in_any_accumulated_micro_batch_counts():
+    seg = module()
+    optimizer = nan_ready(seg)
+    poisoned = dict(batches(1)[0])
+    poisoned["image"] = torch.full(poisoned["image"].shape, float("nan"))
+    seg.training_step(poisoned, 0).backward()
+    seg.training_step(batches(1)[0], 1).backward()  # the last micro-batch is fine
+    with pytest.raises(NonFiniteError, match="the loss is not finite"):
+        seg.on_before_optimizer_step(optimizer)
+
+
+def test_a_non_finite_gradient_of_a_finite_loss_stops_without_clipping():
+    seg = module()
+    optimizer = nan_ready(seg)
+    seg.training_step(batches(1)[0], 0).backward()
+    seg.network.conv.bias.grad[0] = float("inf")
+    with pytest.raises(NonFiniteError, match=r"the gradient is not finite .* at step 3"):
+        seg.on_before_optimizer_step(optimizer)
+    # The next step starts afresh: a finite one goes through.
+    optimizer.zero_grad()
+    seg.training_step(batches(1)[0], 0).backward()
+    seg.on_before_optimizer_step(optimizer)
+
+
+def test_a_non_finite_validation_loss_stops_the_run():
+    seg = module()
+    nan_ready(seg)
+    logits, mask = torch.randn(1, 3, 4, 4), torch.randint(0, 3, (1, 4, 4))
+    seg.val_confusion.update(logits.argmax(1), mask)
+    seg.val_loss.update(torch.tensor(float("nan")), weight=16)
+    with pytest.raises(NonFiniteError, match="the validation loss is not finite"):
+        seg.on_validation_epoch_end()

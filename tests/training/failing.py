@@ -16,11 +16,14 @@ class FailOnRank(L.Callback):
 
 
 class NaNImagesAt(L.Callback):
-    """Replace the batch's images by NaN at the given training step: a non-finite loss."""
+    """Replace the batch's images by NaN at the given training step: a non-finite loss.
 
-    def __init__(self, step: int = 5) -> None:
-        self.step = step
+    On every rank, or on ``rank`` alone.
+    """
+
+    def __init__(self, step: int = 5, rank: int | None = None) -> None:
+        self.step, self.rank = step, rank
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             batch["image"] = torch.full(batch["image"].shape, float("nan"))

@@ -17,6 +17,7 @@ from segscale.training.run_folder import (
     RunFolderLock,
     check_fresh_folder,
     has_launch_record,
+    launch_record,
     write_launch_record,
 )
 
@@ -60,7 +61,7 @@ def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
 def test_each_launch_gets_its_own_record(tmp_path):
     assert not has_launch_record(tmp_path)
     for launch in (1, 2, 3):
-        record = write_launch_record(tmp_path, OmegaConf.create({"launch": launch}))
+        record = write_launch_record(tmp_path, launch_record(OmegaConf.create({"launch": launch})))
         assert record == tmp_path / ".hydra" / ("" if launch == 1 else f"launch-{launch}")
         assert has_launch_record(tmp_path)
     assert yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text()) == {"launch": 1}

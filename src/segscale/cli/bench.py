@@ -50,7 +50,7 @@ from segscale.bench.scaling import (
 )
 from segscale.bench.timing import Timing
 from segscale.bench.verdict import findings_from, verdict
-from segscale.checks import ConfigError, check_config, require
+from segscale.checks import EXIT_BAD_INPUT, ConfigError, check_config, require
 from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
 from segscale.data.datamodule import cpus_available
 from segscale.models.networks import check_input_side
@@ -381,7 +381,7 @@ def run(cfg: DictConfig) -> None:
         results = bench(cfg, overrides)
     except ConfigError as error:
         log.error("%s", error)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     text = finish(results, Path(cfg.output_dir))
     log.info("bench results in %s", cfg.output_dir)
     print(text)

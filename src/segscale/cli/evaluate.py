@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
-from segscale.checks import ConfigError
+from segscale.checks import EXIT_BAD_INPUT, ConfigError
 from segscale.cli.train import CONFIG_DIR, build
 from segscale.config_types import check_types
 from segscale.data.labels import LabelMap
@@ -136,4 +136,4 @@ def main(cfg: DictConfig) -> None:
         evaluate(cfg)
     except ConfigError as error:
         log.error("%s", error)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)

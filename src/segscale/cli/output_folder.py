@@ -22,10 +22,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-log = logging.getLogger(__name__)
+from segscale.checks import EXIT_BAD_INPUT
 
-EXIT_BAD_INPUT = 2
-"""Exit status of a run refused before it starts, as for any other bad value."""
+log = logging.getLogger(__name__)
 
 
 class OutputFolderCheck(Callback):

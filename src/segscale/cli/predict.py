@@ -6,7 +6,7 @@ viewer), with an overlay of the classes on the image beside it. Before any of th
 every input's header is checked, so an unreadable file stops the run before it starts
 (or, with ``skip_unreadable``, is left out).
 
-Exit statuses: 0, every image predicted; 2 (``EXIT_REFUSED``), refused: a config value
+Exit statuses: 0, every image predicted; 2 (``EXIT_BAD_INPUT``), refused: a config value
 or an unreadable input (all listed); 3 (``EXIT_SKIPPED``), the readable images were
 predicted and the unreadable ones, listed in the log, skipped.
 """
@@ -26,7 +26,7 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
-from segscale.checks import ConfigError, require
+from segscale.checks import EXIT_BAD_INPUT, ConfigError, require
 from segscale.cli.train import CONFIG_DIR
 from segscale.config_types import check_types
 from segscale.data.sources import (
@@ -45,8 +45,6 @@ from segscale.models.networks import check_input_side
 
 log = logging.getLogger(__name__)
 
-EXIT_REFUSED = 2
-"""Exit status of a run refused: a config value, or unreadable inputs (all listed)."""
 EXIT_SKIPPED = 3
 """Exit status of a run that predicted the readable images and skipped the others."""
 
@@ -246,12 +244,12 @@ def predict_image(
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
 def main(cfg: DictConfig) -> None:
-    """Entry point of ``predict.py``: exit 0, ``EXIT_REFUSED`` or ``EXIT_SKIPPED``."""
+    """Entry point of ``predict.py``: exit 0, ``EXIT_BAD_INPUT`` or ``EXIT_SKIPPED``."""
     try:
         run = run_prediction(cfg)
     except ConfigError as error:
         log.error("%s", error)
-        sys.exit(EXIT_REFUSED)
+        sys.exit(EXIT_BAD_INPUT)
     if run.skipped:
         log.warning(
             "%d image(s) predicted, %d skipped as unreadable (listed above)",

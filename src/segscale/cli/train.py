@@ -21,7 +21,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from segscale.checks import ConfigError, check_config, devices_count
+from segscale.checks import EXIT_BAD_INPUT, ConfigError, check_config, devices_count
 from segscale.data.datamodule import SegmentationDataModule
 from segscale.inference.trained import inference_metadata
 from segscale.models.module import SegmentationModule
@@ -38,11 +38,18 @@ from segscale.training.launch import (
     job_ranks,
     resolve_accelerator,
 )
-from segscale.training.resume import check_resumable, resolve_checkpoint, run_dir_for
+from segscale.training.resume import (
+    ForgetAbandonedBest,
+    check_resumable,
+    resolve_checkpoint,
+    run_dir_for,
+)
 from segscale.training.run_folder import (
+    LaunchRecord,
     RunFolderLock,
     check_fresh_folder,
     has_launch_record,
+    launch_record,
     write_launch_record,
 )
 from segscale.training.scaling import Effective
@@ -53,8 +60,6 @@ log = logging.getLogger(__name__)
 CONFIG_DIR = str(Path(__file__).resolve().parents[3] / "conf")
 """The repository's ``conf/`` folder (the package is installed in editable mode)."""
 
-EXIT_BAD_INPUT = 2
-"""Exit status of a run refused before training: a bad value, file or folder."""
 EXIT_NONFINITE = 3
 """Exit status of a run stopped by a non-finite loss or gradient."""
 
@@ -75,14 +80,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     """``train`` once the run folder is this run's; ``leader`` (rank 0) writes its files."""
-    # A relaunch (resume, requeue) records itself only once it is known to continue the
-    # run; a fresh run records itself first, as Hydra would, also if a check then fails.
+    # A fresh run records itself first, as Hydra would, also if a check then fails; a
+    # relaunch (resume, requeue) only once it starts training (LaunchRecord), so that a
+    # refused one leaves the run folder as it was.
     relaunch = bool(cfg.get("ckpt_path"))
-    if leader and not relaunch:
-        check_fresh_folder(cfg.output_dir)
-    recorded = leader and not relaunch and not has_launch_record(cfg.output_dir)
-    if recorded:
-        write_launch_record(cfg.output_dir, cfg)
+    if not relaunch:
+        check_fresh_folder(cfg.output_dir)  # every rank: torchrun's would wait for rank 0
+    if leader and not relaunch and not has_launch_record(cfg.output_dir):
+        write_launch_record(cfg.output_dir, launch_record(cfg))
     check_config(cfg)
     check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
     L.seed_everything(cfg.seed, workers=True)
@@ -113,6 +118,8 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     scaling.pop("_target_")
     summary = RunSummary(cfg.output_dir, cfg.training.output_network, scaling)
     callbacks = [*instantiate_each(cfg.get("callbacks")), summary]
+    if relaunch:
+        callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]
     for name, node in (cfg.get("callbacks") or {}).items():
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
@@ -124,10 +131,9 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     # since Lightning reads the rank variables that job_ranks sets.
     resolved = {"ckpt_path": ckpt_path} if ckpt_path else None
     if leader:
-        if not recorded:
-            write_launch_record(cfg.output_dir, cfg)
         log.info("%s", report.table())
-        report.write(Path(cfg.output_dir))
+        if not relaunch:  # the run's own, written when it started
+            report.write(Path(cfg.output_dir))
     with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved):
         trainer = instantiate(
             cfg.trainer,

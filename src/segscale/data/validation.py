@@ -11,8 +11,6 @@ import csv
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from segscale.atomic_files import write_text_atomically
 from segscale.checks import ConfigError
 from segscale.data.labels import LabelMap
 from segscale.data.sources import (
@@ -387,11 +386,9 @@ class _Cache:
         if not self.changed:
             return
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-            with os.fdopen(handle, "w") as stream:
-                json.dump({"settings": self.settings, "pairs": self.entries}, stream)
-            os.replace(temporary, self.path)
+            write_text_atomically(
+                self.path, json.dumps({"settings": self.settings, "pairs": self.entries})
+            )
         except OSError as error:
             log.warning("could not cache the validation in %s: %s", self.folder, error)
 

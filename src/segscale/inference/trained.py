@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
+from torch import nn
 
 from segscale.checks import ConfigError
 from segscale.data.datamodule import SegmentationDataModule
 from segscale.data.labels import class_colours
 from segscale.models.module import SegmentationModule
+from segscale.models.networks import build_network
 from segscale.models.weights import load_network_weights
 from segscale.training.checkpoint_io import load_checkpoint_file
 
@@ -58,38 +58,64 @@ class TrainedModel:
         return len(self.class_names)
 
 
-NETWORK_TARGETS = ("segscale.models.", "torch.nn.")
-"""Where a checkpoint's network ``_target_`` may point: network builders, nothing else."""
+METADATA = {
+    "model": dict,
+    "class_names": list,
+    "class_colors": (list, type(None)),
+    "ignore_index": int,
+    "mean": list,
+    "std": list,
+    "max_value": (int, float),
+}
+"""What ``inference_metadata`` holds, by type: a checkpoint's is checked against it."""
+
+BUILD_NETWORK = f"{build_network.__module__}.{build_network.__qualname__}"
+"""The ``_target_`` of the network config that ``train.py`` stores."""
 
 
-def check_network_target(model_cfg: Any, path: Path, key: str) -> None:
-    """Refuse a checkpoint whose network config would call anything but a network builder.
+def network_from_metadata(model_cfg: dict[str, Any], path: Path, key: str) -> nn.Module:
+    """The network a checkpoint's ``model`` config describes, built without Hydra.
 
-    The config is instantiated with Hydra, which calls any ``_target_`` it names, at any
-    depth: a shared checkpoint could otherwise run code through its metadata even when
-    its pickle cannot.
+    Hydra's ``instantiate`` would call whatever ``_target_`` names, reached through any
+    module's attributes (``segscale.models.weights.torch.load``, say), and resolve
+    interpolations: a shared checkpoint could run code through its metadata even when
+    its pickle cannot. So the target must be ``build_network`` (what ``train.py``
+    stores) or a module class of ``torch.nn`` itself, and the arguments plain values.
     """
-    if not isinstance(model_cfg, dict):
-        raise ConfigError(f"{key}={str(path)!r}: its network config is not a mapping")
     target = model_cfg.get("_target_")
-    # Hydra's own keys (_target_, _args_, _partial_, ...) anywhere below the top level.
     arguments = {k: v for k, v in model_cfg.items() if k != "_target_"}
-    nested = [k for k in _keys(arguments) if k.startswith("_")]
-    if not isinstance(target, str) or not target.startswith(NETWORK_TARGETS) or nested:
+    builder: Any = None
+    if target == BUILD_NETWORK:
+        builder = build_network
+    elif isinstance(target, str) and target.startswith("torch.nn."):
+        candidate = getattr(nn, target.removeprefix("torch.nn."), None)
+        if isinstance(candidate, type) and issubclass(candidate, nn.Module):
+            builder = candidate
+    if builder is None:
         raise ConfigError(
-            f"{key}={str(path)!r}: its network config calls {target!r}"
-            f"{f' and sets {nested}' if nested else ''}; expected a network built by "
-            f"{' or '.join(t + '*' for t in NETWORK_TARGETS)} with plain arguments"
+            f"{key}={str(path)!r}: its network config names _target_={target!r}; expected "
+            f"{BUILD_NETWORK} (or a torch.nn module class), as train.py writes"
         )
+    try:
+        return builder(**arguments)
+    except (TypeError, ValueError) as error:  # arguments the builder does not take
+        raise ConfigError(
+            f"{key}={str(path)!r}: its network config does not fit: {error}"
+        ) from None
 
 
-def _keys(value: Any) -> list[str]:
-    """Every mapping key at any depth of ``value``."""
-    if isinstance(value, dict):
-        return [str(k) for k in value] + [k for v in value.values() for k in _keys(v)]
-    if isinstance(value, (list, tuple)):
-        return [k for v in value for k in _keys(v)]
-    return []
+def check_metadata(meta: Any, path: Path, key: str) -> None:
+    """Refuse a checkpoint whose ``segscale`` entry is not what ``train.py`` writes."""
+    wrong = (
+        [name for name, kind in METADATA.items() if not isinstance(meta.get(name), kind)]
+        if isinstance(meta, dict)
+        else list(METADATA)
+    )
+    if wrong:
+        raise ConfigError(
+            f"{key}={str(path)!r} is not a segscale checkpoint: its 'segscale' entry lacks "
+            f"{wrong} (or they are of another type); expected a .ckpt written by train.py"
+        )
 
 
 def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
@@ -100,15 +126,12 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
     path = Path(path)
     checkpoint = load_checkpoint_file(path, key)
     meta = checkpoint.get("segscale")
-    if not isinstance(meta, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise ConfigError(
-            f"{key}={str(path)!r} is not a segscale checkpoint (no 'segscale' entry); "
-            "expected a .ckpt written by train.py"
-        )
-    names = meta["class_names"]
-    check_network_target(meta["model"], path, key)
+    check_metadata(meta, path, key)
+    if not isinstance(checkpoint.get("state_dict"), dict):
+        raise ConfigError(f"{key}={str(path)!r} has no state_dict; expected a .ckpt from train.py")
+    names = [str(name) for name in meta["class_names"]]
     module = SegmentationModule(
-        network=instantiate(OmegaConf.create(meta["model"])),
+        network=network_from_metadata(meta["model"], path, key),
         optimizer=None,
         num_classes=len(names),
         class_names=names,
@@ -127,6 +150,6 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
         class_names=tuple(names),
         colours=class_colours(meta["class_colors"], len(names)),
         ignore_index=meta["ignore_index"],
-        in_channels=meta["model"]["in_channels"],
+        in_channels=int(meta["model"].get("in_channels", 3)),
         max_value=meta["max_value"],
     )

@@ -133,7 +133,8 @@ class SegmentationModule(L.LightningModule):
         ranks: exact for the pixel terms, a mean of per-device Dice losses for Dice (as in
         every DDP framework).
         """
-        if self.on_nonfinite == "skip":  # a skipped step must not change them either
+        first_micro_batch = self._nonfinite is None  # of this optimizer step
+        if first_micro_batch and self.on_nonfinite == "skip":  # a skipped step keeps them too
             self._buffers_before = [b.clone() for b in self.network.buffers()]
         logits = self(batch["image"])
         mask = batch["mask"].long()  # uint8 through the DataLoader, class indices here
@@ -143,7 +144,9 @@ class SegmentationModule(L.LightningModule):
         # so every rank decides alike with no collective of its own.
         flag = (~torch.isfinite(loss)).to(terms.counts.dtype).reshape(1)
         reduced = self.trainer.strategy.reduce(torch.cat([terms.counts, flag]), reduce_op="sum")
-        global_counts, self._nonfinite = reduced[:-1], reduced[-1] > 0
+        global_counts, nonfinite = reduced[:-1], reduced[-1] > 0
+        # Under gradient accumulation every micro-batch of the step counts.
+        self._nonfinite = nonfinite if first_micro_batch else self._nonfinite | nonfinite
         objective = terms.mean(global_counts, scale=self.trainer.world_size)
         self.log("train/loss", loss, prog_bar=True)
         if logs_this_step(self.trainer):
@@ -186,9 +189,14 @@ class SegmentationModule(L.LightningModule):
         self.val_loss.reset()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store ``inference_metadata`` in the checkpoint, for predict.py and evaluate.py."""
+        """Store ``inference_metadata`` (for predict.py and evaluate.py) and the skip count."""
         if self.inference_metadata is not None:
             checkpoint["segscale"] = self.inference_metadata
+        checkpoint["segscale_skipped_steps"] = self.skipped_steps
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Continue the resumed run's count of skipped steps."""
+        self.skipped_steps = int(checkpoint.get("segscale_skipped_steps", 0))
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Stop or skip a non-finite step; clip the gradients (MATLAB's GradientThreshold).
@@ -196,9 +204,12 @@ class SegmentationModule(L.LightningModule):
         The gradients here are all-reduced (the same on every rank) and unscaled.
         """
         parameters = list(self.network.parameters())
-        if self._nonfinite is not None and self._step_is_nonfinite(parameters):
-            self._refuse_step(optimizer, parameters)
-            return
+        try:
+            if self._nonfinite is not None and self._step_is_nonfinite(parameters):
+                self._refuse_step(optimizer, parameters)
+                return
+        finally:
+            self._nonfinite, self._buffers_before = None, []  # the next step starts afresh
         clip_gradients(parameters, self.gradient_threshold, self.gradient_threshold_method)
 
     def _step_is_nonfinite(self, parameters: list[nn.Parameter]) -> bool:
@@ -213,7 +224,10 @@ class SegmentationModule(L.LightningModule):
         if math.isinf(self.gradient_threshold) and self.trainer.precision != "16-mixed":
             gradients = [p.grad for p in parameters if p.grad is not None]
             if gradients:
-                flag = flag | ~torch.isfinite(torch.nn.utils.get_total_norm(gradients))
+                # The largest magnitude: finite exactly when every element is (an L2
+                # norm of large finite gradients could overflow).
+                largest = torch.nn.utils.get_total_norm(gradients, norm_type=math.inf)
+                flag = flag | ~torch.isfinite(largest)
         return bool(flag.item())
 
     def _refuse_step(

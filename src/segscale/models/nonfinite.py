@@ -13,6 +13,7 @@ import math
 from segscale.checks import ConfigError
 
 POLICIES = ("stop", "skip")
+"""The values of ``training.on_nonfinite``."""
 
 
 class NonFiniteError(RuntimeError):

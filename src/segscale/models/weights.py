@@ -26,7 +26,14 @@ SHOWN = 4
 
 # What torch.load raises for a file that is not a weights-only archive: a pickle that
 # refers to a global (code) it will not import, a damaged zip or pickle, a foreign file.
-LOAD_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile)
+LOAD_ERRORS = (
+    pickle.UnpicklingError,
+    RuntimeError,
+    EOFError,
+    ValueError,
+    zipfile.BadZipFile,
+    OSError,
+)
 
 
 def read_weights(path: Path, key: str, expected: str) -> Any:
@@ -40,6 +47,11 @@ def read_weights(path: Path, key: str, expected: str) -> Any:
         raise ConfigError(f"{key}={str(path)!r}: no such file; expected {expected}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except PermissionError as error:
+        raise ConfigError(
+            f"{key}={str(path)!r} cannot be opened ({error.strerror}); expected {expected} "
+            "that this user may read"
+        ) from None
     except LOAD_ERRORS as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(

@@ -193,7 +193,7 @@ def _number(value: Any) -> float | None:
     if value is None:
         return None
     number = float(value.item() if isinstance(value, torch.Tensor) else value)
-    return None if math.isnan(number) else number
+    return number if math.isfinite(number) else None  # JSON has no NaN or Infinity
 
 
 def _metric(trainer: L.Trainer, key: str) -> float | None:

@@ -27,6 +27,7 @@ DIGEST_KEY = "segscale_sha256"
 """The checkpoint entry that holds the digest of everything else in it."""
 
 EXPECTED = "a .ckpt file written by segscale's train.py"
+"""What errors about a checkpoint say was expected."""
 
 
 def content_digest(checkpoint: Mapping[str, Any]) -> str:

@@ -200,6 +200,11 @@ def started_by_launcher() -> bool:
     return "LOCAL_RANK" in os.environ or ("SLURM_LOCALID" in os.environ and slurm_tasks > 1)
 
 
+AGREED_FAILURES = (ConfigError, NonFiniteError)
+"""Failures every rank meets alike (the same check, a loss flag all-reduced): rank 0's
+own error then names the cause, and is the one reported."""
+
+
 @contextmanager
 def job_ranks(
     start_method: str | None,
@@ -265,10 +270,6 @@ def job_ranks(
         os.environ.clear()
         os.environ.update(saved)
 
-
-AGREED_FAILURES = (ConfigError, NonFiniteError)
-"""Failures every rank meets alike (the same check, a loss flag all-reduced): rank 0's
-own error then names the cause, and is the one reported."""
 
 QUIET_RANK_OVERRIDES = (
     "hydra.output_subdir=null",  # rank 0 alone writes the config

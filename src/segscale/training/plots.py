@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,17 +9,23 @@ import matplotlib
 import matplotlib.patches
 import numpy as np
 
+from segscale.atomic_files import write_atomically
+
 matplotlib.use("Agg")  # files only; never open a window
 import matplotlib.pyplot as plt
 
 
 def save_figure(figure: plt.Figure, path: Path) -> None:
     """Write ``figure`` to ``path`` atomically (a reader never sees half a PNG)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    figure.savefig(temporary, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    os.replace(temporary, path)
+    try:
+        write_atomically(
+            path,
+            lambda stream: figure.savefig(
+                stream, format=path.suffix[1:], dpi=100, bbox_inches="tight"
+            ),
+        )
+    finally:
+        plt.close(figure)
 
 
 def plot_training_progress(

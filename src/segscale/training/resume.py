@@ -11,11 +11,16 @@ new one.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
 from segscale.checks import ConfigError
-from segscale.models.weights import compare_state
+from segscale.models.weights import LOAD_ERRORS, compare_state
 from segscale.training.checkpoint_io import load_checkpoint_file
 from segscale.training.launch import launcher_job_id
 
@@ -101,6 +106,42 @@ def check_resumable(path: str, module: SegmentationModule) -> None:
             f"ckpt_path={path!r} holds another network than this config builds"
             f"{f' ({differences})' if differences else ''}: {mismatch.describe()}; {hint}"
         )
+
+
+class ForgetAbandonedBest(L.Callback):
+    """After a resume from a checkpoint older than the run's best one, forget that best.
+
+    A run resumed from an earlier checkpoint than its newest takes a new branch from
+    there; a best checkpoint written later (``best.ckpt``) belongs to the branch it
+    left. Its score, kept in the restored state, no longer describes any weights of the
+    new branch, and a new branch that never beat it would end with ``best.ckpt`` still
+    holding the old branch's weights. So the restored best is dropped, and the new
+    branch's first validation writes ``best.ckpt`` again.
+    """
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Drop the best of each monitoring checkpoint callback whose file is newer."""
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and _written_after(
+                callback, trainer.global_step
+            ):
+                callback.best_k_models = {}
+                callback.best_model_path = callback.kth_best_model_path = ""
+                callback.best_model_score = None
+                worst = math.inf if callback.mode == "min" else -math.inf
+                callback.kth_value = torch.tensor(worst)
+
+
+def _written_after(callback: ModelCheckpoint, step: int) -> bool:
+    """Whether ``callback``'s best file (a fixed name) was saved at a later step."""
+    best = callback.best_model_path
+    if not callback.monitor or not best or not Path(best).is_file():
+        return False
+    try:  # memory-mapped: only the small entries are read
+        saved = torch.load(best, map_location="cpu", weights_only=True, mmap=True)
+    except LOAD_ERRORS:
+        return True  # unreadable: nothing of it is worth keeping
+    return int(saved.get("global_step", 0)) > step
 
 
 def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.atomic_files import current_umask, write_text_atomically
@@ -33,7 +34,9 @@ from segscale.checks import ConfigError
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+"""The lock file in a run folder, with its holder's pid, host and start time."""
 RECORD_DIR = ".hydra"
+"""Where launch records go (Hydra's own name for its config folder)."""
 RESULTS = ("summary.json", "metrics.csv")
 """Files that only a run that trained writes (besides its checkpoints)."""
 
@@ -67,8 +70,9 @@ class RunFolderLock:
                 holder = _holder(os.read(fd, 4096))
                 os.close(fd)
                 raise RunFolderBusyError(
-                    f"{self.folder} is in use by another run ({holder}); one folder holds one "
-                    "run: wait for it, or start this one in another folder (hydra.run.dir)"
+                    f"{self.folder} is in use by another run ({holder}), so this run was not "
+                    "started there (one folder holds one run): wait for it to end, or start "
+                    "this one in another folder (hydra.run.dir)"
                 ) from None
             except OSError as error:
                 if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
@@ -129,12 +133,19 @@ def has_launch_record(folder: str | Path) -> bool:
     return (Path(folder) / RECORD_DIR / "config.yaml").is_file()
 
 
-def write_launch_record(folder: str | Path, cfg: DictConfig) -> Path:
-    """Record this launch's config, Hydra config and overrides; return the record folder.
+def launch_record(cfg: DictConfig) -> dict[str, str]:
+    """The current launch's record as file name → YAML: config, Hydra's config, overrides.
+
+    Outside a Hydra app (a test, the Python API) only the composed config.
+    """
+    return {"config.yaml": OmegaConf.to_yaml(cfg), **_hydra_files()}
+
+
+def write_launch_record(folder: str | Path, record: dict[str, str]) -> Path:
+    """Write ``record`` (``launch_record``) into ``folder``; return the record folder.
 
     The first launch records into ``.hydra/``, every later one into the next free
-    ``.hydra/launch-<n>/`` (n = 2, 3, ...). Outside a Hydra app (a test, the Python
-    API) only the composed config is recorded.
+    ``.hydra/launch-<n>/`` (n = 2, 3, ...).
     """
     root = Path(folder) / RECORD_DIR
     target = root
@@ -142,11 +153,25 @@ def write_launch_record(folder: str | Path, cfg: DictConfig) -> Path:
     while (target / "config.yaml").exists():
         number += 1
         target = root / f"launch-{number}"
-    files = {"config.yaml": OmegaConf.to_yaml(cfg)}
-    files |= _hydra_files()
-    for name, text in files.items():
+    for name, text in record.items():
         write_text_atomically(target / name, text)
     return target
+
+
+class LaunchRecord(L.Callback):
+    """Writes a relaunch's record (a resume, a requeue) when it starts training.
+
+    Only then is the run known to continue: a launch refused before (by Lightning's
+    restore, say) leaves the run folder as it was. Rank 0 writes it.
+    """
+
+    def __init__(self, folder: str | Path, record: dict[str, str]) -> None:
+        self.folder, self.record = Path(folder), record
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Write the record."""
+        if trainer.is_global_zero:
+            write_launch_record(self.folder, self.record)
 
 
 def _hydra_files() -> dict[str, str]:
