@@ -27,6 +27,7 @@ def bench_command(*args: str) -> list[str]:
     return [sys.executable, str(REPO / "bench.py"), *args]
 
 
+@pytest.mark.slow
 def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
     run = tmp_path / "bench"
     done = subprocess.run(

@@ -6,6 +6,7 @@ one process with batch 6.
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from segscale.cli.train import train
@@ -41,6 +42,7 @@ def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+@pytest.mark.slow
 def test_ddp_with_synced_batchnorm_takes_the_same_steps_as_one_process(make_config, tmp_path):
     one = final_weights(make_config, tmp_path / "one", "strategy=single", "datamodule.batch_size=8")
     two = final_weights(
@@ -64,6 +66,7 @@ def test_ddp_with_synced_batchnorm_takes_the_same_steps_as_one_process(make_conf
     assert largest_difference(one, unsynced) > 1e-3
 
 
+@pytest.mark.slow
 def test_uneven_worker_load_takes_the_same_steps_as_one_process(make_config, tmp_path):
     # Rotation on: patches carry ignored corners, so the ranks' batches differ in
     # labelled pixels as well as in size; the loss must weigh them as one batch does.

@@ -34,6 +34,7 @@ def run_folder(cwd: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_where_it_stopped(tiny_data_root, tmp_path):
     reference_cwd, cwd = tmp_path / "reference", tmp_path / "killed"
     reference_cwd.mkdir()

@@ -3,6 +3,7 @@
 import csv
 import subprocess
 
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
@@ -56,6 +57,7 @@ def test_grid_sweep_writes_one_folder_per_job_a_summary_and_an_mlflow_experiment
         assert {"config", "summary.json", "training_progress.png"} <= artifacts
 
 
+@pytest.mark.slow
 def test_ddp_sweep_trains_each_job_on_two_ranks_with_its_own_value(tiny_data_root, tmp_path):
     sweep, result = multirun(
         tmp_path,

@@ -96,6 +96,7 @@ def cli_overrides(data_root: Path) -> list[str]:
     return [o for o in tiny_overrides(data_root, Path()) if not o.startswith("output_dir=")]
 
 
+@pytest.mark.slow
 def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     run = tmp_path / "run"
     result = subprocess.run(
@@ -202,6 +203,7 @@ def learning_data(tmp_path_factory):
     return tmp_path_factory.mktemp("learning")
 
 
+@pytest.mark.slow
 def test_default_run_learns(learning_data, tmp_path):
     """The default recipe, shortened, beats predicting the majority class by far."""
     cfg = compose_config(

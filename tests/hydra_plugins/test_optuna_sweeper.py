@@ -15,6 +15,7 @@ def study_of(sweep):
     return optuna.load_study(study_name="train", storage=f"sqlite:///{sweep / 'optuna.db'}")
 
 
+@pytest.mark.slow
 def test_a_stopped_search_resumes_to_n_trials_in_all(tiny_data_root, tmp_path):
     sweep, result = multirun(tmp_path, tiny_data_root, *SPACE, "hydra.sweeper.n_trials=2")
     assert result.returncode == 0, result.stderr[-3000:]

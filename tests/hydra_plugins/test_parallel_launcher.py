@@ -10,6 +10,7 @@ from tests.cli.test_sweeps import multirun
 from tests.conftest import compose_for_plugins
 
 
+@pytest.mark.slow
 def test_two_cpu_jobs_run_at_once_and_a_failing_job_does_not_stop_the_others(
     tiny_data_root, tmp_path
 ):
