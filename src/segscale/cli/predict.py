@@ -26,13 +26,14 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
-from segscale.checks import EXIT_BAD_INPUT, ConfigError, require
+from segscale.checks import EXIT_BAD_INPUT, ConfigError
 from segscale.cli.train import CONFIG_DIR
 from segscale.config_types import check_types
 from segscale.data.sources import (
     IMAGE_SUFFIXES,
     READ_ERRORS,
     FileProblem,
+    check_max_image_pixels,
     describe_read_error,
     read_image,
 )
@@ -81,12 +82,7 @@ def run_prediction(cfg: DictConfig) -> PredictionRun:
     naming it. With ``skip_unreadable`` such files are logged and left out instead.
     With several devices every rank writes its share into the same folder.
     """
-    require(
-        cfg.max_image_pixels,
-        "max_image_pixels",
-        lambda v: v is None or (isinstance(v, int) and v >= 1),
-        "a pixel count >= 1, or null for no limit",
-    )
+    check_max_image_pixels(cfg.max_image_pixels, "max_image_pixels")
     if not isinstance(cfg.skip_unreadable, bool):
         raise ConfigError(
             f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"

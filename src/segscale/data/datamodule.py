@@ -11,12 +11,16 @@ import lightning as L
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from segscale.checks import require
 from segscale.data.augment import Augmentation
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
-from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, TileSource, load_tiles
+from segscale.data.sources import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    TileSource,
+    check_max_image_pixels,
+    load_tiles,
+)
 from segscale.data.validation import DatasetReport, validate_dataset
 from segscale.training.resume import batches_done_in_epoch
 
@@ -86,12 +90,7 @@ class SegmentationDataModule(L.LightningDataModule):
         max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     ) -> None:
         super().__init__()
-        require(
-            max_image_pixels,
-            "datamodule.max_image_pixels",
-            lambda v: v is None or (isinstance(v, int) and v >= 1),
-            "a pixel count >= 1, or null for no limit",
-        )
+        check_max_image_pixels(max_image_pixels, "datamodule.max_image_pixels")
         self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
         self.patch_size, self.patches_per_image = patch_size, patches_per_image
         self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size

@@ -14,6 +14,7 @@ import numpy as np
 import tifffile
 from PIL import Image, ImageMode
 
+from segscale.checks import require
 from segscale.data.labels import LabelMap
 
 
@@ -165,6 +166,16 @@ def describe_read_error(path: Path, error: BaseException) -> str:
     """Why ``path`` could not be read, without the ``<path>: `` our readers put first."""
     reason = str(error)
     return reason.removeprefix(f"{path}: ") or type(error).__name__
+
+
+def check_max_image_pixels(value: object, key: str) -> None:
+    """Raise ``ConfigError`` naming ``key`` unless ``value`` is a pixel count >= 1 or None."""
+    require(
+        value,
+        key,
+        lambda v: v is None or (isinstance(v, int) and v >= 1),
+        "a pixel count >= 1, or null for no limit",
+    )
 
 
 def _check_pixel_count(path: Path, width: int, height: int, max_image_pixels: int | None) -> None:
