@@ -5,9 +5,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from segmentation_models_pytorch.losses import FocalLoss
 
 from segscale.checks import ConfigError
 from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
+from segscale.training.host_syncs import HostSyncCounter
 
 
 def batch(images: int = 3, classes: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,3 +167,22 @@ def test_ranks_dividing_by_global_counts_average_to_the_whole_batch(kwargs):
     assert averaged.item() == pytest.approx(whole.item(), rel=1e-12)
     # The plain average of the halves' own means is not the whole batch's mean.
     assert (halves[0].mean() + halves[1].mean()).item() / 2 != pytest.approx(whole.item())
+
+
+@pytest.mark.parametrize("gamma", [2.0, 0.0, 1.5])
+def test_the_focal_term_is_smps_focal_loss(gamma):
+    logits, mask = batch(classes=4)
+    mask[1, 2:4] = 255
+    expected = FocalLoss(mode="multiclass", gamma=gamma, ignore_index=255, reduction="sum")
+    terms = SegmentationLoss(4, cross_entropy=0.0, focal=1.0, focal_gamma=gamma)(logits, mask)
+    assert terms.sums[1].item() == pytest.approx(expected(logits, mask).item(), rel=1e-12)
+
+
+def test_no_term_makes_the_host_wait_for_the_device():
+    # Boolean-mask selections (smp's focal loss, a weight lookup) would, on a GPU.
+    loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5])
+    logits, mask = batch()
+    logits.requires_grad_(True)
+    with HostSyncCounter() as counter:
+        loss(logits, mask).mean().backward()
+    assert counter.as_dict() == {}

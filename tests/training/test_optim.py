@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from segscale.checks import ConfigError
+from segscale.training.host_syncs import HostSyncCounter
 from segscale.training.optim import (
     Schedule,
     build_optimizer,
@@ -138,3 +139,28 @@ def test_bad_gradient_thresholds_name_the_key():
         check_gradient_threshold(1.0, "l1")
     with pytest.raises(ConfigError, match=r"training\.gradient_threshold=0"):
         check_gradient_threshold(0, "l2norm")
+
+
+def double_gradients(*gradients: list[float]) -> list[nn.Parameter]:
+    """Float64 parameters with these gradients: clipping groups tensors by type."""
+    parameters = with_gradients(*gradients)
+    for parameter in parameters:
+        parameter.data, parameter.grad = parameter.data.double(), parameter.grad.double()
+    return parameters
+
+
+@pytest.mark.parametrize("method", ["l2norm", "global-l2norm", "absolute-value"])
+def test_clipping_never_makes_the_host_wait_for_the_device(method):
+    parameters = [*with_gradients([0.3, 0.4], [0.0, 0.0]), *double_gradients([3.0, 4.0])]
+    with HostSyncCounter() as counter:
+        clip_gradients(parameters, 1.0, method)
+    assert counter.as_dict() == {}
+
+
+def test_l2norm_leaves_zero_and_small_gradients_as_they_are():
+    zero, small = with_gradients([0.0, 0.0], [0.3, 0.4])
+    (large,) = double_gradients([30.0, 40.0])
+    clip_gradients([zero, small, large, nn.Parameter(torch.ones(2))], 1.0, "l2norm")
+    assert zero.grad.tolist() == [0.0, 0.0]
+    assert small.grad.tolist() == pytest.approx([0.3, 0.4])
+    assert large.grad.tolist() == pytest.approx([0.6, 0.8]) and large.grad.dtype == torch.float64

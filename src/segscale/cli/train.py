@@ -36,7 +36,6 @@ from segscale.training.launch import (
     external_rank,
     included_devices,
     job_ranks,
-    resolve_accelerator,
 )
 from segscale.training.resume import (
     ForgetAbandonedBest,
@@ -178,7 +177,7 @@ def build_module(
     model_cfg["in_channels"] = model_cfg.get("in_channels") or datamodule.in_channels
     network = build(OmegaConf.create(model_cfg))
     if sync_batchnorm:
-        network = convert_sync_batchnorm(network, resolve_accelerator(cfg.trainer.accelerator))
+        network = convert_sync_batchnorm(network)
     if cfg.training.get("compile"):
         network.compile()
     return SegmentationModule(

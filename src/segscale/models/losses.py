@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from segmentation_models_pytorch.losses import DiceLoss, FocalLoss
+from segmentation_models_pytorch.losses import DiceLoss
 from torch import nn
 
 from segscale.checks import ConfigError
@@ -187,10 +187,38 @@ class SegmentationLoss(nn.Module):
         self.register_buffer(
             "weights", None if weights is None else torch.tensor(weights), persistent=False
         )
-        self.focal_loss = FocalLoss(
-            mode="multiclass", gamma=focal_gamma, ignore_index=ignore_index, reduction="sum"
-        )
+        self.focal_gamma = float(focal_gamma)
         self.dice_loss = DiceLoss(mode="multiclass", ignore_index=ignore_index, from_logits=True)
+
+    def _weight_sum(
+        self, mask: torch.Tensor, labelled: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """The summed class weights of the labelled pixels (the weighted normaliser).
+
+        A lookup by class index over every pixel, zeroed where ignored: selecting the
+        labelled pixels first (``mask[labelled]``) would make the host wait for the
+        device to count them.
+        """
+        classes = torch.where(labelled, mask, 0)  # ignore_index is no class: look up 0
+        return torch.where(labelled, self.weights.to(dtype)[classes], 0).sum()
+
+    def _focal_sum(
+        self, logits: torch.Tensor, mask: torch.Tensor, labelled: torch.Tensor
+    ) -> torch.Tensor:
+        """The focal term as smp's multiclass ``FocalLoss(reduction="sum")``, term for term.
+
+        One-vs-rest sigmoid focal terms ``(1 - p_t)^γ · BCE`` summed over the labelled
+        pixels of each class, averaged over the classes (as smp 0.6 does). smp selects
+        the labelled pixels with boolean masks, twice per class (a host sync each, and
+        one more per class in the backward pass); here every pixel gets its terms and
+        the ignored ones are zeroed.
+        """
+        shape = [1, logits.size(1)] + [1] * (logits.dim() - 2)
+        classes = torch.arange(logits.size(1), device=logits.device).view(shape)
+        target = (mask.unsqueeze(1) == classes).to(logits.dtype)
+        cross_entropy = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+        terms = (1.0 - torch.exp(-cross_entropy)).pow(self.focal_gamma) * cross_entropy
+        return torch.where(labelled.unsqueeze(1), terms, 0).sum() / logits.size(1)
 
     def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> LossTerms:
         """The terms of the loss of ``logits`` (N×C×H×W) against ``mask`` (N×H×W)."""
@@ -211,10 +239,10 @@ class SegmentationLoss(nn.Module):
             ce_count = (
                 labelled_count
                 if self.weights is None
-                else self.weights.to(count_dtype)[mask[labelled]].sum()
+                else self._weight_sum(mask, labelled, count_dtype)
             )
         if self.focal > 0:
-            focal_sum = self.focal_loss(logits, mask).to(dtype)
+            focal_sum = self._focal_sum(logits, mask, labelled).to(dtype)
         if self.dice > 0:
             dice_term = self.dice * self.dice_loss(logits, mask)
         return LossTerms(

@@ -153,17 +153,31 @@ def clip_gradients(parameters: list[nn.Parameter], threshold: float, method: str
     ``l2norm`` rescales each parameter's gradient whose L2 norm exceeds ``threshold``;
     ``global-l2norm`` rescales all gradients together when their joint L2 norm does;
     ``absolute-value`` clamps every gradient element to ``[-threshold, threshold]``.
+    The norms never leave the device: each gradient is multiplied by
+    ``min(1, threshold / norm)`` rather than compared on the host (DESIGN.md §4), with
+    PyTorch's multi-tensor (foreach) kernels where the device has them.
     """
     if math.isinf(threshold):
         return
-    gradients = [p.grad for p in parameters if p.grad is not None]
+    with_grad = [p for p in parameters if p.grad is not None]
+    if not with_grad:
+        return
     if method == "global-l2norm":
-        torch.nn.utils.clip_grad_norm_([p for p in parameters if p.grad is not None], threshold)
+        torch.nn.utils.clip_grad_norm_(with_grad, threshold)
     elif method == "l2norm":
-        for gradient in gradients:
-            norm = gradient.norm()
-            if norm > threshold:
-                gradient.mul_(threshold / norm)
+        _clip_each_norm([p.grad for p in with_grad if p.grad is not None], threshold)
     else:
-        for gradient in gradients:
-            gradient.clamp_(-threshold, threshold)
+        torch.nn.utils.clip_grad_value_(with_grad, threshold)
+
+
+@torch.no_grad()
+def _clip_each_norm(gradients: list[torch.Tensor], threshold: float) -> None:
+    """Scale every gradient whose L2 norm exceeds ``threshold`` down to that norm."""
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for gradient in gradients:
+        groups.setdefault((gradient.device, gradient.dtype), []).append(gradient)
+    for group in groups.values():
+        norms = torch.stack(torch._foreach_norm(group))
+        # A zero norm gives threshold/0 = inf, clamped to 1: the gradient stays as it is.
+        factors = (threshold / norms).clamp_(max=1.0)
+        torch._foreach_mul_(group, list(factors.unbind()))

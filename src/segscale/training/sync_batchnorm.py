@@ -1,27 +1,40 @@
-"""Batch norm whose statistics cover the global batch of all ranks.
+"""Batch norm whose statistics cover the global batch of all ranks, on every device.
 
 Segmentation batches per device are small (a few large patches), so per-device batch
 statistics are noisy; synchronizing them makes N devices × b behave like one device
-× N·b. The cost is one small all-reduce per batch-norm layer in each forward pass.
-PyTorch's ``SyncBatchNorm`` runs on GPUs only; ``CPUSyncBatchNorm`` does the same on
-CPUs (gloo), which is how the test suite proves DDP equivalence. It costs two small
-all-reduces per layer (mean, then variance) where PyTorch's GPU version needs one.
+× N·b. ``GlobalBatchNorm`` does it with one all-reduce per layer in the forward pass
+and one in the backward pass, and never makes the host wait for the device. It
+replaces PyTorch's ``nn.SyncBatchNorm`` on GPUs too: that one gathers every rank's
+statistics and drops those of empty ranks with boolean masks, three host syncs per
+layer and step (DESIGN.md §4), and it does not run on CPUs at all, where the test
+suite proves DDP equivalence with this layer.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_fn
+import torch.distributed._functional_collectives as collectives
 from torch import nn
 
 
-class CPUSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
-    """``SyncBatchNorm`` for any device: mean and variance over every rank's batch.
+class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """Batch norm with the mean and variance of every rank's batch, for any device.
 
-    Sums and squared sums are all-reduced with an autograd-aware ``all_reduce``, so
-    gradients flow through the global statistics exactly as in one process with the
-    whole batch. Outside training, or in a single process, it is plain batch norm.
+    Each rank computes its count ``n`` (from the shape), mean ``m`` and sum of squared
+    deviations ``M2`` (``torch.var_mean``: about the local mean, numerically safe, in
+    at least float32), and one autograd-aware
+    ``all_reduce`` sums ``[n·m, M2 + n·m², n]`` in float64 over the ranks. The global
+    mean and variance follow; the cancellation in ``Σ(M2 + n·m²) - N·mean²`` happens in
+    float64 on per-channel numbers, so it costs nothing in accuracy. The backward pass
+    of that all-reduce is the layer's one backward all-reduce, and gradients flow
+    through the global statistics exactly as in one process with the whole batch. A
+    rank with no samples contributes zeros; nothing is masked and nothing is read on
+    the host. Half-precision inputs get float32 statistics and an output in their own
+    type, as ``nn.SyncBatchNorm`` gives them. Outside training, or in a single process,
+    it is plain batch norm.
     """
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
@@ -34,54 +47,196 @@ class CPUSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         if not (self.training and distributed):
             return super().forward(input)
         self._check_input_dim(input)
-        channels = input.size(1)
-        dims = [0, *range(2, input.dim())]
-        count = torch.full((1,), input.numel() / channels, dtype=input.dtype, device=input.device)
-        sums = dist_fn.all_reduce(torch.cat([input.sum(dims), count]))
-        total = sums[-1]
-        mean = sums[:channels] / total
-        # Two passes (mean, then squared deviations) instead of E[x²] - mean², which
-        # loses float32 precision when the mean is large against the spread.
-        shape = [1, channels] + [1] * (input.dim() - 2)
-        centred = input - mean.view(shape)
-        var = dist_fn.all_reduce((centred * centred).sum(dims)) / total
+        # Every rank takes the same path (the collectives must match): never by batch size.
+        if input.dtype in _FUSED_DTYPES and input.device.type != "mps":
+            return self._fused(input)
+        mean, var, unbiased_var = self._global_statistics(input)
         if self.track_running_stats:
-            self._update_running_stats(mean.detach(), var.detach(), total.detach())
-        output = centred * torch.rsqrt(var.view(shape) + self.eps)
+            self._update_running_stats(mean.detach(), unbiased_var.detach())
+        shape = [1, input.size(1)] + [1] * (input.dim() - 2)
+        scale = torch.rsqrt(var + self.eps)
         if self.affine:
-            output = output * self.weight.view(shape) + self.bias.view(shape)
+            scale = scale * self.weight
+        shift = -mean * scale
+        if self.affine:
+            shift = shift + self.bias
+        # One elementwise pass, which keeps the input's memory format (channels_last).
+        output = torch.addcmul(shift.view(shape), input, scale.view(shape))
+        return output.to(input.dtype)
+
+    def _fused(self, input: torch.Tensor) -> torch.Tensor:
+        """The same layer through PyTorch's own batch-norm kernels (``_GlobalNorm``)."""
+        weight = self.weight if self.affine else None
+        bias = self.bias if self.affine else None
+        output, mean, unbiased_var = _GlobalNorm.apply(input, weight, bias, self.eps)
+        if self.track_running_stats:
+            self._update_running_stats(mean, unbiased_var)
         return output
 
+    def _global_statistics(
+        self, input: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mean, biased and unbiased variance per channel over every rank's batch."""
+        stats_dtype = torch.promote_types(input.dtype, torch.float32)
+        # MPS has no float64; float32 sums there are still per-channel numbers.
+        sums_dtype = torch.float32 if input.device.type == "mps" else torch.float64
+        dims = [0, *range(2, input.dim())]
+        count = input.numel() // max(1, input.size(1))  # from the shape: no host sync
+        x = input.to(stats_dtype)
+        if count:
+            local_var, local_mean = torch.var_mean(x, dims, correction=0)
+        else:  # an empty batch: zeros that still carry the autograd graph to the all-reduce
+            local_mean = local_var = x.sum(dims)
+        local_mean, local_m2 = local_mean.to(sums_dtype), local_var.to(sums_dtype) * count
+        local = [
+            local_mean * count,
+            local_m2 + local_mean * local_mean * count,
+            local_mean.new_full((1,), count),
+        ]
+        # Functional collectives: differentiable (the backward is an all-reduce of the
+        # gradient), and traceable by torch.compile, unlike torch.distributed.nn.
+        sums = collectives.all_reduce(torch.cat(local), "sum", dist.group.WORLD)
+        channels = input.size(1)
+        total = sums[-1]
+        mean = sums[:channels] / total.clamp(min=1)
+        m2 = (sums[channels:-1] - mean * mean * total).clamp(min=0)
+        var = m2 / total.clamp(min=1)
+        unbiased_var = m2 / (total - 1).clamp(min=1)
+        return mean.to(stats_dtype), var.to(stats_dtype), unbiased_var.to(stats_dtype)
+
     @torch.no_grad()
-    def _update_running_stats(
-        self, mean: torch.Tensor, var: torch.Tensor, total: torch.Tensor
-    ) -> None:
-        self.num_batches_tracked += 1
+    def _update_running_stats(self, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:
+        if self.running_mean is None or self.running_var is None:
+            return
+        self.num_batches_tracked.add_(1)
+        # momentum None: the cumulative average, 1/n read on the device rather than the host.
         factor = (
-            self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+            self.momentum
+            if self.momentum is not None
+            else 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
         )
-        unbiased = var * total / (total - 1).clamp(min=1)
-        self.running_mean.mul_(1 - factor).add_(mean, alpha=factor)
-        self.running_var.mul_(1 - factor).add_(unbiased, alpha=factor)
+        self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
+        self.running_var.mul_(1 - factor).add_(factor * unbiased_var.to(self.running_var.dtype))
 
 
-def convert_sync_batchnorm(module: nn.Module, accelerator: str) -> nn.Module:
-    """Replace every batch-norm layer by its synchronized form for ``accelerator``."""
-    if accelerator != "cpu":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(module)
+_FUSED_DTYPES = (torch.float32, torch.float64)
+"""Inputs ``_GlobalNorm`` takes; half precision goes through autograd in float32 statistics."""
+
+
+def _global_sums(local: list[torch.Tensor]) -> torch.Tensor:
+    """``local`` concatenated in float64 and summed over the ranks (in place, one all-reduce)."""
+    sums = torch.cat([part.to(torch.float64) for part in local])
+    dist.all_reduce(sums)
+    return sums
+
+
+class _GlobalNorm(torch.autograd.Function):
+    """Batch norm over every rank's batch, forward and backward by PyTorch's fused kernels.
+
+    The autograd path of ``GlobalBatchNorm`` is 5× a plain batch-norm layer on a CPU:
+    every elementwise op of the statistics and of their gradient is its own pass over
+    the activations. Here the local statistics come from ``batch_norm_update_stats``,
+    the output from ``batch_norm`` with the global statistics, the local gradient sums
+    from ``native_batch_norm_backward`` (weight and bias gradients only), and the input
+    gradient from two fused multiply-adds: the formula of batch norm's backward pass
+    with the sums taken over every rank (one all-reduce, as ``nn.SyncBatchNorm`` does).
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        input: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        eps: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Output, global mean and unbiased variance (the last two for the running stats)."""
+        channels = input.size(1)
+        count = input.numel() // channels
+        if count:
+            local_mean, local_var = torch.batch_norm_update_stats(input, None, None, 0.0)
+        else:  # a rank with no samples adds nothing
+            local_mean = local_var = input.new_zeros(channels)
+        mean64 = local_mean.to(torch.float64)
+        local = [mean64 * count, local_var * count + mean64 * mean64 * count]
+        sums = _global_sums([*local, mean64.new_full((1,), float(count))])
+        total = sums[-1:]
+        mean = sums[:channels] / total
+        m2 = (sums[channels:-1] - mean * mean * total).clamp(min=0)
+        mean_t, var_t = mean.to(input.dtype), (m2 / total).to(input.dtype)
+        output = torch.batch_norm(input, weight, bias, mean_t, var_t, False, 0.0, eps, False)
+        invstd = torch.rsqrt(var_t + eps)
+        ctx.save_for_backward(input, weight, mean_t, invstd, total)
+        ctx.mark_non_differentiable(mean_t)
+        unbiased = (m2 / (total - 1).clamp(min=1)).to(input.dtype)
+        ctx.mark_non_differentiable(unbiased)
+        return output, mean_t, unbiased
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_output: torch.Tensor, *_: Any
+    ) -> tuple[torch.Tensor | None, ...]:
+        """Input gradient from the global sums; weight and bias gradients from the local."""
+        input, weight, mean, invstd, total = ctx.saved_tensors
+        grad_output = grad_output.contiguous(memory_format=_memory_format(input))
+        if input.numel():
+            _, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
+                grad_output, input, weight, None, None, mean, invstd, True, 0.0, [False, True, True]
+            )
+        else:
+            grad_weight = grad_bias = mean.new_zeros(mean.shape)
+        # native_batch_norm_backward: grad_weight = Σ dy (x - mean) · invstd, grad_bias = Σ dy
+        sum_dy, sum_dy_xmu = grad_bias, grad_weight / invstd
+        sums = _global_sums([sum_dy, sum_dy_xmu])
+        channels = input.size(1)
+        mean_dy = (sums[:channels] / total).to(input.dtype)
+        mean_dy_xmu = (sums[channels:] / total).to(input.dtype)
+        scale = invstd if weight is None else weight * invstd
+        # dx = scale · (dy - mean_dy - (x - mean) · invstd² · mean_dy_xmu)
+        x_coefficient = -scale * invstd * invstd * mean_dy_xmu
+        constant = -scale * mean_dy - x_coefficient * mean
+        shape = [1, channels] + [1] * (input.dim() - 2)
+        grad_input = torch.addcmul(constant.view(shape), grad_output, scale.view(shape))
+        grad_input.addcmul_(input, x_coefficient.view(shape))
+        needs = ctx.needs_input_grad
+        return (
+            grad_input if needs[0] else None,
+            grad_weight if weight is not None and needs[1] else None,
+            grad_bias if weight is not None and needs[2] else None,
+            None,
+        )
+
+
+def _memory_format(tensor: torch.Tensor) -> torch.memory_format:
+    """channels_last for a 4D tensor stored so, else contiguous."""
+    if tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def convert_sync_batchnorm(module: nn.Module) -> nn.Module:
+    """Replace every batch-norm layer of ``module`` by a ``GlobalBatchNorm``.
+
+    Weights, running statistics (the same tensors, on their device and in their type),
+    momentum and mode are kept. Every accelerator gets the same layer.
+    """
     if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
-        module, CPUSyncBatchNorm
+        module, GlobalBatchNorm
     ):
-        synced = CPUSyncBatchNorm(
+        synced = GlobalBatchNorm(
             module.num_features,
             module.eps,
             module.momentum,
             module.affine,
             module.track_running_stats,
+            device="meta",  # replaced by the layer's own tensors below
         )
-        synced.load_state_dict(module.state_dict())
+        for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+            setattr(synced, name, getattr(module, name))
+        if hasattr(module, "qconfig"):
+            synced.qconfig = module.qconfig
         synced.train(module.training)
         return synced
     for name, child in module.named_children():
-        setattr(module, name, convert_sync_batchnorm(child, accelerator))
+        setattr(module, name, convert_sync_batchnorm(child))
     return module
