@@ -27,7 +27,7 @@ def test_compute_bound_says_how_much_more_devices_give_and_names_the_best_option
     assert bottleneck(numbers()) == "compute"
     assert "bottleneck is compute" in text
     assert "7.8× (97% efficiency) over NVLink H100" in text
-    assert "7.2× (90%) over PCIe 4.0 x16" in text
+    assert "7.2× (90%) over PCIe 5.0 x16" in text
     assert "Change first trainer.precision=bf16-mixed: measured 1.80× faster" in text
 
 
@@ -54,7 +54,7 @@ def test_communication_bound_when_pcie_efficiency_is_low():
     assert bottleneck(slow) == "communication"
     text = verdict(slow)
     assert "bottleneck is communication" in text
-    assert "50% over PCIe 4.0 x16 (4.0×)" in text
+    assert "50% over PCIe 5.0 x16 (4.0×)" in text
     assert "datamodule.batch_size" in text
 
 
@@ -85,3 +85,34 @@ def test_compute_bound_without_measured_options_says_so():
 def test_the_verdict_of_a_stored_run_is_made_from_its_numbers(run):
     results = json.loads((REPO / "experiments" / "scaling" / run / "bench.json").read_text())
     assert verdict(findings_from(results)) == results["verdict"]
+
+
+def test_the_verdict_names_what_limits_this_machine_with_its_numbers():
+    here = {
+        "devices": 2,
+        "slowdown": 1.28,
+        "sync_batchnorm_s": 0.120,
+        "exposed_communication_s": 0.040,
+        "straggler_s": 0.030,
+        "step_s": 0.750,
+    }
+    text = verdict(numbers(here_terms=here))
+    assert "independent loops alone run 1.28× slower side by side" in text
+    assert "2 processes reach at most 1.56×" in text
+    assert "synchronized batch norm costs a further 120 ms per step" in text
+    assert "the gradient all-reduce 40 ms" in text and "predicted 750 ms step" in text
+
+
+def test_the_verdict_names_the_largest_gpu_cost_and_the_share_of_peak():
+    gpu = {
+        "devices": 8,
+        "sync_batchnorm_s": 0.004,
+        "exposed_communication_s": 0.001,
+        "collectives_s": 0.0002,
+        "straggler_s": 0.002,
+        "overhead_s": 0.001,
+        "step_s": 0.050,
+    }
+    text = verdict(numbers(gpu_terms=gpu, flops_per_s=4e14, peak_fraction=0.41, device="H100"))
+    assert "largest cost beyond compute would be synchronized batch norm: 4.0 ms" in text
+    assert "400000.0 GFLOP/s: compute-bound at 41% of the H100's peak" in text

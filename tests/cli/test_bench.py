@@ -8,7 +8,7 @@ import pytest
 
 from segscale.bench.interconnects import INTERCONNECTS
 from segscale.checks import ConfigError
-from segscale.cli.bench import bench, device_counts
+from segscale.cli.bench import bench, device_counts, rank_data_rate, rank_worker_count
 from tests.conftest import REPO, compose_config, tiny_overrides
 
 QUICK = [
@@ -20,6 +20,8 @@ QUICK = [
     "bench.options=[channels_last]",
     "bench.option_steps=2",
     "bench.devices=[1,2]",
+    "bench.overhead_steps=5",
+    "bench.overhead_rounds=2",
 ]
 
 
@@ -67,11 +69,23 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
     assert measured[0]["speedup"] == 1.0
     assert measured[1]["global_batch"] == 8  # per-device batch 4 on each of 2 ranks
 
+    assert compute["batchnorm_layers"] > 0 and compute["buffer_bytes"] > 0
+    assert sum(compute["buckets"]) == compute["gradient_bytes"]
+    assert compute["overhead"]["steps"] == 5 and len(compute["overhead"]["rounds_ms"]) == 2
+    assert compute["flops"]["flops_per_patch"] > 0 and compute["flops"]["utilisation"] is None
+
+    shared = results["sharing"]
+    assert shared["devices"] == 2 and shared["slowdown"] >= 1.0
+    assert shared["together"]["sync_points"] == compute["batchnorm_layers"]
+
     rows = results["prediction"]["rows"]
-    assert len(rows) == 3 * len(INTERCONNECTS) + 1  # 2, 4, 8 devices; this machine at 2
-    here = [row for row in rows if row["interconnect"] == results["prediction"]["this_machine"]]
-    assert [row["devices"] for row in here] == [2]
+    assert len(rows) == 3 * len(INTERCONNECTS)  # 2, 4, 8 devices
     assert all(0 < row["efficiency"] <= 1 for row in rows)
+    here = results["prediction"]["this_machine_rows"]
+    assert [(row["devices"], row["sync_batchnorm"]) for row in here] == [(2, True), (2, False)]
+    assert here[0]["sync_batchnorm_s"] > 0 and here[1]["sync_batchnorm_s"] == 0
+    assert all(row["compute_s"] > 0 and row["throughput"] > 0 for row in here)
+    assert "This machine: predicted against measured" in done.stdout
 
     assert "bottleneck" in results["verdict"]
     assert "Verdict" in done.stdout and results["verdict"] in done.stdout
@@ -104,3 +118,12 @@ def test_bad_bench_value_names_the_key(tiny_data_root: Path, tmp_path: Path, ove
     with pytest.raises(ConfigError, match=re.escape(message)):
         bench(cfg, [])
     assert not (tmp_path / "run" / "bench.json").exists()
+
+
+def test_each_rank_gets_the_workers_train_py_gives_it():
+    assert rank_worker_count("auto", 1, 16) == 8  # MAX_AUTO_WORKERS
+    assert rank_worker_count("auto", 2, 2) == 1  # one core each: at least one worker
+    assert rank_worker_count(3, 8, 2) == 3  # a configured count is a configured count
+    # 2 ranks × (2 workers + their main process) on 4 cores: two thirds of the rate each.
+    assert rank_data_rate(300.0, 2, 2, 4) == pytest.approx(200.0)
+    assert rank_data_rate(300.0, 1, 2, 4) == 300.0

@@ -1,104 +1,191 @@
-"""Links between devices, described by what a ring all-reduce over them reaches.
+"""Links between devices: all-reduce time as a function of message size, from nccl-tests.
 
-The prediction model (``segscale.bench.prediction``) needs two numbers per link:
+Each row keeps the published ``all_reduce_perf`` (NVIDIA/nccl-tests) rows it is drawn
+through, copied from the source named beside it. A row's curve is time against *ring
+bytes*, 2(n-1)/n · bytes: nccl-tests' ``busbw`` is ring bytes / time (nccl-tests,
+doc/PERFORMANCE.md), so one curve describes a link at any rank count. Between published
+sizes the time is interpolated in log-log space, so the curve keeps what the tables show
+and a latency + bandwidth line cannot: bandwidth falls steeply for small messages (at
+64 KiB a link reaches 1-3 % of its large-message bus bandwidth) and NCCL's protocol
+switches between 64 KiB and 32 MiB.
 
-- the *bus bandwidth* a large NCCL ring all-reduce reaches: ``busbw`` in nccl-tests, which
-  folds the ring's 2(n-1)/n traffic factor into the figure so that it can be set against one
-  link's speed (nccl-tests, doc/PERFORMANCE.md);
-- a latency per ring step (alpha); a ring all-reduce over n ranks takes 2(n-1) steps.
+The latency floor is taken as independent of the rank count (it is the table's;
+NCCL's small messages go through trees whose depth grows like log n). Tables run with one
+process driving all GPUs (``-g 8``) inflate small-message times to 35-48 µs; where a table
+from one process per GPU exists, its small rows are used instead (noted per row).
 
-The bandwidths are *achieved* figures, not line rates from data sheets: packet headers and
-NCCL's own protocol cost 10-25 % of a link. Peaks are per direction, per GPU.
+Sources (gathered by hand; none of these numbers is computed here):
 
-==============  ============  ===========  =======  =========================================
-name            peak per dir  busbw used   latency  reasoning
-==============  ============  ===========  =======  =========================================
-PCIe 3.0 x16    15.75 GB/s    12 GB/s      6 µs     ~75 % of the link (1)
-PCIe 4.0 x16    31.5 GB/s     24 GB/s      6 µs     ~75 % of the link (1)
-PCIe 5.0 x16    63 GB/s       48 GB/s      6 µs     ~75 % of the link (1)
-NVLink V100     150 GB/s      130 GB/s     4 µs     DGX-1V hybrid cube mesh, 6 NVLink2 (2)
-NVLink A100     300 GB/s      230 GB/s     4 µs     DGX A100, 12 NVLink3 + NVSwitch (3)
-NVLink H100     450 GB/s      370 GB/s     4 µs     DGX/HGX H100, 18 NVLink4 + NVSwitch (4)
-InfiniBand HDR  25 GB/s       23.5 GB/s    10 µs    200 Gb/s, one NIC per GPU (5)
-InfiniBand NDR  50 GB/s       46 GB/s      10 µs    400 Gb/s, one NIC per GPU (5)
-==============  ============  ===========  =======  =========================================
-
-(1) Estimate. Best case: GPUs that reach each other through one PCIe switch with peer-to-peer
-    enabled. Rings through the CPU's root complex, or across sockets, often get half of this or
-    less (NVIDIA/nccl#445: 4.9 GB/s busbw on a PCIe box; NVIDIA/nccl#1639: 8 PCIe 5.0 GPUs,
-    28 GB/s, "determined by the bandwidth your CPU and memory can deliver").
-(2) Estimate: ~130 GB/s is the figure commonly quoted for a DGX-1V (NVIDIA's NCCL talks); no
-    stored nccl-tests log was checked.
-(3) nccl-tests issues report 200-210 GB/s on 8 A100 SXM4 boards (NVIDIA/nccl-tests#149, #178);
-    230 GB/s is the upper end, a tuned DGX A100.
-(4) NVIDIA/nccl-tests#212 (NCCL maintainer): "NCCL can get an effective NVLink bandwidth of
-    370GB/s" with NCCL_ALGO=RING. NVLink SHARP (NVLS, the default all-reduce on H100) shows
-    ~480 GB/s busbw, but it is not a ring, which is what this model describes.
-(5) Estimate: ~92-94 % of the line rate; NVIDIA/nccl-tests#119 (A100 nodes with 4 HDR NICs)
-    reached 85-96 % of theirs. With one NIC per GPU the ring's bottleneck is the NIC, so its
-    rate is the bus bandwidth; every ring step is charged the network latency, which
-    over-counts it when most hops are NVLink inside a node.
-
-Latencies are estimates: NVIDIA/nccl#583 shows a 32-byte all-reduce on 2 A100s taking ~10 µs
-(two ring steps plus a kernel launch); PCIe and the network add a few µs each. At 25 MiB a
-bucket they barely matter; they do for many small buckets.
+- ``V100``: aistabci/abci2.0benchmark ``allreduce/intra_vnode/job.sh.7194325.nccl`` (4×
+  V100-SXM2 NVLink, one process per GPU, NCCL 2.8.4) for 8 B-32 MiB; the large rows from
+  konnase/konnase.github.io ``source/_posts/deep_learning/NCCL.md`` (8× V100-SXM2, DGX-1
+  hybrid cube mesh, ``-g 8``).
+- ``A100``: aistabci/abci2.0benchmark ``allreduce/intra_anode/job.sh.7194257.nccl`` (8×
+  A100-SXM4 40GB, one process per GPU, NCCL 2.8.4); the large rows from microsoft/
+  superbenchmark ``tests/benchmarks/micro_benchmarks/test_cuda_nccl_bw_performance.py``
+  (8× A100-SXM4, ``-g 8``).
+- ``H100``: togethercomputer/together-nccl-tests ``benchmarks/H100/results/20260305_220043/``
+  (8× H100 SXM, NCCL 2.26.2, ``-g 8``: its small rows are inflated, no per-process table
+  was found); large rows from xxrjun/nccl-tests-cluster ``nccl_N1_G8_cnode3-003.log``
+  (8 processes, the default algorithm: its 16 GiB row reaches 482 GB/s, NVLink SHARP's
+  figure; a ring alone tops out near 370).
+- ``PCIe 3.0``: Anthony-Hoo/Anthony-Hoo.github.io ``posts/AutoDL_Multi-GPU_Interconnection_
+  Test.md`` (2× RTX 2080 Ti, PCIe 3.0 x16, no peer-to-peer).
+- ``PCIe 5.0``: NVIDIA/nccl-tests#287 (4× RTX 5090, no peer-to-peer: through host memory).
+- ``InfiniBand EDR``: aistabci/abci2.0benchmark ``allreduce/inter_vnode/job02.sh.7194532.
+  nccl`` (2 nodes × 4 V100, 2× EDR 100 Gb/s per node).
+- ``InfiniBand HDR``: aistabci/abci2.0benchmark ``allreduce/inter_anode/job02.sh.7194279.
+  nccl`` (2 nodes × 8 A100, 4× HDR 200 Gb/s per node, no SHARP).
+- ``InfiniBand NDR``: NVIDIA/nccl-tests#309 (2 nodes × 8 H100, 8× ConnectX-7 400 Gb/s).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
-_GB = 1e9
 _US = 1e-6
 
 
 @dataclass(frozen=True)
+class Published:
+    """One row of a published ``all_reduce_perf`` table: ranks, bytes, out-of-place µs."""
+
+    ranks: int
+    nbytes: float
+    time_us: float
+
+
+@dataclass(frozen=True)
 class Interconnect:
-    """One link between devices, as a ring all-reduce sees it."""
+    """One link between devices: all-reduce seconds against ring bytes, a curve through points.
+
+    ``points`` are (ring bytes, seconds) pairs in increasing order: published rows for the
+    links of ``INTERCONNECTS``, measured ones for "this machine". Between two points the
+    time is interpolated linearly in log-log space; below the first it is the first's (the
+    latency floor); past the last it grows at the last point's bus bandwidth.
+    """
 
     name: str
-    bus_bandwidth: float
-    """Bytes/s a large NCCL ring all-reduce reaches ("busbw" of nccl-tests)."""
-    latency: float
-    """Seconds per ring step (alpha)."""
+    points: tuple[tuple[float, float], ...]
     source: str
     """One short line: where the numbers come from."""
 
     def __post_init__(self) -> None:
-        if not (self.bus_bandwidth > 0 and math.isfinite(self.bus_bandwidth)):
-            raise ValueError(
-                f"bus_bandwidth must be a positive number of bytes/s, got {self.bus_bandwidth!r}"
-            )
-        if not (self.latency >= 0 and math.isfinite(self.latency)):
-            raise ValueError(f"latency must be >= 0 seconds, got {self.latency!r}")
+        if not self.points:
+            raise ValueError(f"points must hold at least one (bytes, seconds) pair for {self.name}")
+        for x, t in self.points:
+            if not (x > 0 and t > 0 and math.isfinite(x) and math.isfinite(t)):
+                raise ValueError(f"points must be positive (bytes, seconds) pairs, got {(x, t)!r}")
+        xs = [x for x, _ in self.points]
+        if xs != sorted(xs):
+            raise ValueError(f"points must be in increasing order of bytes, got {xs!r}")
+
+    @property
+    def latency(self) -> float:
+        """Seconds of the smallest all-reduce (the latency floor)."""
+        return self.points[0][1]
+
+    @property
+    def bus_bandwidth(self) -> float:
+        """Bytes/s of the largest all-reduce: nccl-tests' ``busbw`` (ring bytes / time)."""
+        x, t = self.points[-1]
+        return x / t
+
+    def allreduce_time(self, nbytes: float, n: int) -> float:
+        """Seconds of one all-reduce of ``nbytes`` over ``n`` ranks (0.0 for one rank)."""
+        if not (nbytes >= 0 and math.isfinite(nbytes)):
+            raise ValueError(f"nbytes must be >= 0 bytes, got {nbytes!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer number of devices >= 1, got {n!r}")
+        if n == 1:
+            return 0.0
+        x = ring_bytes(nbytes, n)
+        first, last = self.points[0], self.points[-1]
+        if x <= first[0]:
+            return first[1]
+        if x >= last[0]:
+            return last[1] + (x - last[0]) / self.bus_bandwidth
+        index = bisect.bisect_left([p[0] for p in self.points], x)
+        (x0, t0), (x1, t1) = self.points[index - 1], self.points[index]
+        share = math.log(x / x0) / math.log(x1 / x0)
+        return math.exp(math.log(t0) + share * math.log(t1 / t0))
 
 
-INTERCONNECTS: tuple[Interconnect, ...] = (
-    Interconnect(
-        "PCIe 3.0 x16", 12 * _GB, 6 * _US, "estimate: ~75 % of 15.75 GB/s, GPUs on one switch"
+def ring_bytes(nbytes: float, n: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of ``nbytes`` over ``n`` ranks: 2(n-1)/n."""
+    return 2 * (n - 1) / n * nbytes
+
+
+def from_published(name: str, rows: tuple[Published, ...], source: str) -> Interconnect:
+    """The ``Interconnect`` through ``rows``: each row's ring bytes against its time.
+
+    Rows at the same ring bytes (two tables) are averaged; a time below an earlier one
+    (noise in the latency floor) is raised to it, so that the curve never falls.
+    """
+    merged: dict[float, list[float]] = {}
+    for row in rows:
+        merged.setdefault(ring_bytes(row.nbytes, row.ranks), []).append(row.time_us * _US)
+    points: list[tuple[float, float]] = []
+    for x in sorted(merged):
+        t = sum(merged[x]) / len(merged[x])
+        points.append((x, max(t, points[-1][1]) if points else t))
+    return Interconnect(name, tuple(points), source)
+
+
+def _rows(ranks: int, *pairs: tuple[float, float]) -> tuple[Published, ...]:
+    return tuple(Published(ranks, nbytes, time_us) for nbytes, time_us in pairs)
+
+
+_KIB, _MIB, _GIB = 2**10, 2**20, 2**30
+
+PUBLISHED_TABLES: dict[str, tuple[tuple[Published, ...], str]] = {
+    "PCIe 3.0 x16": (
+        _rows(2, (8, 12.25), (_KIB, 12.10), (64 * _KIB, 40.10), (_MIB, 279.5))
+        + _rows(2, (32 * _MIB, 8399.7), (64 * _MIB, 16801), (_GIB, 268588)),
+        "2× RTX 2080 Ti, no P2P (Anthony-Hoo.github.io AutoDL test)",
     ),
-    Interconnect(
-        "PCIe 4.0 x16", 24 * _GB, 6 * _US, "estimate: ~75 % of 31.5 GB/s, GPUs on one switch"
+    "PCIe 5.0 x16": (
+        _rows(4, (8, 15.60), (_KIB, 15.88), (64 * _KIB, 32.58), (_MIB, 93.45))
+        + _rows(4, (32 * _MIB, 1860.0), (64 * _MIB, 3708.9), (128 * _MIB, 7384.4)),
+        "4× RTX 5090, no P2P (NVIDIA/nccl-tests#287)",
     ),
-    Interconnect(
-        "PCIe 5.0 x16", 48 * _GB, 6 * _US, "estimate: ~75 % of 63 GB/s, GPUs on one switch"
+    "NVLink V100": (
+        _rows(4, (8, 8.22), (_KIB, 9.47), (64 * _KIB, 22.34), (_MIB, 77.21), (32 * _MIB, 449.9))
+        + _rows(8, (32 * _MIB, 550.8), (64 * _MIB, 992.7), (128 * _MIB, 1818.8)),
+        "4× V100 NVLink (abci2.0benchmark) + 8× V100 DGX-1 (konnase.github.io)",
     ),
-    Interconnect(
-        "NVLink V100", 130 * _GB, 4 * _US, "estimate: busbw quoted for DGX-1V (NCCL talks)"
+    "NVLink A100": (
+        _rows(8, (8, 16.94), (_KIB, 19.83), (64 * _KIB, 40.35), (_MIB, 75.86), (32 * _MIB, 360.6))
+        + _rows(8, (64 * _MIB, 584.5), (8 * _GIB, 63896)),
+        "8× A100 SXM4 (abci2.0benchmark; superbenchmark test fixture)",
     ),
-    Interconnect(
-        "NVLink A100", 230 * _GB, 4 * _US, "nccl-tests#149/#178 report 200-210; DGX A100 ~230"
+    "NVLink H100": (
+        _rows(8, (8, 35.58), (_KIB, 35.17), (64 * _KIB, 36.24), (_MIB, 42.19))
+        + _rows(8, (32 * _MIB, 183.55), (64 * _MIB, 313.73), (16 * _GIB, 62390.4)),
+        "8× H100 SXM (together-nccl-tests, -g 8; nccl-tests-cluster, 8 processes)",
     ),
-    Interconnect(
-        "NVLink H100", 370 * _GB, 4 * _US, "nccl-tests#212: ring busbw ~370 GB/s (NVLS ~480)"
+    "InfiniBand EDR": (
+        _rows(8, (8, 17.93), (_KIB, 23.33), (64 * _KIB, 53.15), (_MIB, 198.7), (32 * _MIB, 2970.9)),
+        "2 nodes × 4 V100, 2× EDR 100 Gb/s per node (abci2.0benchmark)",
     ),
-    Interconnect(
-        "InfiniBand HDR", 23.5 * _GB, 10 * _US, "estimate: ~94 % of 25 GB/s, one NIC per GPU"
+    "InfiniBand HDR": (
+        _rows(
+            16, (8, 32.62), (_KIB, 36.44), (64 * _KIB, 57.59), (_MIB, 146.5), (32 * _MIB, 1887.3)
+        ),
+        "2 nodes × 8 A100, 4× HDR 200 Gb/s per node, no SHARP (abci2.0benchmark)",
     ),
-    Interconnect(
-        "InfiniBand NDR", 46 * _GB, 10 * _US, "estimate: ~92 % of 50 GB/s, one NIC per GPU"
+    "InfiniBand NDR": (
+        _rows(16, (8, 24.70), (_KIB, 29.75), (64 * _KIB, 33.84), (_MIB, 71.93))
+        + _rows(16, (32 * _MIB, 267.9), (64 * _MIB, 466.1), (16 * _GIB, 68652)),
+        "2 nodes × 8 H100, 8× NDR 400 Gb/s per node (NVIDIA/nccl-tests#309)",
     ),
+}
+"""Per link: the published rows (ranks, bytes, out-of-place time in µs) and their source."""
+
+INTERCONNECTS: tuple[Interconnect, ...] = tuple(
+    from_published(name, rows, source) for name, (rows, source) in PUBLISHED_TABLES.items()
 )
 
 

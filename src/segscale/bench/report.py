@@ -64,7 +64,19 @@ def table(results: dict[str, Any]) -> str:
             ("Lightning / bare", f"{compute['framework_ratio']:.3f}"),
             ("peak memory", f"{compute['peak_memory_mb']:.0f} MB ({compute['memory_kind']})"),
             ("parameters", f"{compute['parameters'] / 1e6:.2f} M"),
-            ("gradient per step", f"{compute['gradient_bytes'] / 2**20:.1f} MiB"),
+            (
+                "gradient per step",
+                f"{compute['gradient_bytes'] / 2**20:.1f} MiB in {len(compute['buckets'])} "
+                f"DDP buckets",
+            ),
+            ("batch-norm layers", f"{compute['batchnorm_layers']}"),
+            (
+                "framework overhead",
+                f"{compute['overhead']['overhead_ms']:.2f} ms per step "
+                f"± {compute['overhead']['spread_ms']:.2f} (Lightning with train.py's "
+                f"callbacks against the bare loop, near-zero-compute network)",
+            ),
+            ("FLOPs", flops_text(compute["flops"])),
         ],
     )
     if results["options"]:
@@ -94,6 +106,41 @@ def table(results: dict[str, Any]) -> str:
             for row in results["scaling"]["measured"]
         ],
     )
+    shared = results.get("sharing")
+    if shared:
+        together = shared["together"]
+        lines += _rows(
+            f"{shared['devices']} processes side by side (no DDP), against one alone",
+            [
+                (
+                    "bare step",
+                    f"{1000 * shared['alone']['plain_s']:.0f} ms alone, "
+                    f"{1000 * together['plain_s']:.0f} ms side by side: "
+                    f"{shared['slowdown']:.2f}× slower",
+                ),
+                (
+                    "one sync point",
+                    f"{1000 * shared['sync_point_s']:.2f} ms "
+                    f"({together['sync_points']} per forward pass, one per batch-norm layer)",
+                ),
+                (
+                    "sync batch norm's arithmetic",
+                    f"{1000 * shared['sync_batchnorm_compute_s']:.0f} ms per step",
+                ),
+            ],
+        )
+    pairs = comparison(results)
+    if pairs:
+        lines += _rows(
+            "This machine: predicted against measured (patches/s)",
+            [
+                (
+                    f"{n} devices, sync batch norm {'on' if sync else 'off'}",
+                    f"predicted {p:.1f}, measured {m:.1f} ({p / m - 1:+.0%})",
+                )
+                for n, sync, p, m in pairs
+            ],
+        )
     predicted = results["prediction"]["rows"]
     devices = sorted({row["devices"] for row in predicted})
     links = list(dict.fromkeys(row["interconnect"] for row in predicted))
@@ -110,6 +157,33 @@ def table(results: dict[str, Any]) -> str:
     )
     lines += ["  * limited by the data pipeline", "", "Verdict", results["verdict"]]
     return "\n".join(lines)
+
+
+def flops_text(flops: dict[str, Any]) -> str:
+    """FLOPs per patch, achieved FLOP/s and the share of the device's peak when known."""
+    text = (
+        f"{flops['flops_per_patch'] / 1e9:.2f} GFLOP per patch (forward + backward), "
+        f"{flops['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s achieved"
+    )
+    if flops.get("utilisation") is not None:
+        text += f", {flops['utilisation']:.0%} of peak"
+    return text
+
+
+def comparison(results: dict[str, Any]) -> list[tuple[int, bool, float, float]]:
+    """(devices, sync batch norm, predicted, measured patches/s) for each measured ddp run."""
+    configured = results["scaling"]["sync_batchnorm"]
+    predicted = {
+        (row["devices"], row["sync_batchnorm"]): row["throughput"]
+        for row in results["prediction"].get("this_machine_rows", [])
+    }
+    pairs = []
+    for row in results["scaling"]["measured"]:
+        sync = configured != bool(row["variant"])
+        key = (row["devices"], sync)
+        if row["devices"] > 1 and row["throughput"] and key in predicted:
+            pairs.append((row["devices"], sync, predicted[key], row["throughput"]))
+    return pairs
 
 
 def cell(row: dict[str, Any] | None) -> str:

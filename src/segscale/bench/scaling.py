@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
-from segscale.bench.interconnects import Interconnect
+from segscale.bench.interconnects import Interconnect, ring_bytes
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.cli.train import CONFIG_DIR
 from segscale.training.launch import free_port
@@ -198,18 +198,18 @@ def _allreduce_rank(
 def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> Interconnect:
     """The all-reduce between ``world`` processes of this machine, as an ``Interconnect`` row.
 
-    Bus bandwidth from a ``nbytes`` all-reduce (2(N−1)/N × bytes / time, as nccl-tests
-    define it), latency per ring step from a 4-byte one.
+    Its curve runs through two measured points: a 4-byte all-reduce (the latency floor)
+    and one of ``nbytes`` (the bus bandwidth, ring bytes / time as nccl-tests define it).
     """
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "allreduce.json"
         args = (world, free_port(), nbytes, repeats, str(result), cuda)
         mp.start_processes(_allreduce_rank, args=args, nprocs=world, start_method="spawn")
         times = json.loads(result.read_text())
-    ring = 2 * (world - 1)
+    tiny, large = ring_bytes(4, world), ring_bytes(nbytes, world)
+    points = ((tiny, times["tiny"]), (large, max(times["large"], times["tiny"] * 1.0001)))
     return Interconnect(
         name=f"this machine ({'NCCL' if cuda else 'gloo'}, measured)",
-        bus_bandwidth=ring / world * nbytes / times["large"],
-        latency=times["tiny"] / ring,
-        source=f"all-reduce of {nbytes / 2**20:.0f} MiB between {world} processes, measured",
+        points=points if large > tiny else points[:1],
+        source=f"all-reduce of 4 B and {nbytes / 2**20:.0f} MiB between {world} processes",
     )

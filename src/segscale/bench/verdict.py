@@ -5,9 +5,13 @@ deliver fewer patches/s than one device consumes; communication is, when the pre
 efficiency on ``max(predict_devices)`` devices over PCIe falls below ``GOOD_EFFICIENCY``;
 otherwise compute is. What to change first follows the bottleneck: workers for data; a
 larger per-device batch and a faster link for communication; the fastest measured
-option (precision, channels_last, compile) for compute. Warnings follow: measured
-scaling well below the prediction, synchronized batch norm that costs more than 15%,
-epochs too short for many devices, framework overhead.
+option (precision, channels_last, compile) for compute. Then what limits scaling, each
+with its number: the FLOP/s of one device's step (on a GPU of the table, its share of
+the peak); on this machine what N processes lose side by side and what synchronized
+batch norm, the gradient all-reduce and the slowest rank add per step; on GPUs the
+largest cost beyond compute. Warnings follow: measured scaling well below the
+prediction, synchronized batch norm that costs more than 15%, epochs too short for many
+devices, framework overhead.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ FRAMEWORK_TOLERANCE = 1.03
 SYNC_BATCHNORM_TOLERANCE = 1.15
 """Turning synchronized batch norm off must gain this much before the verdict says so."""
 
-PCIE = "PCIe 4.0 x16"
+PCIE = "PCIe 5.0 x16"
 NVLINK = "NVLink H100"
 
 
@@ -49,6 +53,13 @@ class Findings:
     best_option: tuple[str, float] | None = None  # overrides, speed-up of the step
     # Devices, and throughput without / with synchronized batch norm there (when it is on)
     sync_batchnorm_gain: tuple[int, float] | None = None
+    # The largest N of this machine, as predicted with the configured batch norm: its terms
+    here_terms: dict[str, float] | None = None
+    # The most devices over NVLink: the step's terms
+    gpu_terms: dict[str, float] | None = None
+    flops_per_s: float | None = None  # achieved by one device's step
+    peak_fraction: float | None = None  # of the device's peak (GPUs of the table)
+    device: str = ""
 
 
 def bottleneck(findings: Findings) -> str:
@@ -113,8 +124,60 @@ def verdict(findings: Findings) -> str:
                 "A larger per-device batch uses the device better (no speed option was "
                 "measured: bench.options=[])."
             )
+    sentences += limits(f)
     sentences += warnings(f)
     return " ".join(sentences)
+
+
+TERMS = {
+    "sync_batchnorm_s": "synchronized batch norm",
+    "exposed_communication_s": "the gradient all-reduce past the backward pass",
+    "collectives_s": "the loss normaliser's and DDP's buffer collectives",
+    "straggler_s": "waiting for the slowest rank",
+    "overhead_s": "the framework's fixed cost",
+}
+
+
+def _largest(terms: dict[str, float]) -> tuple[str, float]:
+    name = max(TERMS, key=lambda key: terms.get(key, 0.0))
+    return TERMS[name], terms.get(name, 0.0)
+
+
+def limits(findings: Findings) -> list[str]:
+    """Sentences naming what limits scaling, each with its number (this machine, then GPUs)."""
+    f, notes = findings, []
+    if f.flops_per_s:
+        text = f"One device's step runs {f.flops_per_s / 1e9:.1f} GFLOP/s"
+        if f.peak_fraction is not None:
+            text += f": compute-bound at {f.peak_fraction:.0%} of the {f.device}'s peak"
+        notes.append(text + ".")
+    here = f.here_terms
+    if here:
+        n, slowdown = int(here["devices"]), here["slowdown"]
+        text = (
+            f"On this machine {n} processes share the host: independent loops alone run "
+            f"{slowdown:.2f}× slower side by side, so {n} processes reach at most "
+            f"{n / slowdown:.2f}×"
+        )
+        if here.get("sync_batchnorm_s", 0.0) > 0:
+            text += (
+                f"; synchronized batch norm costs a further "
+                f"{1000 * here['sync_batchnorm_s']:.0f} ms per step"
+            )
+        text += (
+            f", the gradient all-reduce {1000 * here['exposed_communication_s']:.0f} ms and "
+            f"waiting for the slower rank {1000 * here['straggler_s']:.0f} ms, of a predicted "
+            f"{1000 * here['step_s']:.0f} ms step."
+        )
+        notes.append(text)
+    gpu = f.gpu_terms
+    if gpu:
+        name, seconds = _largest(gpu)
+        notes.append(
+            f"On {int(gpu['devices'])} GPUs over {NVLINK} the largest cost beyond compute "
+            f"would be {name}: {1000 * seconds:.1f} ms of a {1000 * gpu['step_s']:.0f} ms step."
+        )
+    return notes
 
 
 def warnings(findings: Findings) -> list[str]:
@@ -125,8 +188,8 @@ def warnings(findings: Findings) -> list[str]:
         if expected is not None and measured < expected - 0.15:
             notes.append(
                 f"Measured on {devices} devices of this machine: {measured:.0%} efficiency, "
-                f"below the predicted {expected:.0%}; the model misses what the ranks share "
-                f"here (cores, memory bandwidth, the data workers)."
+                f"below the predicted {expected:.0%}: a cost the step model does not have "
+                f"(its terms are in bench.json, prediction.this_machine_rows)."
             )
         elif expected is not None:
             notes.append(
@@ -165,8 +228,22 @@ def findings_from(results: dict[str, Any]) -> Findings:
     predicted: dict[str, dict[int, float]] = {}
     for row in prediction["rows"]:
         predicted.setdefault(row["interconnect"], {})[row["devices"]] = row["efficiency"]
-    here_name = prediction["this_machine"]
     rows = results["scaling"]["measured"]
+    configured = results["scaling"]["sync_batchnorm"]
+    here_rows = [
+        row for row in prediction["this_machine_rows"] if row["sync_batchnorm"] == configured
+    ]
+    predicted_here = {row["devices"]: row["efficiency"] for row in here_rows}
+    here_terms = None
+    if here_rows and results.get("sharing"):
+        here_terms = dict(max(here_rows, key=lambda row: row["devices"]))
+        here_terms["slowdown"] = results["sharing"]["slowdown"]
+    most = max(predicted[NVLINK])
+    gpu_terms = next(
+        (r for r in prediction["rows"] if r["interconnect"] == NVLINK and r["devices"] == most),
+        None,
+    )
+    flops = compute.get("flops") or {}
     measured = {
         row["devices"]: row["efficiency"]
         for row in rows
@@ -191,9 +268,14 @@ def findings_from(results: dict[str, Any]) -> Findings:
         best_pipeline_rate=loader[best_workers],
         framework_ratio=compute["framework_ratio"],
         steps_per_epoch=compute["steps_per_epoch"],
-        predicted={k: v for k, v in predicted.items() if k != here_name},
+        predicted=predicted,
         measured=measured,
-        predicted_here=predicted.get(here_name, {}),
+        predicted_here=predicted_here,
         best_option=(best["option"], best["speedup"]) if best else None,
         sync_batchnorm_gain=sync_gain,
+        here_terms=here_terms,
+        gpu_terms=gpu_terms,
+        flops_per_s=flops.get("achieved_flops_per_s"),
+        peak_fraction=flops.get("utilisation"),
+        device=compute["device"],
     )

@@ -3,19 +3,23 @@
 ``bench`` composes the same config as ``train.py`` (``conf/bench.yaml`` extends
 ``conf/train.yaml`` with a ``bench`` section) and, for that config on this machine,
 measures in turn: the data pipeline (``segscale.bench.pipeline``), one device's training
-step in Lightning and in a bare PyTorch loop (``segscale.bench.compute``), the
-performance options one at a time (``segscale.bench.options``), and short ``train.py``
-runs with ``strategy=ddp`` on 1, 2, … devices (``segscale.bench.scaling``). From the
-measured step it predicts 2, 4 and 8 devices over the interconnects of
-``segscale.bench.interconnects`` (``segscale.bench.prediction``) and writes the verdict
-(``segscale.bench.verdict``), a table, ``bench.json`` and two plots
-(``segscale.bench.report``) into the run folder.
+step in Lightning and in a bare PyTorch loop (``segscale.bench.compute``), DDP's gradient
+buckets (``segscale.bench.gradients``), FLOPs (``segscale.bench.flops``), the framework's
+overhead per step (``segscale.bench.overhead``), the performance options one at a time
+(``segscale.bench.options``), short ``train.py`` runs with ``strategy=ddp`` on 1, 2, …
+devices (``segscale.bench.scaling``) and, on CPUs, N loops side by side
+(``segscale.bench.sharing``). From these the step model (``segscale.bench.prediction``)
+predicts 2, 4 and 8 devices over the interconnects of ``segscale.bench.interconnects``
+and this machine's N; the verdict (``segscale.bench.verdict``), a table, ``bench.json``
+and two plots (``segscale.bench.report``) go into the run folder.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +39,26 @@ from segscale.bench.compute import (
     gradient_bytes,
     parameter_count,
 )
+from segscale.bench.flops import measure_utilisation
+from segscale.bench.gradients import measure_gradients
 from segscale.bench.interconnects import INTERCONNECTS, Interconnect
 from segscale.bench.options import label, measure_option, option_variants
+from segscale.bench.overhead import measure_overhead
 from segscale.bench.pipeline import doubling_counts, measure_pipeline, worker_counts
-from segscale.bench.prediction import StepProfile, efficiency, predict, speedup
+from segscale.bench.prediction import (
+    GPU_COLLECTIVE_SKEW_S,
+    GPU_HOST_SYNC_SKEW_S,
+    SYNC_BATCHNORM_COLLECTIVES,
+    BatchNormSync,
+    Collectives,
+    Gradients,
+    Host,
+    StepProfile,
+    efficiency,
+    expected_max_standard_normal,
+    predict,
+    speedup,
+)
 from segscale.bench.scaling import (
     SYNC_BATCHNORM,
     ScalingPoint,
@@ -48,11 +68,12 @@ from segscale.bench.scaling import (
     sync_batchnorm,
     without_key,
 )
+from segscale.bench.sharing import Sharing, batchnorm_layers, sharing, side_by_side
 from segscale.bench.timing import Timing
 from segscale.bench.verdict import findings_from, verdict
 from segscale.checks import EXIT_BAD_INPUT, ConfigError, check_config, require
 from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
-from segscale.data.datamodule import cpus_available
+from segscale.data.datamodule import auto_num_workers, cpus_available
 from segscale.models.networks import check_input_side
 from segscale.training.launch import resolve_accelerator
 
@@ -81,6 +102,8 @@ def check_bench(options: DictConfig) -> None:
         ("window_steps", 1),
         ("windows", 1),
         ("option_steps", 1),
+        ("overhead_steps", 1),
+        ("overhead_rounds", 1),
     ):
         require(
             options[name],
@@ -145,17 +168,23 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     datamodule.check()
     cpus = cpus_available()
     configured_workers = datamodule.workers_per_rank()
+    available = torch.cuda.device_count() if on_gpu else cpus
+    counts = device_counts(options.devices, available)
+    rank_workers = {
+        n: rank_worker_count(datamodule.num_workers, n, cpus)
+        for n in {1, *counts, *options.predict_devices}
+    }
     workers = worker_counts(cpus, configured_workers)
     if options.workers:  # the configured count is measured too: the verdict needs it
         workers = sorted({int(w) for w in options.workers} | {configured_workers})
-    available = torch.cuda.device_count() if on_gpu else cpus
-    counts = device_counts(options.devices, available)
+    workers = sorted(set(workers) | set(rank_workers.values()))
     variants = option_variants(cfg, list(options.options or []), on_gpu)
     threads = None
     if not on_gpu:  # a CPU "device" is a process with its share of the cores, here too
         threads = options.threads_per_process or max(1, cpus // max(counts))
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
-    progress = Progress(1 + len(workers) + 1 + len(variants) + scaling_runs + 1)
+    side_by_side_runs = 2 if threads and max(counts) > 1 else 0
+    progress = Progress(1 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + 1)
     threads_before = torch.get_num_threads()
     try:
         if threads:
@@ -174,6 +203,16 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         comparison = framework_comparison(module, batch, trainer_options, device, plan)
         bare, lightning = comparison.bare, comparison.lightning
         progress("compute")
+        precision = str(cfg.trainer.precision)
+        gradients = measure_gradients(
+            copy.deepcopy(module), batch, precision, device, int(options.bucket_mb * 2**20)
+        )
+        flops = measure_utilisation(module, batch, lightning.mean_s, device, precision)
+        progress("gradients and FLOPs")
+        overhead = measure_overhead(
+            cfg, device, steps=options.overhead_steps, rounds=options.overhead_rounds
+        )
+        progress("framework overhead")
         compute = {
             "device": torch.cuda.get_device_name(device) if on_gpu else f"CPU ({cpus} cores)",
             "threads": torch.get_num_threads() if not on_gpu else None,
@@ -186,7 +225,14 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             "memory_kind": "GPU, allocated" if on_gpu else "process peak RSS",
             "parameters": parameter_count(module),
             "gradient_bytes": gradient_bytes(module),
+            "buffer_bytes": buffer_bytes(module),
+            "batchnorm_layers": len(batchnorm_layers(module)),
+            "batchnorm_channels": sum(m.num_features for m in batchnorm_layers(module)),
+            "buckets": list(gradients.buckets),
+            "bucket_ready": list(gradients.ready),
             "steps_per_epoch": len(in_process),
+            "overhead": overhead.as_dict(),
+            "flops": flops.as_dict(),
         }
         option_rows = measure_options(
             cfg, variants, datamodule, effective.learning_rate, batch, device, options, progress
@@ -194,19 +240,43 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         measured, here = measure_scaling(
             cfg, overrides, counts, threads, compute, options, progress
         )
-        data_rate = pipeline.loader[configured_workers]
-        prediction = prediction_rows(bare, lightning, compute, data_rate, options, here, counts)
+        shared = None
+        if side_by_side_runs:
+            plan_steps = (options.warmup_steps, options.window_steps)
+            alone = side_by_side(cfg, 1, threads, *plan_steps)
+            progress("one loop alone")
+            together = side_by_side(cfg, max(counts), threads, *plan_steps)
+            progress(f"{max(counts)} loops side by side")
+            shared = sharing(alone, together)
+        rates = {n: rank_data_rate(pipeline.loader[w], n, w, cpus) for n, w in rank_workers.items()}
+        one = next((r for r in measured["measured"] if r["devices"] == 1 and r["timing"]), None)
+        inputs = ModelInputs(
+            bare,
+            lightning,
+            compute,
+            gradients,
+            rates,
+            shared,
+            measured["sync_batchnorm"],
+            one["timing"]["mean_s"] if one else None,
+        )
+        prediction = prediction_rows(inputs, options, here, counts, on_gpu)
         progress("prediction")
     finally:
         progress.close()
         torch.set_num_threads(threads_before)
     results = {
         "config": {"overrides": overrides, "accelerator": accelerator, "cpus": cpus},
-        "pipeline": pipeline.as_dict() | {"configured_workers": configured_workers},
+        "pipeline": pipeline.as_dict()
+        | {
+            "configured_workers": configured_workers,
+            "rank_workers": {str(n): w for n, w in sorted(rank_workers.items())},
+        },
         "compute": compute,
         "options": option_rows,
         "scaling": measured,
         "prediction": prediction,
+        "sharing": shared.as_dict() if shared else None,
     }
     results["verdict"] = verdict(findings_from(results))
     return results
@@ -303,55 +373,119 @@ def measure_scaling(
     return measured | {"measured": rows}, here
 
 
+def rank_worker_count(num_workers: Any, ranks: int, cpus: int) -> int:
+    """DataLoader workers ``train.py`` gives each of ``ranks`` ranks on a host of ``cpus``."""
+    return int(num_workers) if num_workers != "auto" else auto_num_workers(ranks, cpus)
+
+
+def rank_data_rate(loader_rate: float, ranks: int, workers: int, cpus: int) -> float:
+    """Patches/s one rank's workers deliver when ``ranks`` ranks share ``cpus`` cores.
+
+    ``loader_rate`` is one process's measured rate with ``workers`` workers; when the
+    ranks' processes and workers together outnumber the cores, each gets its share.
+    """
+    return loader_rate * min(1.0, cpus / (ranks * (workers + 1)))
+
+
+def buffer_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the module's buffers: what DDP broadcasts from rank 0 every forward."""
+    return sum(b.numel() * b.element_size() for b in module.buffers())
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """What bench measured that the step model needs."""
+
+    bare: BareLoopResult
+    lightning: Timing
+    compute: dict[str, Any]
+    gradients: Gradients
+    data_rates: dict[int, float]  # ranks → patches/s of each rank's workers
+    sharing: Sharing | None  # CPU ranks side by side (None on GPUs)
+    sync_batchnorm: bool  # the ddp runs' setting
+    one_device_s: float | None  # the 1-device ddp run's mean step, when it ran
+
+    def profile(self) -> StepProfile:
+        """One device's step as ``train.py`` runs it, split as the bare loop measured it.
+
+        The step is the 1-device ddp run's (data loading, DDP's wrapper and the
+        framework included), else the in-memory Lightning step's; less the framework's
+        measured overhead, it is split into forward, backward and optimizer in the bare
+        loop's proportions.
+        """
+        overhead = max(0.0, self.compute["overhead"]["overhead_ms"] / 1000)
+        step = self.one_device_s or self.lightning.mean_s
+        scale = max(step - overhead, 0.5 * step) / self.bare.step.mean_s
+        return StepProfile(
+            forward_s=self.bare.forward_s * scale,
+            backward_s=self.bare.backward_s * scale,
+            optimizer_s=self.bare.optimizer_s * scale,
+            batch=self.compute["batch"],
+            jitter=self.lightning.jitter,
+            overhead_s=overhead,
+        )
+
+    def batchnorm(self, synchronized: bool, compute_s: float = 0.0) -> BatchNormSync | None:
+        """Segscale's synchronized batch norm of this network (``None`` when off)."""
+        layers = self.compute["batchnorm_layers"]
+        if not synchronized or not layers:
+            return None
+        channels = self.compute["batchnorm_channels"] / layers
+        forward, backward, host_syncs = SYNC_BATCHNORM_COLLECTIVES["segscale"]
+        message = (2 * channels + 1) * 8  # sums, squared deviations and the count, float64
+        return BatchNormSync(layers, message, forward, backward, host_syncs, compute_s)
+
+    def collectives(self) -> Collectives:
+        """DDP's buffer broadcast and the loss normaliser's all-reduce."""
+        return Collectives.ddp(self.compute["buffer_bytes"])
+
+
 def prediction_rows(
-    bare: BareLoopResult,
-    lightning: Timing,
-    compute: dict[str, Any],
-    data_rate: float,
+    inputs: ModelInputs,
     options: DictConfig,
     here: Interconnect | None,
     counts: list[int],
+    on_gpu: bool,
 ) -> dict[str, Any]:
     """Predicted speed-up on ``bench.predict_devices`` over each interconnect (and this one).
 
-    The step is the Lightning run's, split into forward, backward and optimizer as the
-    bare loop measured them; the data pipeline caps each device at ``data_rate`` (the
-    configured workers' measured patches/s).
+    GPU interconnects: each rank its own device, ranks meeting with the published spreads
+    (``GPU_COLLECTIVE_SKEW_S``, ``GPU_HOST_SYNC_SKEW_S``), synchronized batch norm as the
+    ddp runs have it. This machine: its measured all-reduce curve, and on CPUs what the
+    ranks measured side by side (slowdown, sync-point cost, batch norm's arithmetic),
+    with synchronized batch norm on and off, to set beside the measured ddp runs.
     """
-    scale = lightning.mean_s / bare.step.mean_s
-    profile = StepProfile(
-        forward_s=bare.forward_s * scale,
-        backward_s=bare.backward_s * scale,
-        optimizer_s=bare.optimizer_s * scale,
-        batch=compute["batch"],
-        jitter=lightning.jitter,
-    )
+    profile = inputs.profile()
+    rate_1 = inputs.data_rates[1]
+    gpu_host = Host(skew_s=GPU_COLLECTIVE_SKEW_S, host_sync_skew_s=GPU_HOST_SYNC_SKEW_S)
     rows = []
-    links = [(link, list(options.predict_devices)) for link in INTERCONNECTS]
-    if here is not None:
-        links.append((here, [n for n in counts if n > 1]))
-    for link, device_list in links:
-        for n in device_list:
+    for link in INTERCONNECTS:
+        for n in options.predict_devices:
             prediction = predict(
                 profile,
-                compute["gradient_bytes"],
+                inputs.gradients,
                 n,
                 link,
-                bucket_bytes=options.bucket_mb * 2**20,
-                data_rate_per_device=data_rate,
+                gpu_host,
+                inputs.batchnorm(inputs.sync_batchnorm),
+                inputs.collectives(),
+                data_rate_1=rate_1,
+                data_rate_n=inputs.data_rates[n],
             )
             rows.append(prediction.as_dict())
+    here_rows = []
+    if here is not None:
+        here_rows = [
+            this_machine(inputs, here, n, synchronized, on_gpu) | {"sync_batchnorm": synchronized}
+            for n in counts
+            if n > 1
+            for synchronized in (True, False)
+        ]
     return {
-        "profile": {
-            "forward_s": profile.forward_s,
-            "backward_s": profile.backward_s,
-            "optimizer_s": profile.optimizer_s,
-            "batch": profile.batch,
-            "jitter": profile.jitter,
-        },
-        "data_rate_per_device": data_rate,
-        "this_machine": here.name if here is not None else None,
-        "one_device_throughput": min(profile.throughput, data_rate),
+        "profile": asdict(profile),
+        "data_rates": {str(n): rate for n, rate in sorted(inputs.data_rates.items())},
+        "one_device_throughput": min(profile.throughput, rate_1),
+        "gpu_skew_s": {"collective": GPU_COLLECTIVE_SKEW_S, "host_sync": GPU_HOST_SYNC_SKEW_S},
         "interconnects": [
             {
                 "name": link.name,
@@ -359,10 +493,37 @@ def prediction_rows(
                 "latency": link.latency,
                 "source": link.source,
             }
-            for link, _ in links
+            for link in [*INTERCONNECTS, *([here] if here else [])]
         ],
         "rows": rows,
+        "this_machine": here.name if here is not None else None,
+        "this_machine_rows": here_rows,
     }
+
+
+def this_machine(
+    inputs: ModelInputs, link: Interconnect, n: int, synchronized: bool, on_gpu: bool
+) -> dict[str, Any]:
+    """The prediction for ``n`` ranks of this machine, batch norm ``synchronized`` or not."""
+    shared = inputs.sharing
+    host, extra = Host(), 0.0
+    if shared is not None and not on_gpu:
+        wait = expected_max_standard_normal(n)
+        skew = max(0.0, shared.sync_point_s - link.latency) / wait
+        host = Host(slowdown=shared.slowdown, overlap=False, skew_s=skew, host_sync_skew_s=skew)
+        extra = shared.sync_batchnorm_compute_s / shared.slowdown
+    prediction = predict(
+        inputs.profile(),
+        inputs.gradients,
+        n,
+        link,
+        host,
+        inputs.batchnorm(synchronized, extra),
+        inputs.collectives(),
+        data_rate_1=inputs.data_rates[1],
+        data_rate_n=inputs.data_rates[n],
+    )
+    return prediction.as_dict()
 
 
 def finish(results: dict[str, Any], folder: Path) -> str:
