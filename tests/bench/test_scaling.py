@@ -49,3 +49,14 @@ def test_sync_batchnorm_follows_the_users_override_else_ddps_default():
     assert without_key(["a=1", "strategy.sync_batchnorm=false"], "strategy.sync_batchnorm") == [
         "a=1"
     ]
+
+
+def test_this_machines_allreduce_is_a_curve_through_measured_points():
+    from segscale.bench.scaling import ALLREDUCE_SIZES, measure_allreduce
+
+    link = measure_allreduce(2, 2 * 2**20, cuda=False, repeats=2)
+    # 4 B, 4 KiB, 64 KiB, 1 MiB and 2 MiB: ring bytes over 2 ranks are the bytes.
+    assert [x for x, _ in link.points] == [*ALLREDUCE_SIZES, 2 * 2**20]
+    times = [t for _, t in link.points]
+    assert times == sorted(times) and times[0] > 0
+    assert link.allreduce_time(2 * 2**20, 2) == times[-1]

@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
-from segscale.bench.interconnects import Interconnect, ring_bytes
+from segscale.bench.interconnects import Interconnect, Published, from_published
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.cli.train import CONFIG_DIR
 from segscale.training.launch import free_port
@@ -168,18 +168,22 @@ def run_scaling_point(
     return ScalingPoint(devices, timing, record["global_batch"])
 
 
+ALLREDUCE_SIZES = (4, 4 * 2**10, 64 * 2**10, 2**20)
+"""Bytes of the all-reduces ``measure_allreduce`` times besides the large one."""
+
+
 def _allreduce_rank(
     rank: int, world: int, port: int, nbytes: int, repeats: int, result: str, cuda: bool
 ) -> None:
-    """One rank of ``measure_allreduce``: time large and tiny all-reduces."""
+    """One rank of ``measure_allreduce``: time each size of ``ALLREDUCE_SIZES`` and ``nbytes``."""
     os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     if cuda:
         torch.cuda.set_device(rank)  # NCCL binds each rank to its current device
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     times = {}
-    for name, numel in (("large", max(1, nbytes // 4)), ("tiny", 1)):
-        tensor = torch.ones(numel, device=device)
+    for size in sorted({*(s for s in ALLREDUCE_SIZES if s < nbytes), nbytes}):
+        tensor = torch.ones(max(1, size // 4), device=device)
         samples = []
         for i in range(repeats + 2):  # the first two set up the rings
             dist.barrier()
@@ -189,7 +193,7 @@ def _allreduce_rank(
                 torch.cuda.synchronize(device)
             if i >= 2:
                 samples.append(time.perf_counter() - start)
-        times[name] = statistics.median(samples)
+        times[str(size)] = statistics.median(samples)
     if rank == 0:
         Path(result).write_text(json.dumps(times))
     dist.destroy_process_group()
@@ -198,18 +202,18 @@ def _allreduce_rank(
 def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> Interconnect:
     """The all-reduce between ``world`` processes of this machine, as an ``Interconnect`` row.
 
-    Its curve runs through two measured points: a 4-byte all-reduce (the latency floor)
-    and one of ``nbytes`` (the bus bandwidth, ring bytes / time as nccl-tests define it).
+    Its curve runs through measured points, as the published rows of the other links do:
+    all-reduces of 4 B (the latency floor), 4 KiB, 64 KiB and 1 MiB (batch-norm statistics
+    and small buckets) and one of ``nbytes`` (the bus bandwidth, ring bytes / time).
     """
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "allreduce.json"
         args = (world, free_port(), nbytes, repeats, str(result), cuda)
         mp.start_processes(_allreduce_rank, args=args, nprocs=world, start_method="spawn")
         times = json.loads(result.read_text())
-    tiny, large = ring_bytes(4, world), ring_bytes(nbytes, world)
-    points = ((tiny, times["tiny"]), (large, max(times["large"], times["tiny"] * 1.0001)))
-    return Interconnect(
-        name=f"this machine ({'NCCL' if cuda else 'gloo'}, measured)",
-        points=points if large > tiny else points[:1],
-        source=f"all-reduce of 4 B and {nbytes / 2**20:.0f} MiB between {world} processes",
+    rows = tuple(Published(world, int(size), 1e6 * seconds) for size, seconds in times.items())
+    return from_published(
+        f"this machine ({'NCCL' if cuda else 'gloo'}, measured)",
+        rows,
+        f"all-reduces of 4 B to {nbytes / 2**20:.0f} MiB between {world} processes",
     )
