@@ -247,7 +247,7 @@ KNOWN_MISSES: dict[str, tuple[float, float]] = {
     "Paddle DeepLabV3+ AMP, 32 GPUs": (0.03, 0.10),
     # PaddleSeg's HRNet logs hold 10 iterations per run, the first 2 warm-up: 32 GPUs ran
     # faster per step (0.594 s) than 8 (0.610 s), which no model whose costs grow with the
-    # rank count can follow; the 8-GPU fp32 row is 5.3 points below, within its noise.
+    # rank count can follow; the 8-GPU fp32 row is 5.2 points below, in the same noisy logs.
     "Paddle HRNet-W18 fp32": (-0.08, -0.03),
     "Paddle HRNet-W18 fp32, 32 GPUs": (-0.20, -0.12),
     # DGX A100 AMP: 0.10 s steps on 8 GPUs decode and augment ~19,800 JPEG/s on one node's

@@ -5,8 +5,10 @@ order the backward pass produced the gradients, the first bucket closing at 1 Mi
 (``dist._DEFAULT_FIRST_BUCKET_BYTES``) and the rest at ``bucket_cap_mb`` (25 MiB), with
 torch's own ``dist._compute_bucket_assignment_by_size`` (a private function: it is what
 DDP calls, so the buckets here are DDP's, not an imitation; the tests compare them with
-those a real DDP reports). ``measure_gradients`` runs one backward pass with a hook on
-every parameter, so the order is the real one and each bucket's ready time is measured.
+those a real DDP reports). ``measure_gradients`` runs a backward pass (after a warm-up
+one) with a hook on every parameter, so the order is the real one and each bucket's
+ready time is measured. On a GPU the hooks fire when the host queues a gradient, which
+runs ahead of the device: there the ready times are those of the queue, an estimate.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch.distributed as dist
 
 from segscale.bench.compute import autocast
 from segscale.bench.prediction import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, Gradients
+from segscale.bench.timing import synchronize
 
 
 def _nbytes(tensor: torch.Tensor) -> int:
@@ -50,14 +53,23 @@ def measure_gradients(
         p.register_post_accumulate_grad_hook(lambda _, i=i: order.append((i, time.perf_counter())))
         for i, p in enumerate(parameters)
     ]
-    try:
-        image = batch["image"].to(device)
-        mask = batch["mask"].to(device).long()
+    image = batch["image"].to(device)
+    mask = batch["mask"].to(device).long()
+
+    def backward() -> tuple[float, float]:
         with autocast(precision, device):
             loss = module.loss_fn(module(image), mask).mean()
+        synchronize(device)
         start = time.perf_counter()
         loss.backward()
-        end = time.perf_counter()
+        synchronize(device)
+        return start, time.perf_counter()
+
+    try:
+        backward()  # warm-up: lazy initialisation and autotuning are not a step's
+        order.clear()
+        module.zero_grad(set_to_none=True)
+        start, end = backward()
     finally:
         for hook in hooks:
             hook.remove()

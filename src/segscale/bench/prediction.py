@@ -23,7 +23,7 @@ A step on N ranks takes
   all-reduce time of its message (``Interconnect.allreduce_time``) plus the wait for the
   latest rank, ``E[max of N standard normals] × Host.skew_s``, where ``skew_s`` is the
   spread of the ranks' arrival times. A *host sync* (the host waiting for the device, as
-  PyTorch's ``SyncBatchNorm`` does once per layer) is a sync point whose spread is the
+  PyTorch 1.6's ``SyncBatchNorm`` did once per layer) is a sync point whose spread is the
   host's, ``Host.host_sync_skew_s``: the rank's host process must itself be there.
   In the forward pass: synchronized batch norm's collectives (``BatchNormSync``: layers ×
   collectives per layer), and the other collectives on the critical path (the loss
@@ -36,7 +36,7 @@ A step on N ranks takes
   Where communication cannot overlap compute (``Host.overlap`` False: CPU ranks, whose
   cores run both), every collective adds its whole time.
 - *Stragglers*: the step ends in a collective, so every rank waits for the slowest: with a
-  per-step coefficient of variation ``jitter``, ``jitter × step × E[max of N]``.
+  per-step coefficient of variation ``jitter``, ``jitter × compute × E[max of N]``.
 - *Data*: the per-rank data rate at N ranks (the DataLoader workers ``train.py`` gives each
   rank at N, on the cores they share) caps the throughput, as the 1-rank rate caps one.
 
@@ -220,7 +220,7 @@ class BatchNormSync:
     backward_collectives: int = 1
     """Collectives per layer in the backward pass."""
     host_syncs: int = 0
-    """Host syncs per layer (PyTorch's ``SyncBatchNorm``: 1, from boolean-mask indexing)."""
+    """Host syncs per layer (``SYNC_BATCHNORM_COLLECTIVES``: PyTorch 1.6's ``SyncBatchNorm`` 1)."""
     compute_s: float = 0.0
     """Extra seconds of arithmetic per step over plain batch norm, on one device."""
 

@@ -8,9 +8,9 @@ gets the same number of threads (``threads`` each), so that N processes are N eq
 devices, as N GPUs would be.
 
 ``measure_allreduce`` times the collective itself between N processes of this machine
-(gloo between CPU processes, NCCL between GPUs) and turns it into a bus bandwidth and a
-per-step latency: an ``Interconnect`` row for "this machine", so that the prediction can
-be checked against the measured runs.
+(gloo between CPU processes, NCCL between GPUs) at several sizes: an ``Interconnect``
+curve for "this machine", like the published ones, so that the prediction can be
+checked against the measured runs.
 """
 
 from __future__ import annotations

@@ -475,10 +475,14 @@ def prediction_rows(
             rows.append(prediction.as_dict())
     here_rows = []
     if here is not None:
+        # CPU ranks: only the N the side-by-side loops measured (slowdown and sync points
+        # depend on N); GPUs: every measured N.
+        measured_n = [n for n in counts if n > 1]
+        if inputs.sharing is not None and not on_gpu:
+            measured_n = [inputs.sharing.devices]
         here_rows = [
             this_machine(inputs, here, n, synchronized, on_gpu) | {"sync_batchnorm": synchronized}
-            for n in counts
-            if n > 1
+            for n in measured_n
             for synchronized in (True, False)
         ]
     return {
@@ -506,9 +510,9 @@ def this_machine(
 ) -> dict[str, Any]:
     """The prediction for ``n`` ranks of this machine, batch norm ``synchronized`` or not."""
     shared = inputs.sharing
-    host, extra = Host(), 0.0
+    host, extra = Host(skew_s=GPU_COLLECTIVE_SKEW_S, host_sync_skew_s=GPU_HOST_SYNC_SKEW_S), 0.0
     if shared is not None and not on_gpu:
-        wait = expected_max_standard_normal(n)
+        wait = expected_max_standard_normal(shared.devices)
         skew = max(0.0, shared.sync_point_s - link.latency) / wait
         host = Host(slowdown=shared.slowdown, overlap=False, skew_s=skew, host_sync_skew_s=skew)
         extra = shared.sync_batchnorm_compute_s / shared.slowdown

@@ -24,17 +24,19 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
     """Batch norm with the mean and variance of every rank's batch, for any device.
 
     Each rank computes its count ``n`` (from the shape), mean ``m`` and sum of squared
-    deviations ``M2`` (``torch.var_mean``: about the local mean, numerically safe, in
-    at least float32), and one autograd-aware
-    ``all_reduce`` sums ``[n·m, M2 + n·m², n]`` in float64 over the ranks. The global
+    deviations ``M2`` (about the local mean, numerically safe, in at least float32), and
+    one all-reduce sums ``[n·m, M2 + n·m², n]`` in float64 over the ranks. The global
     mean and variance follow; the cancellation in ``Σ(M2 + n·m²) - N·mean²`` happens in
     float64 on per-channel numbers, so it costs nothing in accuracy. The backward pass
-    of that all-reduce is the layer's one backward all-reduce, and gradients flow
-    through the global statistics exactly as in one process with the whole batch. A
-    rank with no samples contributes zeros; nothing is masked and nothing is read on
-    the host. Half-precision inputs get float32 statistics and an output in their own
-    type, as ``nn.SyncBatchNorm`` gives them. Outside training, or in a single process,
-    it is plain batch norm.
+    has one all-reduce too, and gradients flow through the global statistics exactly as
+    in one process with the whole batch. A rank with no samples contributes zeros;
+    nothing is masked and nothing is read on the host.
+
+    float32 and float64 inputs go through ``_GlobalNorm``, on PyTorch's fused batch-norm
+    kernels; half-precision inputs through autograd over the same arithmetic (a
+    differentiable functional all-reduce), with float32 statistics and an output in
+    their own type, as ``nn.SyncBatchNorm`` gives them. Outside training, or in a single
+    process, it is plain batch norm.
     """
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
@@ -158,9 +160,9 @@ class _GlobalNorm(torch.autograd.Function):
         else:  # a rank with no samples adds nothing
             local_mean = local_var = input.new_zeros(channels)
         mean64 = local_mean.to(torch.float64)
-        local = [mean64 * count, local_var * count + mean64 * mean64 * count]
+        local = [mean64 * count, local_var.to(torch.float64) * count + mean64 * mean64 * count]
         sums = _global_sums([*local, mean64.new_full((1,), float(count))])
-        total = sums[-1:]
+        total = sums[-1:].clamp(min=1)  # every rank empty: zeros, not NaN
         mean = sums[:channels] / total
         m2 = (sums[channels:-1] - mean * mean * total).clamp(min=0)
         mean_t, var_t = mean.to(input.dtype), (m2 / total).to(input.dtype)
@@ -180,8 +182,11 @@ class _GlobalNorm(torch.autograd.Function):
         input, weight, mean, invstd, total = ctx.saved_tensors
         grad_output = grad_output.contiguous(memory_format=_memory_format(input))
         if input.numel():
+            # A weight of ones when there is none: the weight gradient does not depend on
+            # it, and CUDA's kernel needs one to size its outputs.
+            ones = torch.ones_like(mean) if weight is None else weight
             _, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
-                grad_output, input, weight, None, None, mean, invstd, True, 0.0, [False, True, True]
+                grad_output, input, ones, None, None, mean, invstd, True, 0.0, [False, True, True]
             )
         else:
             grad_weight = grad_bias = mean.new_zeros(mean.shape)
