@@ -47,13 +47,14 @@ def attach_trainer(seg: SegmentationModule, world_size: int, reduce) -> list[tup
 
 
 @pytest.mark.parametrize(("step", "logged"), [(0, True), (1, False), (8, False), (9, True)])
-def test_training_accuracy_is_measured_on_logged_steps_only(step, logged):
+def test_training_metrics_are_logged_on_logged_steps_only(step, logged):
+    # self.log costs ~0.25 ms of Lightning's bookkeeping each; the accuracy an argmax.
     seg = module()
     metrics = attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
     seg.trainer.global_step = step
     seg.training_step(batches(1)[0], 0)
     assert ("train/acc" in dict(metrics)) is logged
-    assert "train/loss" in dict(metrics)
+    assert ("train/loss" in dict(metrics)) is logged
 
 
 def test_loss_ignores_the_ignore_index():
