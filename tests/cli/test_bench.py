@@ -8,7 +8,9 @@ import pytest
 
 from segscale.bench.interconnects import INTERCONNECTS
 from segscale.checks import ConfigError
-from segscale.cli.bench import bench, device_counts, rank_data_rate, rank_worker_count
+from segscale.cli.bench import bench, device_counts, rank_data_rate
+from segscale.cli.train import build, build_datamodule
+from segscale.data import datamodule as datamodule_module
 from tests.conftest import REPO, compose_config, tiny_overrides
 
 QUICK = [
@@ -120,10 +122,17 @@ def test_bad_bench_value_names_the_key(tiny_data_root: Path, tmp_path: Path, ove
     assert not (tmp_path / "run" / "bench.json").exists()
 
 
-def test_each_rank_gets_the_workers_train_py_gives_it():
-    assert rank_worker_count("auto", 1, 16) == 8  # MAX_AUTO_WORKERS
-    assert rank_worker_count("auto", 2, 2) == 1  # one core each: at least one worker
-    assert rank_worker_count(3, 8, 2) == 3  # a configured count is a configured count
+def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
+    cfg = make_config()
+    effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)
+    datamodule = build_datamodule(cfg, effective)
+    datamodule.num_workers = "auto"
+    monkeypatch.setattr(datamodule_module, "cpus_available", lambda: 16)
+    assert datamodule.workers_per_rank(1) == 8  # MAX_AUTO_WORKERS
+    monkeypatch.setattr(datamodule_module, "cpus_available", lambda: 2)
+    assert datamodule.workers_per_rank(2) == 1  # one core each: at least one worker
+    datamodule.num_workers = 3
+    assert datamodule.workers_per_rank(8) == 3  # a configured count is a configured count
     # 2 ranks × (2 workers + their main process) on 4 cores: two thirds of the rate each.
     assert rank_data_rate(300.0, 2, 2, 4) == pytest.approx(200.0)
     assert rank_data_rate(300.0, 1, 2, 4) == 300.0

@@ -73,7 +73,7 @@ from segscale.bench.timing import Timing
 from segscale.bench.verdict import findings_from, verdict
 from segscale.checks import EXIT_BAD_INPUT, ConfigError, check_config, require
 from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
-from segscale.data.datamodule import auto_num_workers, cpus_available
+from segscale.data.datamodule import cpus_available
 from segscale.models.networks import check_input_side
 from segscale.training.launch import resolve_accelerator
 
@@ -171,8 +171,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     available = torch.cuda.device_count() if on_gpu else cpus
     counts = device_counts(options.devices, available)
     rank_workers = {
-        n: rank_worker_count(datamodule.num_workers, n, cpus)
-        for n in {1, *counts, *options.predict_devices}
+        n: datamodule.workers_per_rank(n) for n in {1, *counts, *options.predict_devices}
     }
     workers = worker_counts(cpus, configured_workers)
     if options.workers:  # the configured count is measured too: the verdict needs it
@@ -213,6 +212,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             cfg, device, steps=options.overhead_steps, rounds=options.overhead_rounds
         )
         progress("framework overhead")
+        norms = batchnorm_layers(module)
         compute = {
             "device": torch.cuda.get_device_name(device) if on_gpu else f"CPU ({cpus} cores)",
             "threads": torch.get_num_threads() if not on_gpu else None,
@@ -226,8 +226,8 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             "parameters": parameter_count(module),
             "gradient_bytes": gradient_bytes(module),
             "buffer_bytes": buffer_bytes(module),
-            "batchnorm_layers": len(batchnorm_layers(module)),
-            "batchnorm_channels": sum(m.num_features for m in batchnorm_layers(module)),
+            "batchnorm_layers": len(norms),
+            "batchnorm_channels": sum(m.num_features for m in norms),
             "buckets": list(gradients.buckets),
             "bucket_ready": list(gradients.ready),
             "steps_per_epoch": len(in_process),
@@ -371,11 +371,6 @@ def measure_scaling(
     per_device = f"{threads} thread(s) per process" if threads else "one GPU per process"
     measured = {"per_device": per_device, "threads": threads, "sync_batchnorm": sync}
     return measured | {"measured": rows}, here
-
-
-def rank_worker_count(num_workers: Any, ranks: int, cpus: int) -> int:
-    """DataLoader workers ``train.py`` gives each of ``ranks`` ranks on a host of ``cpus``."""
-    return int(num_workers) if num_workers != "auto" else auto_num_workers(ranks, cpus)
 
 
 def rank_data_rate(loader_rate: float, ranks: int, workers: int, cpus: int) -> float:

@@ -203,11 +203,17 @@ class SegmentationDataModule(L.LightningDataModule):
         shard = Subset(self.val_set, range(rank, len(self.val_set), world))
         return self._loader(shard, batch_size=self.val_batch_size)
 
-    def workers_per_rank(self) -> int:
-        """DataLoader workers of each rank: ``num_workers``, or its ``auto`` value."""
+    def workers_per_rank(self, ranks: int | None = None) -> int:
+        """DataLoader workers of each rank: ``num_workers``, or its ``auto`` value.
+
+        ``auto`` depends on the ranks per node: ``ranks``, else the trainer's devices
+        (``bench.py`` asks what a run on ``ranks`` devices would give each rank).
+        """
         if self.num_workers != "auto":
             return int(self.num_workers)
-        return auto_num_workers(self.trainer.num_devices if self.trainer else 1)
+        if ranks is None:
+            ranks = self.trainer.num_devices if self.trainer else 1
+        return auto_num_workers(ranks)
 
     def _loader(
         self,
