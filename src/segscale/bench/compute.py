@@ -108,6 +108,31 @@ Phases = tuple[float, float, float]
 """Seconds of one bare step's forward (with the loss), backward and optimizer."""
 
 
+def forward_loss(
+    module: SegmentationModule, batch: dict[str, torch.Tensor], precision: str, device: torch.device
+) -> torch.Tensor:
+    """The batch copied to the device (as a DataLoader's would be), forward and mean loss."""
+    image = batch["image"].to(device, non_blocking=True)
+    mask = batch["mask"].to(device, non_blocking=True).long()
+    with autocast(precision, device):
+        return module.loss_fn(module(image), mask).mean()
+
+
+def optimizer_and_scaler(
+    module: SegmentationModule, precision: str, device: torch.device
+) -> tuple[torch.optim.Optimizer, torch.amp.GradScaler]:
+    """The module's optimizer, and a gradient scaler that scales only under ``16-mixed``."""
+    optimizer = module.optimizer_factory(module.network)
+    return optimizer, torch.amp.GradScaler(device.type, enabled=str(precision) == "16-mixed")
+
+
+def apply_gradients(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
+    """Step the optimizer through the scaler and clear the gradients."""
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def bare_steps(
     module: SegmentationModule,
     batch: dict[str, torch.Tensor],
@@ -117,23 +142,17 @@ def bare_steps(
 ) -> list[Phases]:
     """Train ``module`` on ``batch`` for ``steps`` steps in plain PyTorch; clock each phase."""
     module = module.to(device).train()
-    optimizer = module.optimizer_factory(module.network)
-    scaler = torch.amp.GradScaler(device.type, enabled=str(precision) == "16-mixed")
+    optimizer, scaler = optimizer_and_scaler(module, precision, device)
     phases: list[Phases] = []
     for _ in range(steps):
         start = time.perf_counter()
-        image = batch["image"].to(device, non_blocking=True)
-        mask = batch["mask"].to(device, non_blocking=True).long()
-        with autocast(precision, device):
-            loss = module.loss_fn(module(image), mask).mean()
+        loss = forward_loss(module, batch, precision, device)
         synchronize(device)
         forward = time.perf_counter()
         scaler.scale(loss).backward()
         synchronize(device)
         backward = time.perf_counter()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        apply_gradients(optimizer, scaler)
         synchronize(device)
         phases.append((forward - start, backward - forward, time.perf_counter() - backward))
     return phases

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from segscale.bench.compute import autocast
+from segscale.bench.compute import forward_loss
 from segscale.bench.prediction import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, Gradients
 from segscale.bench.timing import synchronize
 
@@ -53,12 +53,9 @@ def measure_gradients(
         p.register_post_accumulate_grad_hook(lambda _, i=i: order.append((i, time.perf_counter())))
         for i, p in enumerate(parameters)
     ]
-    image = batch["image"].to(device)
-    mask = batch["mask"].to(device).long()
 
     def backward() -> tuple[float, float]:
-        with autocast(precision, device):
-            loss = module.loss_fn(module(image), mask).mean()
+        loss = forward_loss(module, batch, precision, device)
         synchronize(device)
         start = time.perf_counter()
         loss.backward()

@@ -43,7 +43,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader
 
-from segscale.bench.compute import RepeatedBatch, autocast
+from segscale.bench.compute import (
+    RepeatedBatch,
+    apply_gradients,
+    forward_loss,
+    optimizer_and_scaler,
+)
 from segscale.bench.timing import synchronize
 from segscale.cli.train import build, instantiate_each
 from segscale.models.module import SegmentationModule
@@ -175,21 +180,14 @@ def bare_round(
 ) -> float:
     """Seconds per step of the bare loop, over ``steps`` steps after ``warmup``."""
     module = module.to(device).train()
-    optimizer = module.optimizer_factory(module.network)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "16-mixed")
+    optimizer, scaler = optimizer_and_scaler(module, precision, device)
     start = 0.0
     for step in range(warmup + steps):
         if step == warmup:
             synchronize(device)
             start = time.perf_counter()
-        image = batch["image"].to(device, non_blocking=True)
-        mask = batch["mask"].to(device, non_blocking=True).long()
-        with autocast(precision, device):
-            loss = module.loss_fn(module(image), mask).mean()
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(forward_loss(module, batch, precision, device)).backward()
+        apply_gradients(optimizer, scaler)
     synchronize(device)
     return (time.perf_counter() - start) / steps
 
