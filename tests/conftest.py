@@ -19,9 +19,9 @@ from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig
 from PIL import Image
 
-from segscale.cli.train import CONFIG_DIR
+from segscale.configs import CONFIG_DIR
 from segscale.data.synthetic import SyntheticTiles, draw_tile
-from segscale.training.checkpoint_io import save_checkpoint_file
+from segscale.models.checkpoint_io import save_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[1]
 

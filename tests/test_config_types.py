@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 from omegaconf import OmegaConf
 
-from segscale.checks import ConfigError, check_config
-from segscale.cli.train import CONFIG_DIR
 from segscale.config_types import admits, check_types, expected
+from segscale.configs import CONFIG_DIR
+from segscale.errors import ConfigError
+from segscale.training.config_checks import check_config
 from tests.conftest import compose_config
 
 if TYPE_CHECKING:

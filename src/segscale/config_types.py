@@ -35,7 +35,7 @@ from hydra._internal.utils import _locate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 _LISTS = (list, tuple, Sequence, MutableSequence, ListConfig)
 _MAPPINGS = (dict, Mapping, MutableMapping, DictConfig)
@@ -66,8 +66,8 @@ class KwargsReceiver(NamedTuple):
 
 KWARGS_RECEIVERS: dict[str, KwargsReceiver] = {
     # optimizer.momentum, .betas, .eps, ... go to the torch optimizer of the solver.
-    "segscale.training.optim.build_optimizer": KwargsReceiver(
-        "solver", "segscale.training.optim.SOLVERS"
+    "segscale.models.optim.build_optimizer": KwargsReceiver(
+        "solver", "segscale.models.optim.SOLVERS"
     ),
     # model.decoder_channels, .encoder_depth, ... go to the smp architecture.
     "segscale.models.networks.build_network": KwargsReceiver(

@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from segscale.bench.gradients import ddp_buckets, measure_gradients
-from segscale.cli.train import build, build_datamodule, build_module
+from segscale.training.builders import build, build_datamodule, build_module
 from segscale.training.launch import free_port
 
 

@@ -19,7 +19,7 @@ def test_calls_per_second_counts_calls_after_warmup():
 
 
 def test_pipeline_rates_of_the_tiny_config(make_config):
-    from segscale.cli.train import build_datamodule
+    from segscale.training.builders import build_datamodule
     from segscale.training.scaling import ScalingRules
 
     cfg = make_config()

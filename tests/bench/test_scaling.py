@@ -26,10 +26,9 @@ def test_the_users_overrides_are_passed_on_except_what_the_runs_set():
 
 
 def test_scaling_command_runs_train_py_with_ddp_and_a_step_timer(tmp_path: Path):
-    command = scaling_command(
-        Path("train.py"), ["model.encoder=resnet50"], 2, "cpu", 35, tmp_path / "n2"
-    )
-    assert command[1:3] == ["train.py", "model.encoder=resnet50"]
+    command = scaling_command(["model.encoder=resnet50"], 2, "cpu", 35, tmp_path / "n2")
+    # train.py as a module, found wherever segscale is installed
+    assert command[1:4] == ["-m", "segscale.cli.train", "model.encoder=resnet50"]
     for expected in (
         "strategy=ddp",
         "trainer.devices=2",

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from segscale.bench.interconnects import INTERCONNECTS
-from segscale.checks import ConfigError
 from segscale.cli.bench import bench, device_counts, rank_data_rate
-from segscale.cli.train import build, build_datamodule
 from segscale.data import datamodule as datamodule_module
+from segscale.errors import ConfigError
+from segscale.training.builders import build, build_datamodule
 from tests.conftest import REPO, compose_config, tiny_overrides
 
 QUICK = [

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from segscale.checks import ConfigError
 from segscale.cli.evaluate import evaluate, image_confusion
 from segscale.data.labels import LabelMap
 from segscale.data.sources import ImageMaskPair
 from segscale.data.validation import InvalidDatasetError
+from segscale.errors import ConfigError
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import load_trained
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, write_pair

@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
 from segscale.cli.output_folder import EXIT_BAD_INPUT, check_output_folder, unwritable_reason
-from segscale.cli.train import CONFIG_DIR
+from segscale.configs import CONFIG_DIR
 from tests.conftest import REPO, tiny_overrides, train_command
 
 ROOT = os.geteuid() == 0

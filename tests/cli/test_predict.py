@@ -7,13 +7,13 @@ import pytest
 import tifffile
 from PIL import Image
 
-from segscale.checks import EXIT_BAD_INPUT, ConfigError
 from segscale.cli.predict import (
     EXIT_SKIPPED,
     UnreadableImageError,
     predict,
     run_prediction,
 )
+from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
 from tests.data.declared_size import png_declaring
 

@@ -10,9 +10,9 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.accelerators import CPUAccelerator
 
-from segscale.checks import ConfigError
-from segscale.cli.train import train
+from segscale.errors import ConfigError
 from segscale.training.resume import resolve_checkpoint
+from segscale.training.run import train
 from tests.conftest import tiny_overrides, train_command
 
 # 3 epochs of 8 iterations; a checkpoint every 5 iterations lands mid-epoch.

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from segscale.checks import ConfigError
-from segscale.cli.train import train
+from segscale.errors import ConfigError
+from segscale.training.run import train
 from tests.conftest import tiny_overrides, train_command
 
 # 3 epochs of 4 iterations, a checkpoint every 3 iterations (mid-epoch ones included).

@@ -8,11 +8,12 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from segscale.checks import ConfigError
 from segscale.cli.evaluate import evaluate
 from segscale.cli.predict import predict
-from segscale.cli.train import build_datamodule, build_module, train
-from segscale.training.checkpoint_io import save_checkpoint_file
+from segscale.errors import ConfigError
+from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.training.builders import build_datamodule, build_module
+from segscale.training.run import train
 from tests.conftest import REPO, compose_config, folder_dataset, oracle_checkpoint
 from tests.models.test_weights import WritesAFile
 

@@ -20,7 +20,7 @@ def test_auto_num_workers_is_the_ranks_share_of_the_cores_minus_one(cpus, ranks,
 
 
 def test_loader_options_reach_the_dataloader(make_config, tmp_path):
-    from segscale.cli.train import build_datamodule
+    from segscale.training.builders import build_datamodule
     from segscale.training.scaling import ScalingRules
 
     cfg = make_config(

@@ -3,8 +3,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from segscale.checks import ConfigError
 from segscale.data.folder import FolderTiles
+from segscale.errors import ConfigError
 from tests.conftest import write_pair
 
 

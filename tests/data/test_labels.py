@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from segscale.checks import ConfigError
 from segscale.data.labels import LabelMap
+from segscale.errors import ConfigError
 
 
 def test_class_index_masks_decode_to_themselves_and_unknown_values_are_found():

@@ -1,7 +1,7 @@
 import pytest
 
-from segscale.checks import ConfigError
 from segscale.data.samplers import EpochShardSampler, split_in_proportion
+from segscale.errors import ConfigError
 
 
 def keys(sampler):

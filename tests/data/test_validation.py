@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segscale.checks import ConfigError
-from segscale.cli.train import build
 from segscale.data import validation
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
 from segscale.data.validation import InvalidDatasetError, check_image_headers, validate_dataset
+from segscale.errors import ConfigError
+from segscale.training.builders import build
 from tests.conftest import compose_config, write_pair
 from tests.data.declared_size import png_declaring
 

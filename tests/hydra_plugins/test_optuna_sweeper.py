@@ -3,7 +3,7 @@ import pytest
 from optuna.trial import TrialState
 
 from hydra_plugins.segscale_plugins.optuna_sweeper import OptunaSweeper
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from tests.cli.test_sweeps import job_folders, multirun
 from tests.conftest import compose_for_plugins
 

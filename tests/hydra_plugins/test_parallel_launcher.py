@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hydra_plugins.segscale_plugins.parallel_launcher import ParallelLauncher
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from tests.cli.test_sweeps import multirun
 from tests.conftest import compose_for_plugins
 

@@ -10,10 +10,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
-from segscale.checks import ConfigError
+from segscale.configs import CONFIG_DIR
+from segscale.errors import ConfigError
 from segscale.inference.sliding_window import SlidingWindow, gaussian_window, tile_starts
 
-REPO = Path(__file__).resolve().parents[2]
 CLASSES = 4
 
 
@@ -182,7 +182,7 @@ def test_bad_values_name_the_key(kwargs: dict[str, object], key: str) -> None:
 
 
 def test_default_config_instantiates() -> None:
-    window = instantiate(OmegaConf.load(REPO / "conf/inference/default.yaml"))
+    window = instantiate(OmegaConf.load(Path(CONFIG_DIR) / "inference" / "default.yaml"))
     assert isinstance(window, SlidingWindow)
     assert (window.tile_size, window.stride, window.batch_size) == (512, 384, 8)
     assert window.flip_tta is False

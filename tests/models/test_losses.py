@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from segmentation_models_pytorch.losses import FocalLoss
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
 from segscale.training.host_syncs import HostSyncCounter
 

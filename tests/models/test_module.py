@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from segscale.metrics import scores_from_confusion
 from segscale.models.losses import SegmentationLoss
+from segscale.models.metrics import scores_from_confusion
 from segscale.models.module import SegmentationModule
 from segscale.models.nonfinite import NonFiniteError
 from tests.distributed import on_two_ranks

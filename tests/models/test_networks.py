@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.models.networks import (
     build_network,
     check_input_side,

@@ -6,9 +6,9 @@ import subprocess
 import pytest
 import torch
 
-from segscale.checks import ConfigError
-from segscale.cli.train import train
+from segscale.errors import ConfigError
 from segscale.models.nonfinite import check_policy, describe
+from segscale.training.run import train
 from tests.conftest import tiny_overrides, train_command
 
 # Tiny runs have 4 steps an epoch: step 5 is in the second epoch, after one validation.

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torchvision
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.models.networks import build_network
 from segscale.models.weights import compare_state, load_network_weights, read_weights
 

@@ -3,10 +3,10 @@ import logging
 
 import pytest
 
-from segscale.checks import ConfigError
-from segscale.cli.train import train
+from segscale.errors import ConfigError
 from segscale.training.callbacks import VerboseLog, ensure_writable, periodic_checkpoint
 from segscale.training.plots import plot_training_progress
+from segscale.training.run import train
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 

@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from segscale.cli.train import train
 from segscale.models.losses import SegmentationLoss
 from segscale.models.module import SegmentationModule
 from segscale.training.host_syncs import HostSyncCounter
+from segscale.training.run import train
 from segscale.training.sync_batchnorm import convert_sync_batchnorm
 from tests.distributed import on_two_ranks
 from tests.training.host_sync_window import SIGTERM_PHASE, CountHostSyncs

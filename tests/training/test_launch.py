@@ -5,7 +5,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.training.launch import (
     included_devices,
     job_ranks,

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.training.run_folder import (
     LOCK_FILE,
     RunFolderBusyError,

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from segscale.checks import ConfigError
-from segscale.cli.train import train
+from segscale.errors import ConfigError
+from segscale.training.run import train
 from segscale.training.scaling import ScalingRules
 
 

@@ -43,8 +43,8 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 
 from hydra_plugins.segscale_plugins.grid_sweeper import summarize
-from segscale.checks import ConfigError
-from segscale.cli.train import optimized_metric
+from segscale.errors import ConfigError
+from segscale.sweeps.objective import optimized_metric
 
 log = logging.getLogger(__name__)
 

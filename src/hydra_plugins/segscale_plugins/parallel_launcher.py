@@ -24,10 +24,11 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from segscale.checks import ConfigError, devices_count, is_device_list
-from segscale.cli.train import objective
+from segscale.devices import devices_count, is_device_list, resolve_accelerator
+from segscale.errors import ConfigError
+from segscale.sweeps.objective import objective
 from segscale.training.callbacks import RunSummary
-from segscale.training.launch import program_command, resolve_accelerator
+from segscale.training.launch import program_command
 
 log = logging.getLogger(__name__)
 

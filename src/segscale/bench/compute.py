@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from segscale.bench.timing import StepTimer, Timing, summarize_steps, synchronize
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
 
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}

@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.bench.compute import BareLoopResult, StepPlan, bare_loop
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
 
 OPTIONS = ("precision", "channels_last", "compile", "cudnn_benchmark")

@@ -50,10 +50,10 @@ from segscale.bench.compute import (
     optimizer_and_scaler,
 )
 from segscale.bench.timing import synchronize
-from segscale.cli.train import build, instantiate_each
+from segscale.models.checkpoint_io import SafeCheckpointIO
 from segscale.models.module import SegmentationModule
+from segscale.training.builders import build, instantiate_each
 from segscale.training.callbacks import RunSummary
-from segscale.training.checkpoint_io import SafeCheckpointIO
 
 BATCH = 2
 SIDE = 16

@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 
 from segscale.bench.interconnects import Interconnect, Published, from_published
 from segscale.bench.timing import Timing, summarize_steps
-from segscale.cli.train import CONFIG_DIR
+from segscale.configs import CONFIG_DIR
 from segscale.training.launch import free_port
 
 # What the scaling runs set themselves: these keys (and, for groups whose options they
@@ -109,8 +109,11 @@ def sync_batchnorm(overrides: list[str]) -> bool:
     return bool(OmegaConf.load(Path(CONFIG_DIR) / "strategy" / "ddp.yaml").sync_batchnorm)
 
 
+TRAIN_COMMAND = (sys.executable, "-m", "segscale.cli.train")
+"""``train.py`` as a module: found wherever segscale is installed."""
+
+
 def scaling_command(
-    train_script: Path,
     overrides: list[str],
     devices: int,
     accelerator: str,
@@ -119,8 +122,7 @@ def scaling_command(
 ) -> list[str]:
     """The ``train.py`` command line of the run on ``devices`` devices."""
     return [
-        sys.executable,
-        str(train_script),
+        *TRAIN_COMMAND,
         *passed_on(overrides),
         "strategy=ddp",
         f"trainer.devices={devices}",

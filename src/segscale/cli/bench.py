@@ -71,15 +71,14 @@ from segscale.bench.scaling import (
 from segscale.bench.sharing import Sharing, batchnorm_layers, sharing, side_by_side
 from segscale.bench.timing import Timing
 from segscale.bench.verdict import findings_from, verdict
-from segscale.checks import EXIT_BAD_INPUT, ConfigError, check_config, require
-from segscale.cli.train import CONFIG_DIR, build, build_datamodule, build_module
-from segscale.data.datamodule import cpus_available
+from segscale.configs import CONFIG_DIR
+from segscale.devices import cpus_available, resolve_accelerator
+from segscale.errors import EXIT_BAD_INPUT, ConfigError, require
 from segscale.models.networks import check_input_side
-from segscale.training.launch import resolve_accelerator
+from segscale.training.builders import build, build_datamodule, build_module
+from segscale.training.config_checks import check_config
 
 log = logging.getLogger(__name__)
-
-TRAIN_SCRIPT = Path(CONFIG_DIR).parent / "train.py"
 
 
 def device_counts(configured: Any, available: int) -> list[int]:
@@ -348,9 +347,7 @@ def measure_scaling(
     for n, variant in runs:
         run_folder = folder / (f"devices_{n}" + ("_sync_batchnorm_flipped" if variant else ""))
         run_overrides = [*without_key(overrides, SYNC_BATCHNORM), variant] if variant else overrides
-        command = scaling_command(
-            TRAIN_SCRIPT, run_overrides, n, accelerator, plan.total, run_folder
-        )
+        command = scaling_command(run_overrides, n, accelerator, plan.total, run_folder)
         log.info("scaling run: %s", " ".join(command))
         point = run_scaling_point(
             command, run_folder, n, threads, plan.warmup, plan.windows, options.timeout_s

@@ -19,9 +19,8 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
-from segscale.checks import EXIT_BAD_INPUT, ConfigError
-from segscale.cli.train import CONFIG_DIR, build
 from segscale.config_types import check_types
+from segscale.configs import CONFIG_DIR
 from segscale.data.labels import LabelMap
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -30,11 +29,14 @@ from segscale.data.sources import (
     read_mask_values,
 )
 from segscale.data.validation import validate_dataset
+from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.devices import run_on_devices
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
-from segscale.metrics import evaluation_report, write_evaluation
+from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
+from segscale.training.builders import build
+from segscale.training.evaluation import write_evaluation
 
 log = logging.getLogger(__name__)
 

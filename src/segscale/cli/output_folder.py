@@ -22,7 +22,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from segscale.checks import EXIT_BAD_INPUT
+from segscale.errors import EXIT_BAD_INPUT
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,8 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
-from segscale.checks import EXIT_BAD_INPUT, ConfigError
-from segscale.cli.train import CONFIG_DIR
 from segscale.config_types import check_types
+from segscale.configs import CONFIG_DIR
 from segscale.data.sources import (
     IMAGE_SUFFIXES,
     READ_ERRORS,
@@ -38,6 +37,7 @@ from segscale.data.sources import (
     read_image,
 )
 from segscale.data.validation import check_image_headers
+from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.devices import run_on_devices
 from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.sliding_window import SlidingWindow

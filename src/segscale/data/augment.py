@@ -14,7 +14,7 @@ import albumentations as A
 import cv2
 import numpy as np
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 
 def patch_rng(seed: int, epoch: int, index: int) -> np.random.Generator:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 from segscale.data.augment import Augmentation
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, RandomPatchDataset
-from segscale.data.samplers import EpochShardSampler
+from segscale.data.samplers import EpochShardSampler, batches_done_in_epoch
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TileSource,
@@ -22,17 +21,12 @@ from segscale.data.sources import (
     load_tiles,
 )
 from segscale.data.validation import DatasetReport, validate_dataset
-from segscale.training.resume import batches_done_in_epoch
+from segscale.devices import cpus_available
 
 MAX_AUTO_WORKERS = 8
 """``num_workers: auto`` never starts more workers than this per rank: each holds a copy
 of the dataset's Python state, and beyond a few the GPU, not the pipeline, is the limit
 (``bench.py`` measures where it lies for a config)."""
-
-
-def cpus_available() -> int:
-    """CPU cores this process may run on (its affinity mask, as SLURM and taskset set it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def auto_num_workers(ranks_per_node: int, cpus: int | None = None) -> int:
@@ -50,7 +44,7 @@ class SegmentationDataModule(L.LightningDataModule):
 
     Under DDP each rank reads its rank and the world size from the trainer and draws
     only its own shard (``EpochShardSampler``); the trainer must therefore be built with
-    ``use_distributed_sampler=False``, which ``segscale.cli.train`` does.
+    ``use_distributed_sampler=False``, which ``segscale.training.run`` does.
     ``batch_size`` is the training batch of every device, unless ``rank_batch_sizes``
     gives one per rank (uneven devices, ``scaling.worker_load``).
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from segscale.checks import ConfigError
 from segscale.data.sources import IMAGE_SUFFIXES, MASK_SUFFIXES, FileProblem, ImageMaskPair
+from segscale.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib
 import numpy as np
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 LabelId = int | tuple[int, int, int]
 """One mask value: a grey level or class index, or an RGB colour."""

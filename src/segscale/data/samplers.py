@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import Sampler
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 SHUFFLE_MODES = ("every-epoch", "once", "never")
 
@@ -105,3 +105,10 @@ class EpochShardSampler(Sampler[list[Key]]):
                 (patch_epoch, int(order[p]) if p < self.dataset_len else p)
                 for p in range(start, start + size)
             ]
+
+
+def batches_done_in_epoch(
+    global_step: int, epoch: int, batches_per_epoch: int, accumulate: int
+) -> int:
+    """Batches of epoch ``epoch`` already trained when a run restarts at ``global_step``."""
+    return max(0, global_step * accumulate - epoch * batches_per_epoch)

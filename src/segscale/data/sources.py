@@ -14,8 +14,8 @@ import numpy as np
 import tifffile
 from PIL import Image, ImageMode
 
-from segscale.checks import require
 from segscale.data.labels import LabelMap
+from segscale.errors import require
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from segscale.atomic_files import write_text_atomically
-from segscale.checks import ConfigError
 from segscale.data.labels import LabelMap
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -32,6 +31,7 @@ from segscale.data.sources import (
     read_image_header,
     read_mask_values,
 )
+from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,7 @@ from typing import Any, TypeVar
 import torch
 from lightning.fabric import Fabric
 
-from segscale.checks import devices_count
-from segscale.training.launch import available_devices
+from segscale.devices import available_devices, devices_count
 
 T = TypeVar("T")
 

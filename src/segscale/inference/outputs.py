@@ -9,8 +9,8 @@ import numpy as np
 import tifffile
 from PIL import Image
 
-from segscale.checks import ConfigError
 from segscale.data.sources import display_rgb
+from segscale.errors import ConfigError
 
 FORMATS = ("png", "tif")
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 Model = Callable[[torch.Tensor], torch.Tensor]
 """Float32 ``N×C×h×w`` in the image's raw value range → logits ``N×K×h×w``."""

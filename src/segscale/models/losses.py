@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from segmentation_models_pytorch.losses import DiceLoss
 from torch import nn
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -15,11 +16,12 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from segscale.checks import ConfigError
-from segscale.metrics import scores_from_confusion
+from segscale.errors import ConfigError
+from segscale.models.checkpoint_metadata import read_trained_network
 from segscale.models.losses import SegmentationLoss
+from segscale.models.metrics import scores_from_confusion
 from segscale.models.nonfinite import NonFiniteError, check_policy, describe
-from segscale.training.optim import (
+from segscale.models.optim import (
     Schedule,
     check_gradient_threshold,
     clip_gradients,
@@ -110,6 +112,44 @@ class SegmentationModule(L.LightningModule):
         self.val_confusion = MulticlassConfusionMatrix(num_classes, ignore_index=ignore_index)
         self.last_val_confusion: torch.Tensor | None = None  # of the latest validation
         self.val_loss = MeanMetric()
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        key: str = "checkpoint_path",
+        **kwargs: Any,
+    ) -> SegmentationModule:
+        """The trained network of a ``train.py`` checkpoint, ready for inference on the CPU.
+
+        Lightning's own ``load_from_checkpoint`` would unpickle the file and rebuild the
+        module from saved hyperparameters; the network here is an object, so it is
+        rebuilt from the checkpoint's metadata instead, the file read weights-only and
+        verified against its digest (``checkpoint_metadata.read_trained_network``).
+        ``map_location`` moves the module (``"cuda"``, a ``torch.device``); ``key``
+        names what gave the path in error messages; ``kwargs`` is refused, as there are
+        no hyperparameters to override.
+        """
+        if kwargs:
+            raise TypeError(
+                f"unexpected arguments {sorted(kwargs)}: a segscale checkpoint "
+                "carries its network, classes and normalization itself"
+            )
+        network, meta = read_trained_network(checkpoint_path, key)
+        names = [str(name) for name in meta["class_names"]]
+        module = cls(
+            network=network,
+            optimizer=None,
+            num_classes=len(names),
+            class_names=names,
+            ignore_index=meta["ignore_index"],
+            mean=meta["mean"],
+            std=meta["std"],
+            max_value=meta["max_value"],
+            inference_metadata=meta,
+        )
+        return module.to(map_location) if map_location is not None else module
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         """Class logits (N×K×H×W) of images (N×C×H×W) in raw pixel values (0 to max_value)."""

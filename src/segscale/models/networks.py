@@ -11,7 +11,7 @@ from segmentation_models_pytorch.base import SegmentationHead, SegmentationModel
 from segmentation_models_pytorch.decoders.deeplabv3.decoder import DeepLabV3PlusDecoder
 from torch import nn
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.models.weights import load_encoder_weights
 
 

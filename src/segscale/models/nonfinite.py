@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 POLICIES = ("stop", "skip")
 """The values of ``training.on_nonfinite``."""

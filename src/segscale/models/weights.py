@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 SHOWN = 4
 """How many keys of each kind an error names before it gives the count."""

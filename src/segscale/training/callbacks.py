@@ -18,10 +18,10 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.atomic_files import write_text_atomically
-from segscale.checks import ConfigError
 from segscale.data.labels import class_colours
 from segscale.data.sources import display_rgb
-from segscale.metrics import write_evaluation
+from segscale.errors import ConfigError
+from segscale.training.evaluation import write_evaluation
 from segscale.training.plots import (
     plot_sample_predictions,
     plot_training_progress,
@@ -344,7 +344,7 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
 
     Keeps a checkpoint every ``frequency`` epochs or iterations in ``dirpath``, named
     ``epoch<E>-step<S>.ckpt``; ``frequency`` 0 keeps none (``None``: no callback).
-    ``segscale.cli.train`` checks that ``dirpath`` is writable before training.
+    ``segscale.training.run`` checks that ``dirpath`` is writable before training.
     """
     if unit not in ("epoch", "iteration"):
         raise ConfigError(

@@ -27,59 +27,20 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
-from segscale.checks import ConfigError, devices_count, is_device_list
+from segscale.devices import (
+    available_devices,
+    devices_count,
+    is_device_list,
+    resolve_accelerator,
+    shown_devices,
+)
+from segscale.errors import ConfigError
 from segscale.models.nonfinite import NonFiniteError
 
 log = logging.getLogger(__name__)
 
 GRACE_S = 15.0
 """Seconds a failed rank's peers get to notice, report and exit before being stopped."""
-
-
-def resolve_accelerator(accelerator: str) -> str:
-    """The concrete accelerator (``cuda``, ``mps`` or ``cpu``) that ``accelerator`` means."""
-    if accelerator in ("gpu", "cuda"):
-        return "cuda"
-    if accelerator == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    return accelerator
-
-
-def available_devices(accelerator: str) -> int:
-    """How many devices of ``accelerator`` this machine has (1 for the CPU)."""
-    kind = resolve_accelerator(accelerator)
-    if kind == "cuda":
-        return torch.cuda.device_count()
-    return 1
-
-
-def check_devices(devices: Any, accelerator: str) -> None:
-    """Raise ``ConfigError`` unless ``trainer.devices`` names devices this machine has."""
-    kind = resolve_accelerator(accelerator)
-    listed = is_device_list(devices)
-    if kind != "cuda":
-        if listed:
-            raise ConfigError(
-                f"trainer.devices={_shown(devices)} lists device indices, which only GPUs have; "
-                f"with trainer.accelerator={accelerator} ({kind}) give a count of processes, "
-                "e.g. trainer.devices=2"
-            )
-        return
-    available = torch.cuda.device_count()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
-    wanted = list(devices) if listed else []
-    missing = [i for i in wanted if i >= available]
-    count = devices_count(devices, available)
-    if missing or count > available:
-        raise ConfigError(
-            f"trainer.devices={_shown(devices)} asks for GPU(s) this machine does not have: it "
-            f"has {available} (indices 0..{available - 1}; CUDA_VISIBLE_DEVICES={visible} "
-            "numbers them from 0)"
-        )
 
 
 def included_devices(devices: Any, accelerator: str, count: int, included: Sequence[int]) -> Any:
@@ -99,7 +60,7 @@ def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> Singl
     if count != 1:
         raise ConfigError(
             f"strategy=single runs one process on one device, but "
-            f"trainer.devices={_shown(devices)} asks for {count}; use strategy=ddp "
+            f"trainer.devices={shown_devices(devices)} asks for {count}; use strategy=ddp "
             "(or strategy=ddp_spawn) to train on several devices"
         )
     kind = resolve_accelerator(accelerator)
@@ -342,7 +303,3 @@ def free_port() -> int:
 def _destroy_process_group() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-
-
-def _shown(value: Any) -> Any:
-    return list(value) if is_device_list(value) else value

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import OmegaConf
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
+from segscale.models.checkpoint_io import load_checkpoint_file
 from segscale.models.weights import LOAD_ERRORS, compare_state
-from segscale.training.checkpoint_io import load_checkpoint_file
 from segscale.training.launch import launcher_job_id
 
 if TYPE_CHECKING:
@@ -57,6 +58,15 @@ def run_dir_for(ckpt_path: str | None, task_root: str, fresh_dir: str) -> str:
         return str(run) if run else fresh_dir
     path = Path(ckpt_path)
     return str(path.parent.parent) if path.parent.name == "checkpoints" else fresh_dir
+
+
+def register_run_dir_resolver() -> None:
+    """Let ``hydra.run.dir`` ask ``${segscale.run_dir:...}`` for the folder a resume continues.
+
+    ``conf/train.yaml`` uses it, so it must be registered before a train config is
+    composed (by ``train.py``, or by the Python API).
+    """
+    OmegaConf.register_new_resolver("segscale.run_dir", run_dir_for, replace=True)
 
 
 def resolve_checkpoint(ckpt_path: str | None, output_dir: str) -> str | None:
@@ -150,10 +160,3 @@ def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
     return ", ".join(
         f"model.{k}: checkpoint {theirs.get(k)!r}, config {ours.get(k)!r}" for k in keys
     )
-
-
-def batches_done_in_epoch(
-    global_step: int, epoch: int, batches_per_epoch: int, accumulate: int
-) -> int:
-    """Batches of epoch ``epoch`` already trained when a run restarts at ``global_step``."""
-    return max(0, global_step * accumulate - epoch * batches_per_epoch)

@@ -29,7 +29,7 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.atomic_files import current_umask, write_text_atomically
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

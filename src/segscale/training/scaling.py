@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from segscale.checks import ConfigError
 from segscale.data.samplers import split_in_proportion
+from segscale.errors import ConfigError
 
 BATCH_MODES = ("per_device", "global")
 LR_RULES = ("none", "linear", "sqrt")

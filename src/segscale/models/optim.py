@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 
 SOLVERS: dict[str, type[torch.optim.Optimizer]] = {
     "sgdm": torch.optim.SGD,

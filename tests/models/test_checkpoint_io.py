@@ -4,8 +4,8 @@ import stat
 import pytest
 import torch
 
-from segscale.checks import ConfigError
-from segscale.training.checkpoint_io import (
+from segscale.errors import ConfigError
+from segscale.models.checkpoint_io import (
     DIGEST_KEY,
     SafeCheckpointIO,
     load_checkpoint_file,

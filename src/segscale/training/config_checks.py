@@ -9,15 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the key and what is allowed."""
-
-
-EXIT_BAD_INPUT = 2
-"""Exit status of every entry point that refuses a bad value, file or folder."""
+from segscale.config_types import check_types
+from segscale.data.samplers import SHUFFLE_MODES
+from segscale.devices import devices_count
+from segscale.errors import ConfigError, require
+from segscale.models.nonfinite import check_policy
+from segscale.models.optim import SOLVERS
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -38,12 +37,6 @@ def check_config(cfg: DictConfig) -> None:
             f"an integer >= {minimum}",
         )
     check_loader_options(cfg)
-    # Imported here: these modules import ConfigError from this one.
-    from segscale.config_types import check_types
-    from segscale.data.samplers import SHUFFLE_MODES
-    from segscale.models.nonfinite import check_policy
-    from segscale.training.optim import SOLVERS
-
     shuffle = _get(cfg, "datamodule.shuffle")
     require(
         shuffle, "datamodule.shuffle", lambda v: v in SHUFFLE_MODES, f"one of {list(SHUFFLE_MODES)}"
@@ -93,31 +86,6 @@ def check_loader_options(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r} is not allowed: expected {expected}")
 
 
-def is_device_list(devices: Any) -> bool:
-    """Whether ``trainer.devices`` lists device indices (``[0, 2]``) rather than a count."""
-    return isinstance(devices, (list, tuple, ListConfig))
-
-
-def devices_count(devices: Any, available: int | None = None, key: str = "trainer.devices") -> int:
-    """Number of devices that ``trainer.devices`` (or ``key``) asks for on this node.
-
-    Accepts a positive count, ``-1`` or ``"auto"`` (all ``available``), or a list of
-    distinct device indices such as ``[0, 2]``, as Lightning does.
-    """
-    expected = "a positive count, -1 or 'auto' (all devices), or a list of indices such as [0,2]"
-    if is_device_list(devices):
-        indices = list(devices)
-        ok = indices and all(isinstance(i, int) and i >= 0 for i in indices)
-        require(devices, key, lambda _: ok and len(set(indices)) == len(indices), expected)
-        return len(indices)
-    if devices in ("auto", -1, "-1"):
-        return max(1, available or 1)
-    if isinstance(devices, str) and devices.isdigit():
-        devices = int(devices)
-    require(devices, key, lambda v: isinstance(v, int) and v >= 1, expected)
-    return devices
-
-
 def _get(cfg: DictConfig, dotted: str) -> Any:
     node: Any = cfg
     for part in dotted.split("."):
@@ -125,10 +93,3 @@ def _get(cfg: DictConfig, dotted: str) -> Any:
             raise ConfigError(f"{dotted} is missing from the config")
         node = node[part]
     return node
-
-
-def require(value: Any, key: str, ok: Any, expected: str) -> None:
-    """Raise ``ConfigError`` naming ``key`` unless ``ok(value)`` (a bool is never allowed)."""
-    if isinstance(value, bool) or not ok(value):
-        shown = list(value) if isinstance(value, ListConfig) else value
-        raise ConfigError(f"{key}={shown!r} is not allowed: expected {expected}")

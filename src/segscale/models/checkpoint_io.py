@@ -20,7 +20,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from segscale.atomic_files import write_atomically
-from segscale.checks import ConfigError
+from segscale.errors import ConfigError
 from segscale.models.weights import read_weights
 
 DIGEST_KEY = "segscale_sha256"

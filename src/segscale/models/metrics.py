@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -59,30 +56,3 @@ def evaluation_report(confusion: torch.Tensor, class_names: Sequence[str]) -> di
             for c, name in enumerate(class_names)
         },
     }
-
-
-def write_evaluation(folder: Path, confusion: torch.Tensor, class_names: Sequence[str]) -> None:
-    """Write ``evaluation_report`` and the confusion matrix into ``folder``.
-
-    ``metrics.json`` (data-set and per-class metrics), ``class_metrics.csv`` (accuracy,
-    IoU, Dice per class), ``confusion_matrix.csv`` (rows: true class, columns:
-    predicted) and ``confusion_matrix.png``.
-    """
-    # Imported here: plotting pulls in matplotlib, which metric arithmetic does not need.
-    from segscale.training.plots import plot_confusion_matrix
-
-    names = list(class_names)
-    folder.mkdir(parents=True, exist_ok=True)
-    report = evaluation_report(confusion, names)
-    (folder / "metrics.json").write_text(json.dumps(report, indent=2))
-    with open(folder / "class_metrics.csv", "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(["class", "Accuracy", "IoU", "Dice"])
-        for name, values in report["classes"].items():
-            writer.writerow([name, values["Accuracy"], values["IoU"], values["Dice"]])
-    with open(folder / "confusion_matrix.csv", "w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(["true \\ predicted", *names])
-        for name, row in zip(names, confusion.tolist(), strict=True):
-            writer.writerow([name, *row])
-    plot_confusion_matrix(confusion.cpu().numpy(), names, folder / "confusion_matrix.png")

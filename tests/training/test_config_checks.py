@@ -1,7 +1,9 @@
 import pytest
 from omegaconf import OmegaConf
 
-from segscale.checks import ConfigError, check_config, devices_count
+from segscale.devices import devices_count
+from segscale.errors import ConfigError
+from segscale.training.config_checks import check_config
 
 
 @pytest.mark.parametrize(

@@ -4,15 +4,15 @@ import pytest
 import torch
 from torch import nn
 
-from segscale.checks import ConfigError
-from segscale.training.host_syncs import HostSyncCounter
-from segscale.training.optim import (
+from segscale.errors import ConfigError
+from segscale.models.optim import (
     Schedule,
     build_optimizer,
     check_gradient_threshold,
     clip_gradients,
     lr_scheduler,
 )
+from segscale.training.host_syncs import HostSyncCounter
 
 
 def network() -> nn.Module:

@@ -1,0 +1,27 @@
+"""The config tree shipped inside the package, and composing a config from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
+"""The package's ``conf/`` folder: found wherever segscale is installed."""
+
+
+def compose_config(
+    config_name: str = "train",
+    overrides: Sequence[str] = (),
+    return_hydra_config: bool = False,
+) -> DictConfig:
+    """``conf/<config_name>.yaml`` with ``overrides``, composed as the command line does.
+
+    ``hydra.searchpath=[...]`` among the overrides adds a user's own config folders.
+    """
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(
+            config_name, overrides=list(overrides), return_hydra_config=return_hydra_config
+        )

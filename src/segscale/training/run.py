@@ -1,0 +1,125 @@
+"""One training run in its folder: check the config, build the objects, fit, summarize.
+
+The whole path from a composed config to ``Trainer.fit`` is in ``train`` below; each
+object comes from the config group of the same name (``builders``).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from segscale.devices import available_devices, check_devices, devices_count
+from segscale.models.checkpoint_io import SafeCheckpointIO
+from segscale.models.networks import check_input_side
+from segscale.training.builders import (
+    build,
+    build_datamodule,
+    build_module,
+    instantiate_each,
+    trainer_devices,
+)
+from segscale.training.callbacks import RunSummary, ensure_writable
+from segscale.training.config_checks import check_config
+from segscale.training.launch import job_ranks
+from segscale.training.resume import ForgetAbandonedBest, check_resumable, resolve_checkpoint
+from segscale.training.run_folder import (
+    LaunchRecord,
+    RunFolderLock,
+    check_fresh_folder,
+    has_launch_record,
+    launch_record,
+    write_launch_record,
+)
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train the configured network; return the run summary (empty on ranks > 0).
+
+    Rank 0 holds the run folder for the whole run (``RunFolderLock``): a second run
+    started into it is refused.
+    """
+    leader = rank_zero_only.rank == 0  # read from the rank variables, before the trainer exists
+    with RunFolderLock(cfg.output_dir) if leader else nullcontext():
+        return _train_in_folder(cfg, leader)
+
+
+def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
+    """``train`` once the run folder is this run's; ``leader`` (rank 0) writes its files."""
+    # A fresh run records itself first, as Hydra would, also if a check then fails; a
+    # relaunch (resume, requeue) only once it starts training (LaunchRecord), so that a
+    # refused one leaves the run folder as it was.
+    relaunch = bool(cfg.get("ckpt_path"))
+    if not relaunch:
+        check_fresh_folder(cfg.output_dir)  # every rank: torchrun's would wait for rank 0
+    if leader and not relaunch and not has_launch_record(cfg.output_dir):
+        write_launch_record(cfg.output_dir, launch_record(cfg))
+    check_config(cfg)
+    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
+    L.seed_everything(cfg.seed, workers=True)
+    # sync_batchnorm is ours (it converts the network below), not a strategy argument.
+    strategy_cfg = OmegaConf.to_container(cfg.strategy, resolve=True)
+    sync_batchnorm = strategy_cfg.pop("sync_batchnorm", False)
+    strategy = build(OmegaConf.create(strategy_cfg))
+    check_devices(cfg.trainer.devices, cfg.trainer.accelerator)
+    num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
+    effective = build(cfg.scaling).resolve(
+        cfg.datamodule.batch_size, cfg.optimizer.lr, num_processes * cfg.trainer.num_nodes
+    )
+    log.info("scaling: %s", effective)
+    devices = trainer_devices(cfg, num_processes, effective.included)
+    # Devices are left out on one node only, so every node runs the same number.
+    num_processes = effective.world_size // cfg.trainer.num_nodes
+    datamodule = build_datamodule(cfg, effective)
+    report = datamodule.check()
+    module = build_module(
+        cfg,
+        datamodule,
+        effective.learning_rate,
+        effective.warmup_epochs,
+        sync_batchnorm=sync_batchnorm and effective.world_size > 1,
+    )
+    scaling = {**OmegaConf.to_container(cfg.scaling), **effective.as_dict()}
+    scaling |= {"base_learning_rate": cfg.optimizer.lr}
+    scaling.pop("_target_")
+    summary = RunSummary(cfg.output_dir, cfg.training.output_network, scaling)
+    callbacks = [*instantiate_each(cfg.get("callbacks")), summary]
+    if relaunch:
+        callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node and node.get("dirpath"):
+            ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
+    if ckpt_path:
+        check_resumable(ckpt_path, module)
+    start_method = cfg.strategy.get("start_method")
+    # Everything above is checked before any other rank starts; the trainer comes after,
+    # since Lightning reads the rank variables that job_ranks sets.
+    resolved = {"ckpt_path": ckpt_path} if ckpt_path else None
+    if leader:
+        log.info("%s", report.table())
+        if not relaunch:  # the run's own, written when it started
+            report.write(Path(cfg.output_dir))
+    with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved):
+        trainer = instantiate(
+            cfg.trainer,
+            devices=devices,
+            strategy=strategy,
+            callbacks=callbacks,
+            logger=list(instantiate_each(cfg.get("logger"))) or False,
+            plugins=[SafeCheckpointIO()],
+            # The datamodule shards every epoch by rank itself (EpochShardSampler).
+            use_distributed_sampler=False,
+        )
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
+    return (RunSummary.read(cfg.output_dir) or {}) if trainer.is_global_zero else {}
