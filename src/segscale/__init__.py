@@ -1,3 +1,36 @@
-"""segscale: config-driven semantic segmentation on one device or many."""
+"""segscale: config-driven semantic segmentation on one device or many.
 
-__version__ = "0.1.0"
+From Python: ``segscale.load(ckpt).predict(image)`` labels images with a trained
+network, ``segscale.train(overrides)`` trains as ``segscale-train`` does. They live in
+``segscale.api``, imported on first use, so ``import segscale`` itself loads neither
+torch nor Lightning and changes no global state.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module, metadata
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from segscale.api import Predictor, TrainingFailedError, load, train
+
+try:
+    __version__ = metadata.version("segscale")
+except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
+
+_API = ("Predictor", "TrainingFailedError", "load", "train")
+"""The names of ``segscale.api`` that ``segscale`` itself offers."""
+
+__all__ = ["Predictor", "TrainingFailedError", "__version__", "load", "train"]
+
+
+def __getattr__(name: str) -> Any:
+    """``segscale.load``, ``segscale.train``, ...: ``segscale.api``'s, imported on first use."""
+    if name in _API:
+        return getattr(import_module("segscale.api"), name)
+    raise AttributeError(f"module 'segscale' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})

@@ -83,6 +83,7 @@ def check_types(cfg: DictConfig, filled_in: Collection[str] = ()) -> None:
     ``filled_in`` lists dotted keys that the caller replaces when it builds, whatever
     the config holds (``model.in_channels: null`` is filled in from the images).
     """
+    key: Any  # a DictConfig key: str, or bytes, int, float, bool or Enum
     for path, node in target_nodes(cfg):
         parameters = target_parameters(node)
         for key in node:

@@ -30,7 +30,7 @@ def devices_count(devices: Any, available: int | None = None, key: str = "traine
     expected = "a positive count, -1 or 'auto' (all devices), or a list of indices such as [0,2]"
     if is_device_list(devices):
         indices = list(devices)
-        ok = indices and all(isinstance(i, int) and i >= 0 for i in indices)
+        ok = bool(indices) and all(isinstance(i, int) and i >= 0 for i in indices)
         require(devices, key, lambda _: ok and len(set(indices)) == len(indices), expected)
         return len(indices)
     if devices in ("auto", -1, "-1"):

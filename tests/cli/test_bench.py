@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from segscale.bench.benchmark import bench
 from segscale.bench.interconnects import INTERCONNECTS
-from segscale.cli.bench import bench, device_counts, rank_data_rate
+from segscale.bench.pipeline import rank_data_rate
+from segscale.bench.settings import device_counts
 from segscale.data import datamodule as datamodule_module
 from segscale.errors import ConfigError
 from segscale.training.builders import build, build_datamodule

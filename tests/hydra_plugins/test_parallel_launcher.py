@@ -1,5 +1,7 @@
 import csv
+import os
 from datetime import datetime
+from typing import ClassVar
 
 import pytest
 import torch
@@ -52,3 +54,34 @@ def test_a_job_that_needs_more_gpus_than_there_are_stops_the_sweep_first(monkeyp
         ParallelLauncher(gpus=[3]).gpu_ids()
     with pytest.raises(ConfigError, match=r"hydra\.launcher\.cpu_jobs=0"):
         ParallelLauncher(cpu_jobs=0)
+
+
+class FakeJob:
+    """Stands in for a job's process: keeps its environment, and has failed already."""
+
+    envs: ClassVar[list[dict[str, str]]] = []
+    returncode = 1
+
+    def __init__(self, command: list[str], env: dict[str, str], **kwargs: object) -> None:
+        FakeJob.envs.append(env)
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+def test_cpu_jobs_share_the_cores_this_process_may_use(monkeypatch, tmp_path):
+    from hydra_plugins.segscale_plugins import parallel_launcher
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this sweep's
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.setattr(parallel_launcher.subprocess, "Popen", FakeJob)
+    FakeJob.envs = []
+    config, context = compose_for_plugins(
+        "hydra/launcher=parallel", f"hydra.sweep.dir={tmp_path}", "trainer.accelerator=cpu"
+    )
+    launcher = ParallelLauncher(cpu_jobs=2, poll_s=0)
+    launcher.setup(hydra_context=context, task_function=None, config=config)
+    launcher.launch([["trainer.devices=2"], ["trainer.devices=1"]], initial_job_idx=0)
+    # 8 cores, 2 jobs at once: 4 threads a job, shared by its processes.
+    assert [env["OMP_NUM_THREADS"] for env in FakeJob.envs] == ["2", "4"]

@@ -4,7 +4,11 @@ import logging
 import pytest
 
 from segscale.errors import ConfigError
-from segscale.training.callbacks import VerboseLog, ensure_writable, periodic_checkpoint
+from segscale.training.callbacks.periodic_checkpoint import (
+    ensure_writable,
+    periodic_checkpoint,
+)
+from segscale.training.callbacks.verbose_log import VerboseLog
 from segscale.training.plots import plot_training_progress
 from segscale.training.run import train
 

@@ -1,4 +1,6 @@
 import json
+import os
+from typing import ClassVar
 
 import pytest
 import torch
@@ -7,6 +9,7 @@ from omegaconf import OmegaConf
 
 from segscale.errors import ConfigError
 from segscale.training.launch import (
+    config_options,
     included_devices,
     job_ranks,
     must_start_ranks,
@@ -101,7 +104,7 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
 
 
 def test_device_indices_must_exist(monkeypatch):
-    from segscale.training import launch
+    from segscale import devices as launch  # check_devices moved to the core layer
 
     with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 2\] lists device indices"):
         launch.check_devices(OmegaConf.create([0, 2]), "cpu")
@@ -120,3 +123,89 @@ def test_included_devices_drop_the_weight_zero_positions():
     assert included_devices(3, "gpu", 3, (1, 2)) == [1, 2]
     assert included_devices(3, "cpu", 3, (0, 2)) == 2
     assert included_devices([1, 4], "gpu", 2, (0, 1)) == [1, 4]
+
+
+def test_ranks_load_the_jobs_own_config_folders(monkeypatch):
+    sources = [
+        {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
+        {"path": "/site/segscale/conf", "schema": "file", "provider": "main"},
+        {"path": "/their/conf", "schema": "file", "provider": "command-line"},
+        {"path": "/their/more", "schema": "file", "provider": "hydra.searchpath in command-line"},
+        {"path": "", "schema": "structured", "provider": "schema"},
+    ]
+    hydra_overrides = ["hydra.searchpath=[file:///their/more]", "hydra.mode=MULTIRUN"]
+    hydra_cfg = OmegaConf.create(
+        {
+            "hydra": {
+                "overrides": {"task": ["experiment=mine"], "hydra": hydra_overrides},
+                "job": {"config_name": "mytrain"},
+                "runtime": {"config_sources": sources},
+            }
+        }
+    )
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
+    command = rank_command(1, "/runs/a")
+    options = command[command.index("--config-path") : command.index("experiment=mine")]
+    assert options == [
+        *("--config-path", "/site/segscale/conf"),
+        *("--config-dir", "/their/conf"),
+        *("--config-name", "mytrain"),
+        "hydra.searchpath=[file:///their/more]",
+    ]
+    assert "hydra.mode=MULTIRUN" not in command  # only the job's own config folders
+    hydra_cfg.hydra.runtime.config_sources[1] = {
+        "path": "theirs.conf",
+        "schema": "pkg",
+        "provider": "main",
+    }
+    assert config_options(hydra_cfg.hydra)[:2] == ["--config-path", "pkg://theirs.conf"]
+
+
+class FakeRanks:
+    """Stands in for ``RankProcesses``: keeps what the ranks would get, starts nothing."""
+
+    envs: ClassVar[list[dict[str, str]]] = []
+
+    def __init__(self, commands: list[list[str]], envs: list[dict[str, str]], cwd: str) -> None:
+        FakeRanks.envs = envs
+
+    def wait(self) -> None:
+        pass
+
+    def failures(self) -> list[tuple[int, int]]:
+        return []
+
+    def terminate(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_ranks(monkeypatch):
+    from segscale.training import launch
+
+    for variable in ("LOCAL_RANK", "SLURM_LOCALID", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(launch, "RankProcesses", FakeRanks)
+    monkeypatch.setattr(launch, "rank_command", lambda rank, folder, resolved=None: ["train.py"])
+    threads = torch.get_num_threads()
+    yield FakeRanks
+    torch.set_num_threads(threads)  # as the test found it, whatever job_ranks did
+
+
+def test_a_ddp_job_gives_the_threads_back_to_the_next_job(fake_ranks, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    torch.set_num_threads(3)
+    with job_ranks("popen", 2, "/runs/a"):
+        assert torch.get_num_threads() == 4
+    assert torch.get_num_threads() == 3
+    with pytest.raises(RuntimeError, match="rank 0 failed"), job_ranks("popen", 2, "/runs/b"):
+        raise RuntimeError("rank 0 failed")
+    assert torch.get_num_threads() == 3
+
+
+def test_ranks_share_the_cores_this_process_may_use(fake_ranks, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this job's
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
+    with job_ranks("popen", 3, "/runs/a"):
+        assert os.environ["OMP_NUM_THREADS"] == "2" and torch.get_num_threads() == 2
+    assert [env["OMP_NUM_THREADS"] for env in fake_ranks.envs] == ["2", "2"]

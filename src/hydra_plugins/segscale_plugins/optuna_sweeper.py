@@ -43,6 +43,7 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 
 from hydra_plugins.segscale_plugins.grid_sweeper import summarize
+from segscale.atomic_files import write_text_atomically
 from segscale.errors import ConfigError
 from segscale.sweeps.objective import optimized_metric
 
@@ -123,7 +124,7 @@ class OptunaSweeper(Sweeper):
         space, fixed = self._search_space(arguments)
         self._check_composes(space, fixed)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        write_text_atomically(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         storage = self.storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
         study = optuna.create_study(
             study_name=self.study_name,
@@ -219,7 +220,9 @@ class OptunaSweeper(Sweeper):
             "best_params": best.params,
             "trials": {s.name.lower(): len(study.get_trials(states=(s,))) for s in TrialState},
         }
-        OmegaConf.save(OmegaConf.create(result), sweep_dir / "optimization_results.yaml")
+        write_text_atomically(
+            sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(OmegaConf.create(result))
+        )
         log.info("best trial %d: %s = %.6g", best.number, result["metric"], best.value)
         log.info("best parameters: %s", best.params)
         return result

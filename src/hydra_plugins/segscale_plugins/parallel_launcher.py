@@ -24,11 +24,11 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from segscale.devices import devices_count, is_device_list, resolve_accelerator
+from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
 from segscale.sweeps.objective import objective
-from segscale.training.callbacks import RunSummary
 from segscale.training.launch import program_command
+from segscale.training.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,9 @@ class ParallelLauncher(Launcher):
                     f"{plan.gpus} GPUs, but hydra/launcher=parallel has {len(gpus)} to share out"
                 )
         free_gpus, free_slots = list(gpus), self.cpu_jobs
-        threads = max(1, (os.cpu_count() or 1) // self.cpu_jobs)
+        # The cores this process may use (its affinity mask under SLURM, cgroups or
+        # taskset), not all the machine's: the jobs share those.
+        threads = max(1, cpus_available() // self.cpu_jobs)
         queue, running, results = list(plans), [], {}
         mode = f"{len(gpus)} GPUs" if gpus else f"{self.cpu_jobs} CPU jobs at once"
         log.info("Launching %d jobs in parallel (%s)", len(plans), mode)
@@ -192,7 +194,7 @@ class ParallelLauncher(Launcher):
             log.info("\t#%d finished in %.0f s", plan.number, seconds)
             result.status = JobStatus.COMPLETED
             # What the job's task function returned, from the summary it wrote.
-            result.return_value = objective(plan.config, RunSummary.read(plan.folder) or {})
+            result.return_value = objective(plan.config, read_summary(plan.folder) or {})
             return result
         output = plan.console.read_text(errors="replace").strip().splitlines()
         tail = "\n".join(output[-15:])

@@ -122,6 +122,8 @@ def optimizer_and_scaler(
     module: SegmentationModule, precision: str, device: torch.device
 ) -> tuple[torch.optim.Optimizer, torch.amp.GradScaler]:
     """The module's optimizer, and a gradient scaler that scales only under ``16-mixed``."""
+    if module.optimizer_factory is None:  # calling None would raise this TypeError too
+        raise TypeError("this module was built with optimizer=None: it cannot train")
     optimizer = module.optimizer_factory(module.network)
     return optimizer, torch.amp.GradScaler(device.type, enabled=str(precision) == "16-mixed")
 

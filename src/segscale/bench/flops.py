@@ -18,9 +18,10 @@ import copy
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 TERA = 1e12
@@ -49,8 +50,8 @@ def _peak(
     source: str,
 ) -> DevicePeak:
     """A table row from TFLOP/s."""
-    fp32, tf32, bf16, fp16 = (None if v is None else v * TERA for v in (fp32, tf32, bf16, fp16))
-    return DevicePeak(name, pattern, fp32, tf32, bf16, fp16, source)
+    tf32, bf16, fp16 = (None if v is None else v * TERA for v in (tf32, bf16, fp16))
+    return DevicePeak(name, pattern, fp32 * TERA, tf32, bf16, fp16, source)
 
 
 HOPPER = "NVIDIA {} Tensor Core GPU datasheet ({}: TF32 {}*, BF16/FP16 {}* TFLOPS)"
@@ -223,7 +224,7 @@ def training_flops(module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> S
     image, mask = batch["image"].to("meta"), batch["mask"].to("meta").long()
     mapping = {torch.ops.aten.convolution_backward: _conv_backward_flop}
     with FlopCounterMode(display=False, custom_mapping=mapping) as forward:
-        loss = twin.loss_fn(twin(image), mask).mean()
+        loss = cast(nn.Module, twin.loss_fn)(twin(image), mask).mean()
     with FlopCounterMode(display=False, custom_mapping=mapping) as backward:
         loss.backward()
     patches = int(batch["image"].shape[0])

@@ -84,3 +84,8 @@ def measure_gradients(
     for i in range(1, len(ready)):  # a bucket is all-reduced after the one before it
         ready[i] = max(ready[i], ready[i - 1])
     return Gradients(tuple(sizes), tuple(ready))
+
+
+def buffer_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the module's buffers: what DDP broadcasts from rank 0 every forward."""
+    return sum(b.numel() * b.element_size() for b in module.buffers())

@@ -18,8 +18,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.bench.compute import BareLoopResult, StepPlan, bare_loop
+from segscale.bench.progress import Progress
 from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
+from segscale.training.builders import build_module
 
 OPTIONS = ("precision", "channels_last", "compile", "cudnn_benchmark")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
@@ -70,3 +72,45 @@ def measure_option(
         return bare_loop(build(variant), batch, str(variant.trainer.precision), device, plan)
     finally:
         torch.backends.cudnn.benchmark = previous
+
+
+def measure_options(
+    cfg: DictConfig,
+    variants: list[dict[str, Any]],
+    datamodule: Any,
+    learning_rate: float,
+    batch: dict[str, torch.Tensor],
+    device: torch.device,
+    options: DictConfig,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    """The bare step of the config as given and of each variant (one option changed)."""
+    if not variants:
+        return []
+    plan = StepPlan(options.warmup_steps, options.option_steps, 1)
+
+    def build_variant(variant: DictConfig) -> Any:
+        return build_module(variant, datamodule, learning_rate)
+
+    rows: list[dict[str, Any]] = []
+    for overrides in [{}, *variants]:
+        row: dict[str, Any] = {"option": label(overrides), "overrides": overrides, "error": None}
+        try:
+            result = measure_option(cfg, overrides, build_variant, batch, device, plan)
+        # torch raises RuntimeError (its compiler and autocast errors derive from it) for
+        # an option this machine lacks: reported in the table, the other options go on.
+        except RuntimeError as error:
+            row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        else:
+            row |= {
+                "step_s": result.step.mean_s,
+                "peak_memory_mb": result.peak_memory_mb,
+                "warmup_s": result.warmup_s,
+            }
+        rows.append(row)
+        if overrides:
+            progress(f"option {row['option']}")
+    base = rows[0].get("step_s")
+    for row in rows:
+        row["speedup"] = base / row["step_s"] if base and row.get("step_s") else None
+    return rows

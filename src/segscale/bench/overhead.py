@@ -53,7 +53,7 @@ from segscale.bench.timing import synchronize
 from segscale.models.checkpoint_io import SafeCheckpointIO
 from segscale.models.module import SegmentationModule
 from segscale.training.builders import build, instantiate_each
-from segscale.training.callbacks import RunSummary
+from segscale.training.callbacks.run_summary import RunSummary
 
 BATCH = 2
 SIDE = 16
@@ -110,7 +110,9 @@ def measure_overhead(
                 cfg, copy.deepcopy(module), batch, device, warmup, steps, Path(folder) / str(index)
             )
             light.append(step_s)
-    callbacks = tuple(type(c).__name__ for c in trainer.callbacks if not isinstance(c, RoundClock))
+    # Lightning's CallbackConnector sets trainer.callbacks; Trainer does not declare it.
+    listed = trainer.callbacks  # type: ignore[attr-defined]
+    callbacks = tuple(type(c).__name__ for c in listed if not isinstance(c, RoundClock))
     differences = [1e3 * (lt - b) for lt, b in zip(light, bare, strict=True)]
     middle = statistics.median(differences)
     return Overhead(

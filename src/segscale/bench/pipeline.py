@@ -120,6 +120,7 @@ def measure_pipeline(
     """
     datamodule.setup("fit")
     dataset = datamodule.train_set
+    assert dataset is not None  # setup("fit") made it
     crop, warp, augmented = one_core_rates(dataset, seconds)
     progress("pipeline: one core")
     rates = PipelineRates(dataset.patch_size, crop, warp, augmented)
@@ -141,3 +142,12 @@ def doubling_counts(limit: int, *also: int) -> list[int]:
 def worker_counts(cpus: int, configured: int) -> list[int]:
     """Worker counts to measure: 1, 2, 4, … up to ``cpus``, ``cpus`` itself, and ``configured``."""
     return doubling_counts(cpus, max(1, configured))
+
+
+def rank_data_rate(loader_rate: float, ranks: int, workers: int, cpus: int) -> float:
+    """Patches/s one rank's workers deliver when ``ranks`` ranks share ``cpus`` cores.
+
+    ``loader_rate`` is one process's measured rate with ``workers`` workers; when the
+    ranks' processes and workers together outnumber the cores, each gets its share.
+    """
+    return loader_rate * min(1.0, cpus / (ranks * (workers + 1)))

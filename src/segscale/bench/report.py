@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from segscale.atomic_files import write_text_atomically
 from segscale.training.plots import plt, save_figure
 
 FILE = "bench.json"
@@ -14,12 +14,7 @@ FILE = "bench.json"
 
 def write_json(results: dict[str, Any], folder: Path) -> Path:
     """Write ``bench.json`` into ``folder`` atomically; its path."""
-    path = folder / FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{FILE}.{os.getpid()}")
-    temporary.write_text(json.dumps(results, indent=2))
-    temporary.replace(path)
-    return path
+    return write_text_atomically(folder / FILE, json.dumps(results, indent=2))
 
 
 def _rows(title: str, rows: list[tuple[str, str]]) -> list[str]:

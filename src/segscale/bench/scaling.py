@@ -16,6 +16,7 @@ checked against the measured runs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -29,12 +30,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from segscale.atomic_files import write_text_atomically
+from segscale.bench.compute import StepPlan
 from segscale.bench.interconnects import Interconnect, Published, from_published
+from segscale.bench.prediction import efficiency, speedup
+from segscale.bench.progress import Progress
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.configs import CONFIG_DIR
 from segscale.training.launch import free_port
+
+log = logging.getLogger(__name__)
 
 # What the scaling runs set themselves: these keys (and, for groups whose options they
 # replace, every key below them) are not passed on from the user's overrides.
@@ -160,7 +167,7 @@ def run_scaling_point(
         )
     except subprocess.TimeoutExpired:
         return ScalingPoint(devices, None, 0, f"no result within {timeout_s:.0f} s")
-    (folder / "console.log").write_text(done.stdout + done.stderr)
+    write_text_atomically(folder / "console.log", done.stdout + done.stderr)
     steps = folder / "steps.json"
     if done.returncode or not steps.is_file():
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
@@ -197,7 +204,7 @@ def _allreduce_rank(
                 samples.append(time.perf_counter() - start)
         times[str(size)] = statistics.median(samples)
     if rank == 0:
-        Path(result).write_text(json.dumps(times))
+        write_text_atomically(result, json.dumps(times))
     dist.destroy_process_group()
 
 
@@ -219,3 +226,50 @@ def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> 
         rows,
         f"all-reduces of 4 B to {nbytes / 2**20:.0f} MiB between {world} processes",
     )
+
+
+def measure_scaling(
+    cfg: DictConfig,
+    overrides: list[str],
+    counts: list[int],
+    threads: int | None,
+    compute: dict[str, Any],
+    options: DictConfig,
+    progress: Progress,
+) -> tuple[dict[str, Any], Interconnect | None]:
+    """The ddp runs for each of ``counts`` devices, and this machine's measured all-reduce.
+
+    ``threads``: torch threads of each rank on CPUs (``None``: GPUs, one per rank).
+    """
+    folder = Path(cfg.output_dir) / "scaling"
+    accelerator = "cpu" if threads else "cuda"
+    plan = StepPlan(options.warmup_steps, options.window_steps, options.windows)
+    sync = sync_batchnorm(overrides)
+    runs = [(n, None) for n in counts]
+    if max(counts) > 1:  # what synchronized batch norm costs, at the most devices
+        runs.append((max(counts), f"strategy.sync_batchnorm={str(not sync).lower()}"))
+    points: list[tuple[ScalingPoint, str | None]] = []
+    for n, variant in runs:
+        run_folder = folder / (f"devices_{n}" + ("_sync_batchnorm_flipped" if variant else ""))
+        run_overrides = [*without_key(overrides, SYNC_BATCHNORM), variant] if variant else overrides
+        command = scaling_command(run_overrides, n, accelerator, plan.total, run_folder)
+        log.info("scaling run: %s", " ".join(command))
+        point = run_scaling_point(
+            command, run_folder, n, threads, plan.warmup, plan.windows, options.timeout_s
+        )
+        points.append((point, variant))
+        progress(f"ddp on {n} devices {variant or ''}" + (" (failed)" if point.error else ""))
+    here = None
+    if max(counts) > 1:
+        bucket = int(min(compute["gradient_bytes"], options.bucket_mb * 2**20))
+        here = measure_allreduce(max(counts), bucket, accelerator == "cuda")
+    one = next((p.throughput for p, _ in points if p.devices == 1 and p.throughput), None)
+    rows = []
+    for point, variant in points:
+        row = point.as_dict() | {"variant": variant}
+        gain = speedup(point.throughput, one) if one and point.throughput else None
+        row |= {"speedup": gain, "efficiency": efficiency(gain, point.devices) if gain else None}
+        rows.append(row)
+    per_device = f"{threads} thread(s) per process" if threads else "one GPU per process"
+    measured = {"per_device": per_device, "threads": threads, "sync_batchnorm": sync}
+    return measured | {"measured": rows}, here

@@ -34,6 +34,7 @@ import torch.multiprocessing as mp
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from segscale.atomic_files import write_text_atomically
 from segscale.bench.compute import bare_steps
 from segscale.training.launch import free_port
 
@@ -135,7 +136,7 @@ def _rank(
                 )
                 for phase in PHASES
             }
-            Path(result).write_text(json.dumps(means | {"layers": len(layers)}))
+            write_text_atomically(result, json.dumps(means | {"layers": len(layers)}))
     finally:
         dist.destroy_process_group()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -12,6 +11,8 @@ from typing import Any
 
 import lightning as L
 import torch
+
+from segscale.atomic_files import write_text_atomically
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,4 @@ class StepTimer(L.Callback):
         )
         record = {"durations_s": self.durations, "world_size": trainer.world_size}
         record["global_batch"] = int(sum(batches))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(record))
-        temporary.replace(self.path)
+        write_text_atomically(self.path, json.dumps(record))

@@ -223,7 +223,7 @@ def findings_from(results: dict[str, Any]) -> Findings:
     pipeline = results["pipeline"]
     loader = {int(workers): rate for workers, rate in pipeline["loader"].items()}
     workers = pipeline["configured_workers"]
-    best_workers = max(loader, key=loader.get)
+    best_workers = max(loader, key=loader.__getitem__)
     compute, prediction = results["compute"], results["prediction"]
     predicted: dict[str, dict[int, float]] = {}
     for row in prediction["rows"]:

@@ -179,7 +179,10 @@ class SegmentationDataModule(L.LightningDataModule):
         batch_sizes = self.rank_batch_sizes or [self.batch_size] * world
         if len(batch_sizes) != world:
             raise ValueError(f"rank_batch_sizes has {len(batch_sizes)} entries for {world} ranks")
-        sampler = EpochShardSampler(len(self.train_set), batch_sizes, rank, self.shuffle, self.seed)
+        train_set = self.train_set
+        if train_set is None:  # len(None) would raise this TypeError too
+            raise TypeError("no training set: call setup('fit') first")
+        sampler = EpochShardSampler(len(train_set), batch_sizes, rank, self.shuffle, self.seed)
         trainer = self.trainer
         if trainer is not None and trainer.global_step > 0:  # resuming
             done = batches_done_in_epoch(
@@ -189,12 +192,15 @@ class SegmentationDataModule(L.LightningDataModule):
                 trainer.accumulate_grad_batches,
             )
             sampler.skip(min(done, len(sampler)))
-        return self._loader(self.train_set, batch_sampler=sampler, num_workers=num_workers)
+        return self._loader(train_set, batch_sampler=sampler, num_workers=num_workers)
 
     def val_dataloader(self) -> DataLoader:
         """Validation grid patches: the share of this rank (metrics are synced across ranks)."""
         rank, world = self._rank_and_world()
-        shard = Subset(self.val_set, range(rank, len(self.val_set), world))
+        val_set = self.val_set
+        if val_set is None:  # len(None) would raise this TypeError too
+            raise TypeError("no validation set: call setup('fit') or setup('validate') first")
+        shard = Subset(val_set, range(rank, len(val_set), world))
         return self._loader(shard, batch_size=self.val_batch_size)
 
     def workers_per_rank(self, ranks: int | None = None) -> int:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import matplotlib
 import numpy as np
+from matplotlib.colors import ListedColormap
 
 from segscale.errors import ConfigError
 
@@ -95,7 +96,11 @@ class LabelMap:
         return raw.astype(np.int64, copy=False)
 
     def _code(self, value: LabelId) -> int:
-        return (value[0] << 16) | (value[1] << 8) | value[2] if self.colour else value
+        # The table's keys are all RGB triplets or all grey levels (checked in __init__).
+        if not self.colour:
+            return cast(int, value)
+        rgb = cast(tuple[int, int, int], value)
+        return (rgb[0] << 16) | (rgb[1] << 8) | rgb[2]
 
     def value_of_code(self, code: int) -> LabelId:
         """The mask value (grey level or RGB triplet) that ``codes`` packed into ``code``."""
@@ -167,6 +172,7 @@ def class_colours(colours: Sequence[Sequence[int]] | None, num_classes: int) -> 
     """RGB per class (``num_classes×3`` uint8): ``colours``, else a default palette."""
     if colours:
         return np.asarray(colours, np.uint8)[:num_classes]
-    more = np.asarray(matplotlib.colormaps["tab20"].colors) * 255
+    tab20 = cast(ListedColormap, matplotlib.colormaps["tab20"])  # a listed colormap
+    more = np.asarray(tab20.colors) * 255
     palette = np.concatenate([np.asarray(DEFAULT_COLOURS), more.round()]).astype(np.uint8)
     return np.resize(palette, (num_classes, 3))  # repeats beyond 30 classes

@@ -14,6 +14,7 @@ import numpy as np
 import tifffile
 from PIL import Image, ImageMode
 
+from segscale.atomic_files import write_atomically
 from segscale.data.labels import LabelMap
 from segscale.errors import require
 
@@ -230,6 +231,7 @@ def _read_tiff(path: Path, max_image_pixels: int | None) -> np.ndarray:
     A memory map decodes nothing, so only TIFFs that must be decoded are held to
     ``max_image_pixels``.
     """
+    array: np.ndarray
     with tifffile.TiffFile(path) as tif:
         series = tif.series[0]
         axes = _image_axes(path, series)
@@ -276,12 +278,13 @@ def _check_tiff_size(
 
 def write_image(path: Path, image: np.ndarray) -> None:
     """Write an H×W×3 uint8 array as a PNG."""
-    Image.fromarray(image).save(path)
+    write_atomically(path, lambda stream: Image.fromarray(image).save(stream, format="PNG"))
 
 
 def write_mask(path: Path, mask: np.ndarray) -> None:
     """Write an H×W uint8 class-index array as a single-channel PNG."""
-    Image.fromarray(mask, mode="L").save(path)
+    picture = Image.fromarray(mask, mode="L")
+    write_atomically(path, lambda stream: picture.save(stream, format="PNG"))
 
 
 def load_tiles(

@@ -19,6 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from segscale.atomic_files import write_text_atomically
 from segscale.data.sources import FileProblem, ImageMaskPair, write_image, write_mask
 
 CLASS_NAMES = ("impervious_surface", "building", "low_vegetation", "tree", "car", "clutter")
@@ -100,7 +101,7 @@ class SyntheticTiles:
                 write_mask(folder / split / "masks" / f"{i:04d}.png", mask)
         meta = {"format_version": _FORMAT_VERSION, "class_names": list(CLASS_NAMES)}
         meta |= {k: v for k, v in asdict(self).items() if k != "root"}
-        (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_text_atomically(folder / "meta.json", json.dumps(meta, indent=2))
 
 
 def draw_tile(size: int, seed: int, index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,7 +130,8 @@ class _Canvas:
         """Gaussian noise smoothed at scale ``sigma`` and rescaled to ``amplitude``."""
         n = self.rng.standard_normal((self.size, self.size, channels)).astype(np.float32)
         if sigma > 0:
-            n = cv2.GaussianBlur(n, (0, 0), sigma).reshape(self.size, self.size, channels)
+            blurred: np.ndarray = cv2.GaussianBlur(n, (0, 0), sigma)  # float32, as n
+            n = blurred.reshape(self.size, self.size, channels)
             n /= n.std() + 1e-6
         return n * amplitude
 
@@ -193,7 +195,8 @@ def _draw_roads(mask: np.ndarray, canvas: _Canvas, rng: np.random.Generator) -> 
     canvas.layers[IMPERVIOUS][(markings > 0) & dashes] += 90
     for _ in range(rng.integers(3, 6)):  # parking lots and squares
         cx, cy = rng.uniform(0, size, 2)
-        pts = _rotated_rect(cx, cy, *rng.uniform(40, 110, 2), rng.uniform(0, 90))
+        w, h = rng.uniform(40, 110, 2)
+        pts = _rotated_rect(cx, cy, w, h, rng.uniform(0, 90))
         cv2.fillPoly(mask, [pts], IMPERVIOUS)
 
 

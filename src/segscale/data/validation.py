@@ -7,7 +7,6 @@ settings, so a second run re-reads only files that changed.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from segscale.atomic_files import write_text_atomically
+from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.data.labels import LabelMap
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -84,13 +83,13 @@ class DatasetReport:
         """Save ``class_frequencies.csv`` and ``.json`` (pixels and share per class, split)."""
         folder.mkdir(parents=True, exist_ok=True)
         splits = list(self.class_counts)
-        with open(folder / "class_frequencies.csv", "w", newline="") as stream:
-            writer = csv.writer(stream)
-            writer.writerow(["class", *(f"{s}_pixels" for s in splits), *splits])
-            for c, name in enumerate(self.class_names):
-                counts = [int(self.class_counts[s][c]) for s in splits]
-                shares = [round(float(self.frequencies(s)[c]), 6) for s in splits]
-                writer.writerow([name, *counts, *shares])
+        rows = []
+        for c, name in enumerate(self.class_names):
+            counts = [int(self.class_counts[s][c]) for s in splits]
+            shares = [round(float(self.frequencies(s)[c]), 6) for s in splits]
+            rows.append([name, *counts, *shares])
+        header = ["class", *(f"{s}_pixels" for s in splits), *splits]
+        write_csv_atomically(folder / "class_frequencies.csv", header, rows)
         data = {
             s: {
                 name: {"pixels": int(n), "share": round(float(f), 6)}
@@ -100,7 +99,7 @@ class DatasetReport:
             }
             for s in splits
         }
-        (folder / "class_frequencies.json").write_text(json.dumps(data, indent=2))
+        write_text_atomically(folder / "class_frequencies.json", json.dumps(data, indent=2))
 
 
 def validate_dataset(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 from lightning.fabric import Fabric
@@ -30,7 +30,7 @@ def run_on_devices(
     return fabric.launch(_Share(work, items, args))
 
 
-class _Share:
+class _Share(Generic[T]):
     """``work`` on rank ``r`` of ``N`` with items ``r, r + N, …``.
 
     A plain object on purpose: Lightning's process launcher walks the arguments it is

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import tifffile
 from PIL import Image
 
+from segscale.atomic_files import move_into_place, temporary_beside
 from segscale.data.sources import display_rgb
 from segscale.errors import ConfigError
 
@@ -32,7 +32,7 @@ class BandImage:
         if file_format not in FORMATS:
             raise ConfigError(f"format={file_format!r} is not allowed; expected one of {FORMATS}")
         self.path, self.palette = path.with_suffix(f".{file_format}"), palette
-        self.temporary = self.path.with_name(f".{self.path.name}.partial")
+        self.temporary = temporary_beside(self.path)
         if file_format == "tif":
             extra = {"photometric": "palette", "colormap": _tiff_colormap(palette)}
             if palette is None:
@@ -56,8 +56,7 @@ class BandImage:
             if self.palette is not None:  # an "L" image becomes "P", its values unchanged
                 picture.putpalette(_png_palette(self.palette))
             picture.save(self.temporary, format="PNG")
-        os.replace(self.temporary, self.path)
-        return self.path
+        return move_into_place(self.temporary, self.path)
 
     def discard(self) -> None:
         """Drop the unfinished file."""

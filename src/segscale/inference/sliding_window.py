@@ -116,10 +116,11 @@ class SlidingWindow:
         soon as no later tile can change it, keeps none of them and returns None.
         """
         dtype = np.uint8 if num_classes <= 255 else np.uint16
-        labels = None if on_band else np.empty(image.shape[:2], dtype=dtype)
+        labels: np.ndarray | None = None if on_band else np.empty(image.shape[:2], dtype=dtype)
         for y0, probabilities in self.probability_bands(model, image, num_classes, device):
             band = probabilities.argmax(axis=0).astype(dtype)
             if on_band is None:
+                assert labels is not None  # made above when there is no on_band
                 labels[y0 : y0 + len(band)] = band
             else:
                 on_band(y0, band)
@@ -249,8 +250,9 @@ def _is_int(minimum: int) -> Callable[[object], bool]:
 
 
 def _is_fraction(value: object) -> bool:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return number and math.isfinite(value) and 0 <= value < 1
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and 0 <= value < 1
 
 
 def _require(value: object, key: str, ok: Callable[[object], bool], expected: str) -> None:

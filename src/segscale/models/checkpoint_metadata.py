@@ -39,7 +39,7 @@ def inference_metadata(
     }
 
 
-METADATA = {
+METADATA: dict[str, type | tuple[type, ...]] = {
     "model": dict,
     "class_names": list,
     "class_colors": (list, type(None)),
@@ -108,6 +108,7 @@ def read_trained_network(path: str | Path, key: str = "ckpt") -> tuple[nn.Module
     checkpoint = load_checkpoint_file(path, key)
     meta = checkpoint.get("segscale")
     check_metadata(meta, path, key)
+    assert isinstance(meta, dict)  # check_metadata refuses anything else
     if not isinstance(checkpoint.get("state_dict"), dict):
         raise ConfigError(f"{key}={str(path)!r} has no state_dict; expected a .ckpt from train.py")
     network = network_from_metadata(meta["model"], path, key)

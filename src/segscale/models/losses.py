@@ -147,6 +147,8 @@ class SegmentationLoss(nn.Module):
     here a mean over labelled pixels. Pixels labelled ``ignore_index`` count in no term.
     """
 
+    weights: torch.Tensor | None  # a buffer: the class weights, or None for unweighted
+
     def __init__(
         self,
         num_classes: int,
@@ -199,8 +201,10 @@ class SegmentationLoss(nn.Module):
         labelled pixels first (``mask[labelled]``) would make the host wait for the
         device to count them.
         """
+        weights = self.weights
+        assert weights is not None  # forward calls this only for weighted cross-entropy
         classes = torch.where(labelled, mask, 0)  # ignore_index is no class: look up 0
-        return torch.where(labelled, self.weights.to(dtype)[classes], 0).sum()
+        return torch.where(labelled, weights.to(dtype)[classes], 0).sum()
 
     def _focal_sum(
         self, logits: torch.Tensor, mask: torch.Tensor, labelled: torch.Tensor

@@ -12,6 +12,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.distributed as dist
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
@@ -46,7 +47,9 @@ def logs_this_step(trainer: L.Trainer) -> bool:
     1), and the first step (the verbose table's first row).
     """
     step = trainer.global_step
-    return step == 0 or (step + 1) % max(1, trainer.log_every_n_steps) == 0
+    # Lightning's LoggerConnector sets it on the trainer; Trainer does not declare it.
+    every = trainer.log_every_n_steps  # type: ignore[attr-defined]
+    return step == 0 or (step + 1) % max(1, every) == 0
 
 
 class SegmentationModule(L.LightningModule):
@@ -64,6 +67,9 @@ class SegmentationModule(L.LightningModule):
     mean loss) that Lightning syncs across ranks before they are computed, so a DDP run
     reports the metrics of the whole validation set, not an average of per-rank values.
     """
+
+    mean: torch.Tensor  # buffers: per channel (1×C×1×1), in raw pixel values
+    std: torch.Tensor
 
     def __init__(
         self,
@@ -103,10 +109,11 @@ class SegmentationModule(L.LightningModule):
             ignore_index,
         )
         # mean and std are fractions of full intensity; images arrive in raw pixel values.
-        mean, std = torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+        mean_t = torch.tensor(mean).view(1, -1, 1, 1)
+        std_t = torch.tensor(std).view(1, -1, 1, 1)
         self.max_value = max_value
-        self.register_buffer("mean", mean * max_value, persistent=False)
-        self.register_buffer("std", std * max_value, persistent=False)
+        self.register_buffer("mean", mean_t * max_value, persistent=False)
+        self.register_buffer("std", std_t * max_value, persistent=False)
         self.loss_fn = loss if loss is not None else SegmentationLoss(num_classes, ignore_index)
         self.inference_metadata = inference_metadata
         self.val_confusion = MulticlassConfusionMatrix(num_classes, ignore_index=ignore_index)
@@ -174,7 +181,8 @@ class SegmentationModule(L.LightningModule):
         ranks: exact for the pixel terms, a mean of per-device Dice losses for Dice (as in
         every DDP framework).
         """
-        first_micro_batch = self._nonfinite is None  # of this optimizer step
+        previous = self._nonfinite
+        first_micro_batch = previous is None  # of this optimizer step
         if first_micro_batch and self.on_nonfinite == "skip":  # a skipped step keeps them too
             self._buffers_before = [b.clone() for b in self.network.buffers()]
         logits = self(batch["image"])
@@ -187,7 +195,7 @@ class SegmentationModule(L.LightningModule):
         reduced = self._sum_over_ranks(torch.cat([terms.counts, flag]))
         global_counts, nonfinite = reduced[:-1], reduced[-1] > 0
         # Under gradient accumulation every micro-batch of the step counts.
-        self._nonfinite = nonfinite if first_micro_batch else self._nonfinite | nonfinite
+        self._nonfinite = nonfinite if previous is None else previous | nonfinite
         objective = terms.mean(global_counts, scale=self.trainer.world_size)
         if logs_this_step(self.trainer):
             # Only when the metrics are written (Lightning keeps one value per
@@ -278,6 +286,7 @@ class SegmentationModule(L.LightningModule):
         gradients (that is how it finds its scale), so only the loss counts there.
         """
         flag = self._nonfinite
+        assert flag is not None  # on_before_optimizer_step calls this only with a verdict
         if math.isinf(self.gradient_threshold) and self.trainer.precision != "16-mixed":
             gradients = [p.grad for p in parameters if p.grad is not None]
             if gradients:
@@ -291,7 +300,9 @@ class SegmentationModule(L.LightningModule):
         self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter]
     ) -> None:
         """Raise ``NonFiniteError`` (``stop``), or make this step change nothing (``skip``)."""
-        what = "loss" if bool(self._nonfinite.item()) else "gradient"
+        nonfinite = self._nonfinite
+        assert nonfinite is not None  # on_before_optimizer_step calls this only with a verdict
+        what = "loss" if bool(nonfinite.item()) else "gradient"
         message = self._describe_nonfinite(what)
         if self.on_nonfinite == "stop":
             raise NonFiniteError(f"training stopped: {message}")
@@ -315,8 +326,10 @@ class SegmentationModule(L.LightningModule):
             str(self.trainer.precision),
         )
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         """The ``optimizer`` group's optimizer, its rate set per step by ``scheduler``."""
+        if self.optimizer_factory is None:  # calling None would raise this TypeError too
+            raise TypeError("this module was built with optimizer=None: it cannot train")
         optimizer = self.optimizer_factory(self.network)
         total_steps = self.trainer.estimated_stepping_batches
         if not math.isfinite(total_steps):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,7 +38,8 @@ def build_optimizer(
         raise ConfigError(
             f"optimizer.solver={solver!r} is unknown: expected one of {list(SOLVERS)}"
         )
-    decayed, exempt = [], []
+    decayed: list[nn.Parameter] = []
+    exempt: list[nn.Parameter] = []
     for module in network.modules():
         for name, parameter in module.named_parameters(recurse=False):
             if not parameter.requires_grad:
@@ -49,7 +51,9 @@ def build_optimizer(
     groups = [{"params": decayed, "weight_decay": weight_decay}]
     if exempt:
         groups.append({"params": exempt, "weight_decay": 0.0})
-    return SOLVERS[solver](groups, lr=lr, **solver_kwargs)
+    # Each solver's constructor takes lr (Optimizer's own, typed here, takes defaults).
+    optimizer: Callable[..., torch.optim.Optimizer] = SOLVERS[solver]
+    return optimizer(groups, lr=lr, **solver_kwargs)
 
 
 class Schedule:

@@ -14,7 +14,7 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -145,16 +145,17 @@ def load_encoder_weights(network: nn.Module, path: Path) -> None:
     prefix = "encoder."
     if any(k.startswith(prefix) for k in state):
         state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-    expected = network.encoder.state_dict()
+    encoder = cast(nn.Module, network.encoder)  # an smp network's encoder
+    expected = encoder.state_dict()
     state = {k: v for k, v in state.items() if k in expected or not k.startswith(CLASSIFIER_HEADS)}
     counters = [k for k in expected if k.endswith("num_batches_tracked")]
     mismatch = compare_state(expected, state, optional=counters)
     if mismatch:
         raise ConfigError(
             f"{key}={str(path)!r} does not fit the encoder "
-            f"({type(network.encoder).__name__}): {mismatch.describe()}"
+            f"({type(encoder).__name__}): {mismatch.describe()}"
         )
-    network.encoder.load_state_dict(state, strict=False)
+    encoder.load_state_dict(state, strict=False)
 
 
 def _few(keys: tuple[str, ...]) -> str:

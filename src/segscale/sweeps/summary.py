@@ -18,8 +18,9 @@ from typing import Any
 
 import yaml
 
-from segscale.training.callbacks import RunSummary
+from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.training.plots import plt, save_figure
+from segscale.training.summary_file import read_summary
 
 COLUMNS = (
     "job",
@@ -80,7 +81,7 @@ def read_job(folder: Path) -> JobRecord:
     """The record of the job in ``folder`` (a numbered subfolder of a sweep)."""
     overrides_file = folder / ".hydra" / "overrides.yaml"
     overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-    summary = RunSummary.read(folder)
+    summary = read_summary(folder)
     return JobRecord(int(folder.name), folder, list(overrides or []), summary, read_curve(folder))
 
 
@@ -111,12 +112,10 @@ def write_sweep_summary(sweep_dir: str | Path) -> list[dict[str, Any]]:
     jobs = read_sweep(sweep_dir)
     common = shared_overrides(jobs)
     rows = [job.row(common) for job in jobs]
-    with (sweep_dir / "sweep_summary.csv").open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    table = [[row.get(column, "") for column in COLUMNS] for row in rows]
+    write_csv_atomically(sweep_dir / "sweep_summary.csv", COLUMNS, table)
     shared = f"Overrides of every job: `{' '.join(common)}`\n\n" if common else ""
-    (sweep_dir / "sweep_summary.md").write_text(shared + markdown_table(rows))
+    write_text_atomically(sweep_dir / "sweep_summary.md", shared + markdown_table(rows))
     plot_sweep_curves(jobs, common, sweep_dir / "sweep_curves.png")
     return rows
 

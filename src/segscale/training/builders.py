@@ -6,7 +6,7 @@ config means the same thing everywhere (DESIGN.md §3).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -45,7 +45,7 @@ def build_module(
     checkpoint keys stay those of the plain network.
     """
     report = datamodule.check()
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg = cast(dict[str, Any], OmegaConf.to_container(cfg.model, resolve=True))
     model_cfg["in_channels"] = model_cfg.get("in_channels") or datamodule.in_channels
     network = build(OmegaConf.create(model_cfg))
     if sync_batchnorm:

@@ -7,6 +7,7 @@ fix the override without reading code.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,7 +34,7 @@ def check_config(cfg: DictConfig) -> None:
         require(
             value,
             key,
-            lambda v, m=minimum: isinstance(v, int) and v >= m,
+            _integer_at_least(minimum),
             f"an integer >= {minimum}",
         )
     check_loader_options(cfg)
@@ -84,6 +85,10 @@ def check_loader_options(cfg: DictConfig) -> None:
         if not any(value is option for option in allowed):
             expected = " or ".join({True: "true", False: "false", None: "null"}[o] for o in allowed)
             raise ConfigError(f"{key}={value!r} is not allowed: expected {expected}")
+
+
+def _integer_at_least(minimum: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and v >= minimum
 
 
 def _get(cfg: DictConfig, dotted: str) -> Any:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from segscale.atomic_files import write_text_atomically
+from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.models.metrics import evaluation_report
 from segscale.training.plots import plot_confusion_matrix
 
@@ -31,16 +28,9 @@ def write_evaluation(folder: Path, confusion: torch.Tensor, class_names: Sequenc
         [name, values["Accuracy"], values["IoU"], values["Dice"]]
         for name, values in report["classes"].items()
     ]
-    write_csv(folder / "class_metrics.csv", ["class", "Accuracy", "IoU", "Dice"], classes)
+    write_csv_atomically(
+        folder / "class_metrics.csv", ["class", "Accuracy", "IoU", "Dice"], classes
+    )
     rows = [[name, *row] for name, row in zip(names, confusion.tolist(), strict=True)]
-    write_csv(folder / "confusion_matrix.csv", ["true \\ predicted", *names], rows)
+    write_csv_atomically(folder / "confusion_matrix.csv", ["true \\ predicted", *names], rows)
     plot_confusion_matrix(confusion.cpu().numpy(), names, folder / "confusion_matrix.png")
-
-
-def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A CSV file of ``header`` and ``rows``, written atomically."""
-    text = io.StringIO(newline="")
-    writer = csv.writer(text)
-    writer.writerow(header)
-    writer.writerows(rows)
-    write_text_atomically(path, text.getvalue())

@@ -26,9 +26,11 @@ from typing import Any
 
 import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
+from omegaconf import DictConfig, OmegaConf
 
 from segscale.devices import (
     available_devices,
+    cpus_available,
     devices_count,
     is_device_list,
     resolve_accelerator,
@@ -193,8 +195,10 @@ def job_ranks(
         finally:
             _destroy_process_group()
         return
-    saved = dict(os.environ)
-    threads = max(1, (os.cpu_count() or 1) // num_processes)
+    saved, saved_threads = dict(os.environ), torch.get_num_threads()
+    # The affinity mask, not os.cpu_count(): under SLURM, cgroups or taskset the job may
+    # use only some of the machine's cores, and the ranks share those.
+    threads = max(1, cpus_available() // num_processes)
     shared = {
         "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
         "MASTER_PORT": os.environ.get("MASTER_PORT", str(free_port())),
@@ -230,6 +234,8 @@ def job_ranks(
         _destroy_process_group()
         os.environ.clear()
         os.environ.update(saved)
+        # The next job of a sequential sweep may run with other devices (or alone).
+        torch.set_num_threads(saved_threads)
 
 
 QUIET_RANK_OVERRIDES = (
@@ -269,22 +275,47 @@ def rank_command(
     """The command line that runs rank ``local_rank`` of the current Hydra job.
 
     It carries the job's own overrides, with the keys in ``resolved`` replaced by
-    rank 0's values.
+    rank 0's values, and the job's config folders and primary config (``config_options``).
     """
     from hydra.core.hydra_config import HydraConfig
 
+    hydra_cfg = HydraConfig.get()
     resolved = resolved or {}
     overrides = [
-        o for o in HydraConfig.get().overrides.task if o.lstrip("+~").split("=")[0] not in resolved
+        o for o in hydra_cfg.overrides.task if o.lstrip("+~").split("=")[0] not in resolved
     ]
     return [
         *program_command(),
+        *config_options(hydra_cfg),
         *overrides,
         *(f"{key}={_quoted(value)}" for key, value in resolved.items()),
         f"hydra.run.dir={_quoted(output_dir)}",
         *QUIET_RANK_OVERRIDES,
         f"hydra.job.name=rank{local_rank}",
     ]
+
+
+def config_options(hydra_cfg: DictConfig) -> list[str]:
+    """The options and overrides that make another process load the configs this job loaded.
+
+    ``hydra_cfg`` is the job's ``HydraConfig``. A user's own config folder, given with
+    ``--config-dir`` or ``hydra.searchpath=[...]``, holds presets (``experiment=mine``) the
+    ranks must find too; ``--config-path`` and ``--config-name`` may have replaced the
+    program's primary config. Both are passed always: repeating the defaults is harmless.
+    """
+    options = []
+    for source in OmegaConf.select(hydra_cfg, "runtime.config_sources", default=None) or []:
+        if source.provider == "command-line":  # --config-dir (Hydra makes it absolute)
+            options += ["--config-dir", source.path]
+        elif source.provider == "main":  # the primary folder: hydra.main's or --config-path
+            path = source.path if source.schema == "file" else f"{source.schema}://{source.path}"
+            options += ["--config-path", path]
+    config_name = OmegaConf.select(hydra_cfg, "job.config_name", default=None)
+    if config_name is not None:
+        options += ["--config-name", config_name]
+    hydra_overrides = OmegaConf.select(hydra_cfg, "overrides.hydra", default=None) or []
+    searchpath = [o for o in hydra_overrides if o.lstrip("+").startswith("hydra.searchpath=")]
+    return [*options, *searchpath]
 
 
 def _quoted(value: str) -> str:

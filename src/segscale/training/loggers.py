@@ -5,14 +5,17 @@ from __future__ import annotations
 import csv
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
+
+T = TypeVar("T")
 
 
 class _AppendingWriter(ExperimentWriter):
@@ -64,13 +67,15 @@ class MLFlowLogger(LightningMLFlowLogger):
         self.run_folder = Path(run_folder)
         sweep = self.run_folder.parent
         experiment = f"{task_name}-multirun/{sweep.name}" if _is_sweep(sweep) else task_name
-        super().__init__(
-            experiment_name=kwargs.pop("experiment_name", None) or experiment,
-            run_name=kwargs.pop("run_name", None) or self.run_folder.name,
-            tracking_uri=_absolute_sqlite(tracking_uri),
-            artifact_location=Path(artifact_location).resolve().as_uri(),
+        options = {
+            "experiment_name": kwargs.pop("experiment_name", None) or experiment,
+            "run_name": kwargs.pop("run_name", None) or self.run_folder.name,
+            "tracking_uri": _absolute_sqlite(tracking_uri),
+            "artifact_location": Path(artifact_location).resolve().as_uri(),
             **kwargs,
-        )
+        }
+        # Lightning opens the store here (its MlflowClient), creating the tables of a new one.
+        _retried(lambda: super(MLFlowLogger, self).__init__(**options))
         self.overrides = list(overrides or [])
 
     @property
@@ -79,14 +84,7 @@ class MLFlowLogger(LightningMLFlowLogger):
         """The MLflow client, with the store, experiment and run created on first use."""
         if self._initialized:
             return self._mlflow_client
-        for attempt in range(10):
-            try:
-                client = super().experiment
-                break
-            except Exception:  # a concurrent job is creating the store or the experiment
-                if attempt == 9:
-                    raise
-                time.sleep(0.5 + random.random())
+        client = _retried(lambda: super(MLFlowLogger, self).experiment)
         params = dict(o.split("=", 1) for o in self.overrides if "=" in o)
         if params:
             self.log_hyperparams({k.lstrip("+~"): v for k, v in params.items()})
@@ -108,6 +106,34 @@ class MLFlowLogger(LightningMLFlowLogger):
             if config.is_dir():
                 self.experiment.log_artifacts(self.run_id, str(config), artifact_path="config")
         super().finalize(status)
+
+
+def _retried(action: Callable[[], T]) -> T:
+    """``action()``, tried again (10 times in all) while other jobs create the same store."""
+    busy = _store_errors()
+    for _ in range(9):
+        try:
+            return action()
+        except busy:
+            time.sleep(0.5 + random.random())
+    return action()
+
+
+def _store_errors() -> tuple[type[Exception], ...]:
+    """What MLflow raises while another job creates the same store or experiment.
+
+    Its SQL store wraps what fails in a session (a locked database, an experiment created
+    meanwhile) in ``MlflowException``. Creating the tables of a new store runs Alembic's
+    migrations, which raise SQLAlchemy's errors (a table another job just created) and
+    Alembic's ``CommandError`` (a migration step another job just did). Anything else (a
+    bad argument, a bug) is not retried.
+    """
+    # Imported here: mlflow (with alembic and sqlalchemy) is an optional dependency.
+    from alembic.util.exc import CommandError
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (MlflowException, SQLAlchemyError, CommandError)
 
 
 def _is_sweep(folder: Path) -> bool:

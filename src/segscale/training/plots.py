@@ -116,7 +116,12 @@ def plot_sample_predictions(
             if row == 0:
                 axes[row, column].set_title(title)
     handles = [
-        matplotlib.patches.Patch(facecolor=np.asarray(c) / 255, edgecolor="black", label=n)
+        # An RGB array is a colour to matplotlib; its ColorType names only tuples and str.
+        matplotlib.patches.Patch(
+            facecolor=np.asarray(c) / 255,  # type: ignore[arg-type]
+            edgecolor="black",
+            label=n,
+        )
         for c, n in zip(colours, class_names, strict=True)
     ]  # outlined, so that white classes show on the white page
     handles.append(matplotlib.patches.Patch(facecolor="black", edgecolor="black", label="ignored"))

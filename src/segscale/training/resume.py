@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
 import torch
@@ -40,7 +40,12 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
 def latest_run(task_root: Path) -> Path | None:
     """The most recently modified run folder under ``task_root`` that has a checkpoint."""
     runs = [d for d in task_root.glob("*") if d.is_dir() and newest_checkpoint(d)]
-    return max(runs, key=lambda d: newest_checkpoint(d).stat().st_mtime_ns) if runs else None
+    # Each of runs has a checkpoint (the filter above).
+    return (
+        max(runs, key=lambda d: cast(Path, newest_checkpoint(d)).stat().st_mtime_ns)
+        if runs
+        else None
+    )
 
 
 def run_dir_for(ckpt_path: str | None, task_root: str, fresh_dir: str) -> str:

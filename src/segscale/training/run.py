@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 from hydra.utils import instantiate
@@ -26,7 +26,8 @@ from segscale.training.builders import (
     instantiate_each,
     trainer_devices,
 )
-from segscale.training.callbacks import RunSummary, ensure_writable
+from segscale.training.callbacks.periodic_checkpoint import ensure_writable
+from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.config_checks import check_config
 from segscale.training.launch import job_ranks
 from segscale.training.resume import ForgetAbandonedBest, check_resumable, resolve_checkpoint
@@ -38,6 +39,7 @@ from segscale.training.run_folder import (
     launch_record,
     write_launch_record,
 )
+from segscale.training.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     Rank 0 holds the run folder for the whole run (``RunFolderLock``): a second run
     started into it is refused.
     """
-    leader = rank_zero_only.rank == 0  # read from the rank variables, before the trainer exists
+    # Read from the rank variables, before the trainer exists. Lightning sets ``rank`` on
+    # the function when it is imported; the function's type does not declare it.
+    leader = rank_zero_only.rank == 0  # type: ignore[attr-defined]
     with RunFolderLock(cfg.output_dir) if leader else nullcontext():
         return _train_in_folder(cfg, leader)
 
@@ -67,7 +71,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
     L.seed_everything(cfg.seed, workers=True)
     # sync_batchnorm is ours (it converts the network below), not a strategy argument.
-    strategy_cfg = OmegaConf.to_container(cfg.strategy, resolve=True)
+    strategy_cfg = cast(dict[str, Any], OmegaConf.to_container(cfg.strategy, resolve=True))
     sync_batchnorm = strategy_cfg.pop("sync_batchnorm", False)
     strategy = build(OmegaConf.create(strategy_cfg))
     check_devices(cfg.trainer.devices, cfg.trainer.accelerator)
@@ -88,7 +92,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         effective.warmup_epochs,
         sync_batchnorm=sync_batchnorm and effective.world_size > 1,
     )
-    scaling = {**OmegaConf.to_container(cfg.scaling), **effective.as_dict()}
+    scaling = {**cast(dict[str, Any], OmegaConf.to_container(cfg.scaling)), **effective.as_dict()}
     scaling |= {"base_learning_rate": cfg.optimizer.lr}
     scaling.pop("_target_")
     summary = RunSummary(cfg.output_dir, cfg.training.output_network, scaling)
@@ -122,4 +126,4 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         )
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
-    return (RunSummary.read(cfg.output_dir) or {}) if trainer.is_global_zero else {}
+    return (read_summary(cfg.output_dir) or {}) if trainer.is_global_zero else {}

@@ -23,7 +23,7 @@ import os
 import socket
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
@@ -180,7 +180,8 @@ def _hydra_files() -> dict[str, str]:
 
     if not HydraConfig.initialized():
         return {}
-    hydra_cfg = HydraConfig.instance().cfg
+    # Hydra annotates it HydraConf, but it holds the config masked to its "hydra" key.
+    hydra_cfg = cast(DictConfig | None, HydraConfig.instance().cfg)
     assert hydra_cfg is not None
     return {
         "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),

@@ -12,7 +12,7 @@ suite proves DDP equivalence with this layer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -97,7 +97,9 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
         ]
         # Functional collectives: differentiable (the backward is an all-reduce of the
         # gradient), and traceable by torch.compile, unlike torch.distributed.nn.
-        sums = collectives.all_reduce(torch.cat(local), "sum", dist.group.WORLD)
+        # forward calls this only once the default group is initialized (world size > 1).
+        world = cast("dist.ProcessGroup", dist.group.WORLD)
+        sums = collectives.all_reduce(torch.cat(local), "sum", world)
         channels = input.size(1)
         total = sums[-1]
         mean = sums[:channels] / total.clamp(min=1)
@@ -110,12 +112,15 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
     def _update_running_stats(self, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:
         if self.running_mean is None or self.running_var is None:
             return
-        self.num_batches_tracked.add_(1)
+        tracked = self.num_batches_tracked
+        # _BatchNorm registers it with running_mean and running_var (track_running_stats).
+        assert tracked is not None
+        tracked.add_(1)
         # momentum None: the cumulative average, 1/n read on the device rather than the host.
         factor = (
             self.momentum
             if self.momentum is not None
-            else 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
+            else 1.0 / tracked.to(self.running_mean.dtype)
         )
         self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
         self.running_var.mul_(1 - factor).add_(factor * unbiased_var.to(self.running_var.dtype))
@@ -145,7 +150,7 @@ class _GlobalNorm(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         input: torch.Tensor,
         weight: torch.Tensor | None,
@@ -175,9 +180,7 @@ class _GlobalNorm(torch.autograd.Function):
         return output, mean_t, unbiased
 
     @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: Any, grad_output: torch.Tensor, *_: Any
-    ) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, grad_output: torch.Tensor, *_: Any) -> tuple[torch.Tensor | None, ...]:
         """Input gradient from the global sums; weight and bias gradients from the local."""
         input, weight, mean, invstd, total = ctx.saved_tensors
         grad_output = grad_output.contiguous(memory_format=_memory_format(input))

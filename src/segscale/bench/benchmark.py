@@ -1,0 +1,192 @@
+"""``bench``: will more devices make this training faster, and by how much.
+
+``bench`` composes the same config as ``train.py`` (``conf/bench.yaml`` extends
+``conf/train.yaml`` with a ``bench`` section) and, for that config on this machine,
+measures in turn: the data pipeline (``segscale.bench.pipeline``), one device's training
+step in Lightning and in a bare PyTorch loop (``segscale.bench.compute``), DDP's gradient
+buckets (``segscale.bench.gradients``), FLOPs (``segscale.bench.flops``), the framework's
+overhead per step (``segscale.bench.overhead``), the performance options one at a time
+(``segscale.bench.options``), short ``train.py`` runs with ``strategy=ddp`` on 1, 2, …
+devices (``segscale.bench.scaling``) and, on CPUs, N loops side by side
+(``segscale.bench.sharing``). From these the step model (``segscale.bench.prediction``)
+predicts 2, 4 and 8 devices over the interconnects of ``segscale.bench.interconnects``
+and this machine's N; the verdict (``segscale.bench.verdict``), a table, ``bench.json``
+and two plots (``segscale.bench.report``) go into the run folder.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from omegaconf import DictConfig
+
+from segscale.bench import report
+from segscale.bench.compute import (
+    StepPlan,
+    autocast,
+    framework_comparison,
+    gradient_bytes,
+    parameter_count,
+)
+from segscale.bench.flops import measure_utilisation
+from segscale.bench.forecast import ModelInputs, prediction_rows
+from segscale.bench.gradients import buffer_bytes, measure_gradients
+from segscale.bench.options import measure_options, option_variants
+from segscale.bench.overhead import measure_overhead
+from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_counts
+from segscale.bench.progress import Progress
+from segscale.bench.scaling import (
+    measure_scaling,
+)
+from segscale.bench.settings import check_bench, device_counts
+from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
+from segscale.bench.verdict import findings_from, verdict
+from segscale.devices import cpus_available, resolve_accelerator
+from segscale.models.networks import check_input_side
+from segscale.training.builders import build, build_datamodule, build_module
+from segscale.training.config_checks import check_config
+
+
+def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
+    """Measure ``cfg`` on this machine, predict more devices; return ``bench.json``'s content.
+
+    ``overrides`` are the command line's, passed on to the ``train.py`` runs.
+    """
+    check_config(cfg)
+    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
+    check_bench(cfg.bench)
+    options = cfg.bench
+    L.seed_everything(cfg.seed, workers=True)
+    accelerator = resolve_accelerator(cfg.trainer.accelerator)
+    on_gpu = accelerator == "cuda"
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    autocast(cfg.trainer.precision, device)  # refuses a precision the bare loop cannot run
+    effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)
+    datamodule = build_datamodule(cfg, effective)
+    datamodule.check()
+    cpus = cpus_available()
+    configured_workers = datamodule.workers_per_rank()
+    available = torch.cuda.device_count() if on_gpu else cpus
+    counts = device_counts(options.devices, available)
+    rank_workers = {
+        n: datamodule.workers_per_rank(n) for n in {1, *counts, *options.predict_devices}
+    }
+    workers = worker_counts(cpus, configured_workers)
+    if options.workers:  # the configured count is measured too: the verdict needs it
+        workers = sorted({int(w) for w in options.workers} | {configured_workers})
+    workers = sorted(set(workers) | set(rank_workers.values()))
+    variants = option_variants(cfg, list(options.options or []), on_gpu)
+    threads = None
+    if not on_gpu:  # a CPU "device" is a process with its share of the cores, here too
+        threads = options.threads_per_process or max(1, cpus // max(counts))
+    scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
+    side_by_side_runs = 2 if threads and max(counts) > 1 else 0
+    progress = Progress(1 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + 1)
+    threads_before = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        pipeline = measure_pipeline(datamodule, workers, options.seconds, progress)
+        in_process = datamodule.train_dataloader(num_workers=0)
+        batch = next(iter(in_process))
+        module = build_module(cfg, datamodule, effective.learning_rate)
+        plan = StepPlan(options.warmup_steps, options.window_steps, options.windows)
+        trainer_options = {
+            "accelerator": accelerator,
+            "precision": cfg.trainer.precision,
+            "benchmark": cfg.trainer.get("benchmark"),
+            "log_every_n_steps": cfg.trainer.log_every_n_steps,
+        }
+        comparison = framework_comparison(module, batch, trainer_options, device, plan)
+        bare, lightning = comparison.bare, comparison.lightning
+        progress("compute")
+        precision = str(cfg.trainer.precision)
+        gradients = measure_gradients(
+            copy.deepcopy(module), batch, precision, device, int(options.bucket_mb * 2**20)
+        )
+        flops = measure_utilisation(module, batch, lightning.mean_s, device, precision)
+        progress("gradients and FLOPs")
+        overhead = measure_overhead(
+            cfg, device, steps=options.overhead_steps, rounds=options.overhead_rounds
+        )
+        progress("framework overhead")
+        norms = batchnorm_layers(module)
+        compute = {
+            "device": torch.cuda.get_device_name(device) if on_gpu else f"CPU ({cpus} cores)",
+            "threads": torch.get_num_threads() if not on_gpu else None,
+            "batch": int(batch["image"].shape[0]),
+            "precision": str(cfg.trainer.precision),
+            "lightning": lightning.as_dict(),
+            "bare": bare.as_dict(),
+            "framework_ratio": comparison.ratio,
+            "peak_memory_mb": comparison.peak_memory_mb,
+            "memory_kind": "GPU, allocated" if on_gpu else "process peak RSS",
+            "parameters": parameter_count(module),
+            "gradient_bytes": gradient_bytes(module),
+            "buffer_bytes": buffer_bytes(module),
+            "batchnorm_layers": len(norms),
+            "batchnorm_channels": sum(m.num_features for m in norms),
+            "buckets": list(gradients.buckets),
+            "bucket_ready": list(gradients.ready),
+            "steps_per_epoch": len(in_process),
+            "overhead": overhead.as_dict(),
+            "flops": flops.as_dict(),
+        }
+        option_rows = measure_options(
+            cfg, variants, datamodule, effective.learning_rate, batch, device, options, progress
+        )
+        measured, here = measure_scaling(
+            cfg, overrides, counts, threads, compute, options, progress
+        )
+        shared = None
+        if side_by_side_runs:
+            plan_steps = (options.warmup_steps, options.window_steps)
+            alone = side_by_side(cfg, 1, threads, *plan_steps)
+            progress("one loop alone")
+            together = side_by_side(cfg, max(counts), threads, *plan_steps)
+            progress(f"{max(counts)} loops side by side")
+            shared = sharing(alone, together)
+        rates = {n: rank_data_rate(pipeline.loader[w], n, w, cpus) for n, w in rank_workers.items()}
+        one = next((r for r in measured["measured"] if r["devices"] == 1 and r["timing"]), None)
+        inputs = ModelInputs(
+            bare,
+            lightning,
+            compute,
+            gradients,
+            rates,
+            shared,
+            measured["sync_batchnorm"],
+            one["timing"]["mean_s"] if one else None,
+        )
+        prediction = prediction_rows(inputs, options, here, counts, on_gpu)
+        progress("prediction")
+    finally:
+        progress.close()
+        torch.set_num_threads(threads_before)
+    results = {
+        "config": {"overrides": overrides, "accelerator": accelerator, "cpus": cpus},
+        "pipeline": pipeline.as_dict()
+        | {
+            "configured_workers": configured_workers,
+            "rank_workers": {str(n): w for n, w in sorted(rank_workers.items())},
+        },
+        "compute": compute,
+        "options": option_rows,
+        "scaling": measured,
+        "prediction": prediction,
+        "sharing": shared.as_dict() if shared else None,
+    }
+    results["verdict"] = verdict(findings_from(results))
+    return results
+
+
+def finish(results: dict[str, Any], folder: Path) -> str:
+    """Write ``bench.json`` and the plots into ``folder``; the table to print."""
+    report.write_json(results, folder)
+    report.plot_scaling(results, folder / "bench_scaling.png")
+    report.plot_pipeline(results, folder / "bench_pipeline.png")
+    return report.table(results)

@@ -1,0 +1,177 @@
+"""``summary.json``: what a run measured, reached and used, written when it ends."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+
+from segscale.errors import ConfigError
+from segscale.training.summary_file import write_summary
+
+log = logging.getLogger(__name__)
+
+
+class RunSummary(L.Callback):
+    """Measures training throughput and writes ``summary.json`` into the run folder.
+
+    Throughput counts the training patches of all ranks over the training time alone:
+    validation and the sanity check are excluded. The summary records the final
+    metrics, the checkpoints, and the effective values read back from the running
+    objects: world size, per-device and global batch, learning rate.
+    """
+
+    def __init__(
+        self,
+        output_dir: str,
+        output_network: str = "last-iteration",
+        scaling: dict[str, Any] | None = None,
+    ) -> None:
+        if output_network not in ("last-iteration", "best-validation"):
+            raise ConfigError(
+                f"training.output_network={output_network!r} is unknown: expected "
+                "last-iteration or best-validation"
+            )
+        self.output_dir, self.output_network = Path(output_dir), output_network
+        self.scaling = dict(scaling or {})
+        self.patches = 0
+        self.train_s = 0.0
+        self._fit_start = self._train_start = self._val_start = 0.0
+        self._val_s = 0.0
+        self._started_at = ""
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the wall clock."""
+        self._fit_start = time.perf_counter()
+        self._started_at = _now()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the training clock (after the sanity check) and log the effective values."""
+        self._train_start, self._val_s = time.perf_counter(), 0.0
+        if trainer.is_global_zero:
+            values = self.effective_values(trainer)
+            log.info("effective: %s", ", ".join(f"{k}={v}" for k, v in values.items()))
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: dict[str, torch.Tensor],
+        batch_idx: int,
+    ) -> None:
+        """Count this batch's patches on every rank."""
+        self.patches += batch["image"].shape[0] * trainer.world_size
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Pause the training clock."""
+        self._val_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Resume the training clock."""
+        if self._train_start:
+            self._val_s += time.perf_counter() - self._val_start
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop the training clock."""
+        self.train_s = time.perf_counter() - self._train_start - self._val_s
+
+    @rank_zero_only
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Write ``summary.json`` (rank 0 only)."""
+        self._write(self.summary(trainer, pl_module))
+
+    @rank_zero_only
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Write ``summary.json`` with the failure, if this launch started training.
+
+        A launch that failed before its first step (a resume refused by Lightning, say)
+        leaves the summary of the run it tried to continue as it was.
+        """
+        if not self._train_start:
+            return
+        self.train_s = time.perf_counter() - self._train_start - self._val_s
+        summary = self.summary(trainer, pl_module)
+        self._write(
+            summary | {"status": "failed", "error": f"{type(exception).__name__}: {exception}"}
+        )
+
+    def _write(self, summary: dict[str, Any]) -> None:
+        write_summary(self.output_dir, summary)
+
+    @staticmethod
+    def effective_values(trainer: L.Trainer) -> dict[str, Any]:
+        """World size, devices, batch sizes and learning rate, read from the running objects."""
+        loader = trainer.train_dataloader
+        sampler = getattr(loader, "batch_sampler", None)
+        # Every rank's batch size: EpochShardSampler knows them all (uneven devices).
+        batch_sizes = list(getattr(sampler, "batch_sizes", []))
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        strategy = trainer.strategy
+        devices = getattr(strategy, "parallel_devices", None) or [strategy.root_device]
+        return {
+            "world_size": trainer.world_size,
+            "num_nodes": trainer.num_nodes,
+            "accelerator": type(trainer.accelerator).__name__,
+            "devices": [str(d) for d in devices],
+            "per_device_batch_sizes": batch_sizes,
+            "global_batch_size": sum(batch_sizes) or None,
+            # The base rate the schedule multiplies; LambdaLR keeps it as "initial_lr".
+            "learning_rate": optimizer.param_groups[0].get("initial_lr") if optimizer else None,
+            "final_learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
+        }
+
+    def summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        """The run's summary as a JSON-ready dict, of a run that finished.
+
+        ``on_exception`` gives it ``status: failed`` and the ``error``.
+        """
+        checkpoint = trainer.checkpoint_callback
+        best = getattr(checkpoint, "best_model_path", None) or None
+        last = getattr(checkpoint, "last_model_path", None) or None
+        return {
+            "status": "finished",
+            "error": None,
+            "metrics": {k: _number(v) for k, v in sorted(trainer.callback_metrics.items())},
+            "best_checkpoint": best,
+            "best_score": _number(getattr(checkpoint, "best_model_score", None)),
+            "last_checkpoint": last,
+            # MATLAB's OutputNetwork: the checkpoint this run reports as its result.
+            "output_network": self.output_network,
+            "output_checkpoint": best if self.output_network == "best-validation" else last,
+            **self.effective_values(trainer),
+            "scaling": self.scaling,
+            "epochs": trainer.current_epoch,
+            "steps": trainer.global_step,
+            # Steps skipped for a non-finite loss or gradient (training.on_nonfinite=skip).
+            "skipped_steps": getattr(pl_module, "skipped_steps", 0),
+            "train_patches": self.patches,
+            "train_time_s": round(self.train_s, 3),
+            "wall_time_s": round(time.perf_counter() - self._fit_start, 3),
+            "throughput_patches_per_s": round(self.patches / self.train_s, 3)
+            if self.train_s > 0
+            else None,
+            "started_at": self._started_at,
+            "finished_at": _now(),
+        }
+
+
+def _now() -> str:
+    """The local time, to the millisecond, in ISO 8601 with its UTC offset."""
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value.item() if isinstance(value, torch.Tensor) else value)
+    return number if math.isfinite(number) else None  # JSON has no NaN or Infinity

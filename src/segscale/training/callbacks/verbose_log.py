@@ -1,0 +1,81 @@
+"""MATLAB's verbose training table in the log."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import lightning as L
+
+from segscale.errors import ConfigError
+from segscale.training.callbacks.trainer_values import current_learning_rate, logged_metric
+
+log = logging.getLogger(__name__)
+
+
+class VerboseLog(L.Callback):
+    """MATLAB's ``VerboseFrequency``: a table row every ``frequency`` iterations.
+
+    The columns are MATLAB's: epoch, iteration, elapsed time, mini-batch accuracy and
+    loss, validation accuracy and loss (on the rows right after a validation), and the
+    learning rate. Rows go to the log (console and ``train.log``), on rank 0 only.
+    ``frequency`` 0 turns the table off.
+    """
+
+    HEADER = (
+        "| Epoch | Iteration | Time Elapsed | Mini-batch Acc | Validation Acc "
+        "| Mini-batch Loss | Validation Loss | Learning Rate |"
+    )
+
+    def __init__(self, frequency: int = 50) -> None:
+        if frequency < 0:
+            raise ConfigError(
+                f"callbacks.verbose_log.frequency={frequency} is not allowed: expected "
+                "iterations >= 0 (0 turns the log off)"
+            )
+        self.frequency = frequency
+        self._start = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the clock and print the header."""
+        self._start = time.perf_counter()
+        if self.frequency and trainer.is_global_zero:
+            log.info(self.HEADER)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Print a row on iteration 1 and every ``frequency`` iterations."""
+        if not self.frequency or not trainer.is_global_zero:
+            return
+        if trainer.global_step == 1 or trainer.global_step % self.frequency == 0:
+            log.info(self.row(trainer, validation=False))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Print a row with the validation columns filled."""
+        if self.frequency and trainer.is_global_zero and not trainer.sanity_checking:
+            log.info(self.row(trainer, validation=True))
+
+    def row(self, trainer: L.Trainer, validation: bool) -> str:
+        """One table row for the current iteration."""
+        elapsed = int(time.perf_counter() - self._start)
+        clock = f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
+
+        def cell(key: str, width: int, percent: bool = False) -> str:
+            value = logged_metric(trainer, key) if validation or key.startswith("train/") else None
+            if value is None:
+                return " " * width
+            return f"{100 * value:{width - 1}.2f}%" if percent else f"{value:{width}.4f}"
+
+        return (
+            f"| {trainer.current_epoch + 1:5d} | {trainer.global_step:9d} | {clock:>12} "
+            f"| {cell('train/acc', 14, True)} | {cell('val/acc', 14, True)} "
+            f"| {cell('train/loss', 15)} | {cell('val/loss', 15)} "
+            f"| {current_learning_rate(trainer):13.4e} |"
+        )
