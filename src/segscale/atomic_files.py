@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
-def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     """Create or replace ``path`` with what ``write`` writes to a binary stream.
 
     The bytes go to a temporary file beside ``path`` (``temporary_beside``) and are
     moved into place (``move_into_place``), so a crash, a kill or an exception in
-    ``write`` leaves the previous file (or none), never half of one.
+    ``write`` leaves the previous file (or none), never half of one. What ``write``
+    returns (a byte count, say) is ignored.
     """
     temporary = temporary_beside(path)
     try:

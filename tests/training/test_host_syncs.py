@@ -236,7 +236,7 @@ def count_one_step(make_config, folder: Path, *overrides: str) -> dict[int, dict
         make_config(
             "trainer.log_every_n_steps=10",
             "datamodule.patches_per_image=16",  # 4 steps an epoch (8 with one process)
-            "+trainer.max_steps=3",
+            "trainer.max_steps=3",
             "callbacks.validation_report=null",
             "+callbacks.host_syncs._target_=tests.training.host_sync_window.CountHostSyncs",
             "+callbacks.host_syncs.step=1",

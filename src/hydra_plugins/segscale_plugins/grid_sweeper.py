@@ -25,6 +25,8 @@ class GridSweeper(BasicSweeper):
         try:
             return super().sweep(arguments)
         finally:
+            if self.config is None:  # not set up: what reading None's ``hydra`` would raise
+                raise AttributeError("the sweeper has no config: setup was not called")
             summarize(Path(str(self.config.hydra.sweep.dir)))
 
 

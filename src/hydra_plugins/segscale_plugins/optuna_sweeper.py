@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -49,6 +49,7 @@ from segscale.sweeps.objective import optimized_metric
 
 log = logging.getLogger(__name__)
 
+Direction = Literal["minimize", "maximize"]
 DIRECTIONS = ("minimize", "maximize")
 
 
@@ -60,6 +61,8 @@ def distribution(override: Override) -> BaseDistribution:
     if isinstance(sweep, ChoiceSweep):
         return CategoricalDistribution([_plain(v) for v in sweep.list])
     if isinstance(sweep, RangeSweep):
+        if sweep.start is None or sweep.stop is None:  # what int(None) would raise
+            raise TypeError(f"hydra.sweeper.params.{key}: range without a start or a stop")
         values = list(range(int(sweep.start), int(sweep.stop), int(sweep.step or 1)))
         if not values:
             raise ConfigError(
@@ -68,6 +71,8 @@ def distribution(override: Override) -> BaseDistribution:
         return IntDistribution(values[0], values[-1], step=int(sweep.step or 1))
     if isinstance(sweep, IntervalSweep):
         low, high = sweep.start, sweep.end
+        if low is None or high is None:  # what float(None) would raise
+            raise TypeError(f"hydra.sweeper.params.{key}: interval without a start or an end")
         if isinstance(low, int) and isinstance(high, int):
             return IntDistribution(low, high, log=log_scale)
         return FloatDistribution(float(low), float(high), log=log_scale)
@@ -103,7 +108,8 @@ class OptunaSweeper(Sweeper):
             if not (isinstance(value, int) and value >= 1):
                 raise ConfigError(f"hydra.sweeper.{key}={value!r} is not allowed: expected >= 1")
         self.params = dict(params or {})
-        self.direction, self.n_trials, self.n_jobs = direction, n_trials, n_jobs
+        self.direction = cast(Direction, direction)  # one of DIRECTIONS, checked above
+        self.n_trials, self.n_jobs = n_trials, n_jobs
         self.study_name, self.storage, self.sampler = study_name, storage, sampler
         self._exhausted = False
 
@@ -120,6 +126,9 @@ class OptunaSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         """Run trials until the study holds ``n_trials`` finished ones; return the best."""
+        # Hydra's Sweeper declares config, hydra_context and launcher Optional; only setup
+        # sets them (from arguments that are not None), so before it they are unset.
+        assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         space, fixed = self._search_space(arguments)
         self._check_composes(space, fixed)
@@ -147,13 +156,16 @@ class OptunaSweeper(Sweeper):
         return self._report(study, sweep_dir)
 
     def _search_space(self, arguments: list[str]) -> tuple[dict[str, BaseDistribution], list[str]]:
+        assert self.hydra_context is not None  # set by setup (see sweep)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         configured = [f"{key}={value}" for key, value in self.params.items()]
-        space, fixed = {}, []
+        space: dict[str, BaseDistribution] = {}
+        fixed: list[str] = []
         for override in parser.parse_overrides([*configured, *arguments]):
             if override.is_sweep_override():
                 space[override.get_key_element()] = distribution(override)
             else:
+                assert override.input_line is not None  # parse_overrides sets it
                 fixed.append(override.input_line)
         if not space:
             raise ConfigError(
@@ -165,6 +177,7 @@ class OptunaSweeper(Sweeper):
 
     def _check_composes(self, space: dict[str, BaseDistribution], fixed: list[str]) -> None:
         """Compose one trial's config now, so that a key that does not exist stops the search."""
+        assert self.config is not None and self.hydra_context is not None  # set by setup
         sample = [f"{key}={_first(dist)}" for key, dist in space.items()]
         self.hydra_context.config_loader.load_sweep_config(self.config, [*fixed, *sample])
 
@@ -175,6 +188,7 @@ class OptunaSweeper(Sweeper):
         fixed: list[str],
     ) -> None:
         """Run ``trials`` as one batch of jobs and tell the study their results."""
+        assert self.config is not None and self.launcher is not None  # set by setup
         numbers = [trial.number for trial in trials]
         batch = [
             [*fixed, *(f"{k}={_override_value(v)}" for k, v in trial.params.items())]
@@ -206,6 +220,7 @@ class OptunaSweeper(Sweeper):
             self._exhausted = True
 
     def _report(self, study: optuna.Study, sweep_dir: Path) -> dict[str, Any]:
+        assert self.config is not None  # set by setup (see sweep)
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if not complete:
             log.error("no trial of the study completed")
@@ -236,6 +251,8 @@ def _finished(study: optuna.Study) -> int:
 def _first(dist: BaseDistribution) -> Any:
     if isinstance(dist, CategoricalDistribution):
         return _override_value(dist.choices[0])
+    # ``distribution`` makes only these three kinds.
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
     return dist.low
 
 

@@ -51,6 +51,12 @@ class JobPlan:
     started: float = 0.0
 
     @property
+    def started_process(self) -> subprocess.Popen:
+        """The job's process, once ``ParallelLauncher._start`` started it."""
+        assert self.process is not None, f"job {self.number} was not started"
+        return self.process
+
+    @property
     def console(self) -> Path:
         """The file that gets the job's stdout and stderr."""
         return self.folder / "console.log"
@@ -116,7 +122,9 @@ class ParallelLauncher(Launcher):
         # The cores this process may use (its affinity mask under SLURM, cgroups or
         # taskset), not all the machine's: the jobs share those.
         threads = max(1, cpus_available() // self.cpu_jobs)
-        queue, running, results = list(plans), [], {}
+        queue = list(plans)
+        running: list[JobPlan] = []
+        results: dict[int, JobReturn] = {}
         mode = f"{len(gpus)} GPUs" if gpus else f"{self.cpu_jobs} CPU jobs at once"
         log.info("Launching %d jobs in parallel (%s)", len(plans), mode)
         while queue or running:
@@ -131,7 +139,7 @@ class ParallelLauncher(Launcher):
                 self._start(queue.pop(0), threads)
                 running.append(head)
             time.sleep(self.poll_s)
-            for plan in [p for p in running if p.process.poll() is not None]:
+            for plan in [p for p in running if p.started_process.poll() is not None]:
                 running.remove(plan)
                 free_gpus += plan.granted
                 free_slots += 0 if plan.gpus else 1
@@ -139,6 +147,7 @@ class ParallelLauncher(Launcher):
         return [results[plan.number] for plan in plans]
 
     def _plan(self, number: int, overrides: list[str], have_gpus: bool) -> JobPlan:
+        assert self.config is not None and self.hydra_context is not None  # as launch checked
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(config):
             config.hydra.job.id = config.hydra.job.num = number
@@ -155,6 +164,7 @@ class ParallelLauncher(Launcher):
         return JobPlan(number, overrides, config, folder, processes if on_gpu else 0, processes)
 
     def _start(self, plan: JobPlan, threads: int) -> None:
+        assert self.config is not None  # as launch checked
         plan.folder.mkdir(parents=True, exist_ok=True)
         hydra_overrides = [
             o for o in self.config.hydra.overrides.hydra if not o.startswith(SWEEP_ONLY)
@@ -181,7 +191,7 @@ class ParallelLauncher(Launcher):
         console.close()
 
     def _result(self, plan: JobPlan) -> JobReturn:
-        code = plan.process.returncode
+        code = plan.started_process.returncode
         seconds = time.perf_counter() - plan.started
         result = JobReturn(
             overrides=plan.overrides,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -80,7 +80,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         workers = sorted({int(w) for w in options.workers} | {configured_workers})
     workers = sorted(set(workers) | set(rank_workers.values()))
     variants = option_variants(cfg, list(options.options or []), on_gpu)
-    threads = None
+    threads: int | None = None
     if not on_gpu:  # a CPU "device" is a process with its share of the cores, here too
         threads = options.threads_per_process or max(1, cpus // max(counts))
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
@@ -129,7 +129,8 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             "gradient_bytes": gradient_bytes(module),
             "buffer_bytes": buffer_bytes(module),
             "batchnorm_layers": len(norms),
-            "batchnorm_channels": sum(m.num_features for m in norms),
+            # batchnorm_layers gives _BatchNorm layers, whose num_features is an int
+            "batchnorm_channels": sum(cast(int, m.num_features) for m in norms),
             "buckets": list(gradients.buckets),
             "bucket_ready": list(gradients.ready),
             "steps_per_epoch": len(in_process),
@@ -144,6 +145,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         )
         shared = None
         if side_by_side_runs:
+            assert threads  # side_by_side_runs is 0 without threads
             plan_steps = (options.warmup_steps, options.window_steps)
             alone = side_by_side(cfg, 1, threads, *plan_steps)
             progress("one loop alone")
@@ -167,7 +169,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     finally:
         progress.close()
         torch.set_num_threads(threads_before)
-    results = {
+    results: dict[str, Any] = {
         "config": {"overrides": overrides, "accelerator": accelerator, "cpus": cpus},
         "pipeline": pipeline.as_dict()
         | {

@@ -245,7 +245,7 @@ def measure_scaling(
     accelerator = "cpu" if threads else "cuda"
     plan = StepPlan(options.warmup_steps, options.window_steps, options.windows)
     sync = sync_batchnorm(overrides)
-    runs = [(n, None) for n in counts]
+    runs: list[tuple[int, str | None]] = [(n, None) for n in counts]
     if max(counts) > 1:  # what synchronized batch norm costs, at the most devices
         runs.append((max(counts), f"strategy.sync_batchnorm={str(not sync).lower()}"))
     points: list[tuple[ScalingPoint, str | None]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig
@@ -23,6 +24,11 @@ def device_counts(configured: Any, available: int) -> list[int]:
     return doubling_counts(available)
 
 
+def integer_at_least(minimum: int) -> Callable[[Any], bool]:
+    """A check for ``require``: an integer ``>= minimum``."""
+    return lambda v: isinstance(v, int) and v >= minimum
+
+
 def check_bench(options: DictConfig) -> None:
     """Raise ``ConfigError`` for a ``bench`` value that cannot work."""
     for name, minimum in (
@@ -36,7 +42,7 @@ def check_bench(options: DictConfig) -> None:
         require(
             options[name],
             f"bench.{name}",
-            lambda v, m=minimum: isinstance(v, int) and v >= m,
+            integer_at_least(minimum),
             f"an integer >= {minimum}",
         )
     for name in ("seconds", "timeout_s", "bucket_mb"):

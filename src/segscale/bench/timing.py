@@ -78,6 +78,8 @@ class StepTimer(L.Callback):
         """Record this step's duration."""
         synchronize(pl_module.device)
         now = time.perf_counter()
+        if self._last is None:  # what subtracting None would raise
+            raise TypeError("a training step ended before on_train_start started the clock")
         self.durations.append(now - self._last)
         self._last = now
 
@@ -85,7 +87,8 @@ class StepTimer(L.Callback):
         """Write the durations (rank 0), with the world size and the global batch."""
         if self.path is None or not trainer.is_global_zero:
             return
-        datamodule = trainer.datamodule
+        # Lightning's DataConnector sets trainer.datamodule; Trainer does not declare it.
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]
         batches = (
             getattr(datamodule, "rank_batch_sizes", None)
             or [datamodule.batch_size] * trainer.world_size

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import cast
 
 import hydra
 import numpy as np
@@ -101,7 +102,9 @@ def _confusion_of_share(
     # Every rank's counts, summed: the confusion matrix of the whole split. Returned as
     # numpy, which crosses back from a spawned rank by value (a tensor would be shared
     # memory that dies with its process).
-    return fabric.all_reduce(confusion.to(fabric.device), reduce_op="sum").cpu().numpy()
+    # all_reduce gives back the kind of collection it was given: a tensor for a tensor.
+    summed = fabric.all_reduce(confusion.to(fabric.device), reduce_op="sum")
+    return cast(torch.Tensor, summed).cpu().numpy()
 
 
 def image_confusion(

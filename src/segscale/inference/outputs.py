@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tifffile
@@ -33,8 +34,10 @@ class BandImage:
             raise ConfigError(f"format={file_format!r} is not allowed; expected one of {FORMATS}")
         self.path, self.palette = path.with_suffix(f".{file_format}"), palette
         self.temporary = temporary_beside(self.path)
+        # None once discarded.
+        self.pixels: np.ndarray | None
         if file_format == "tif":
-            extra = {"photometric": "palette", "colormap": _tiff_colormap(palette)}
+            extra: dict[str, Any] = {"photometric": "palette", "colormap": _tiff_colormap(palette)}
             if palette is None:
                 extra = {"photometric": "rgb" if len(shape) == 3 else "minisblack"}
             self.pixels = tifffile.memmap(self.temporary, shape=shape, dtype=np.uint8, **extra)
@@ -44,11 +47,16 @@ class BandImage:
 
     def write(self, y0: int, band: np.ndarray) -> None:
         """Store rows ``y0 … y0 + len(band)``."""
+        if self.pixels is None:  # what indexing None would raise
+            raise TypeError("the image was discarded; it takes no more rows")
         self.pixels[y0 : y0 + len(band)] = band
 
     def close(self) -> Path:
         """Finish the file and move it into place; return its path."""
+        if self.pixels is None:  # what flushing or reading None would raise
+            raise AttributeError("the image was discarded; it cannot be closed")
         if self.file_format == "tif":
+            assert isinstance(self.pixels, np.memmap)  # a "tif" image is memory-mapped
             self.pixels.flush()
             del self.pixels
         else:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
@@ -279,7 +279,8 @@ def rank_command(
     """
     from hydra.core.hydra_config import HydraConfig
 
-    hydra_cfg = HydraConfig.get()
+    # Typed as the HydraConf dataclass; what it returns is the DictConfig made from it.
+    hydra_cfg = cast(DictConfig, HydraConfig.get())
     resolved = resolved or {}
     overrides = [
         o for o in hydra_cfg.overrides.task if o.lstrip("+~").split("=")[0] not in resolved

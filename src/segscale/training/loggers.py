@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
@@ -41,7 +41,8 @@ class CSVLogger(LightningCSVLogger):
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
+        # Lightning declares _experiment as Fabric's writer; only this property sets it.
+        return cast(ExperimentWriter, self._experiment)
 
 
 class MLFlowLogger(LightningMLFlowLogger):

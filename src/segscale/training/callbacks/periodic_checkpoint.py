@@ -27,7 +27,6 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
         )
     if frequency == 0:
         return None
-    every = {"every_n_epochs": frequency} if unit == "epoch" else {"every_n_train_steps": frequency}
     return ModelCheckpoint(
         dirpath=dirpath,
         filename="epoch{epoch:03d}-step{step:07d}",
@@ -35,7 +34,9 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
         save_top_k=-1,
         save_on_train_epoch_end=True,
         enable_version_counter=False,  # a resumed run rewrites its own files, not -v1 copies
-        **every,
+        # None, ModelCheckpoint's default, for the unit not chosen
+        every_n_epochs=frequency if unit == "epoch" else None,
+        every_n_train_steps=frequency if unit == "iteration" else None,
     )
 
 

@@ -35,7 +35,11 @@ class TrainingProgressPlot(L.Callback):
     ) -> None:
         """Record this iteration's loss, accuracy and learning rate, when they were logged."""
         # training_step ran with the step count before this optimizer step
-        if not trainer.is_global_zero or trainer.global_step % max(1, trainer.log_every_n_steps):
+        if not trainer.is_global_zero:
+            return
+        # Lightning's LoggerConnector sets it on the trainer; Trainer does not declare it.
+        every = trainer.log_every_n_steps  # type: ignore[attr-defined]
+        if trainer.global_step % max(1, every):
             return
         loss, acc = logged_metric(trainer, "train/loss"), logged_metric(trainer, "train/acc")
         if loss is not None and acc is not None:
@@ -45,9 +49,9 @@ class TrainingProgressPlot(L.Callback):
         """Record the validation metrics and redraw the figure."""
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        values = [logged_metric(trainer, k) for k in ("val/loss", "val/acc", "val/mIoU")]
-        if None not in values:
-            self.val.append((trainer.global_step, *values))
+        loss, acc, miou = [logged_metric(trainer, k) for k in ("val/loss", "val/acc", "val/mIoU")]
+        if loss is not None and acc is not None and miou is not None:
+            self.val.append((trainer.global_step, loss, acc, miou))
         plot_training_progress(self.train, self.val, self.path)
 
     def state_dict(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import lightning as L
 import numpy as np
@@ -14,6 +15,9 @@ from segscale.data.labels import class_colours
 from segscale.data.sources import display_rgb
 from segscale.training.evaluation import write_evaluation
 from segscale.training.plots import plot_sample_predictions
+
+if TYPE_CHECKING:
+    from segscale.models.module import SegmentationModule
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +43,15 @@ class ValidationReport(L.Callback):
         if confusion is None:
             log.warning("no validation ran, so there is no evaluation report")
             return
-        write_evaluation(self.folder, confusion, list(pl_module.class_names))
-        self._plot_samples(trainer, pl_module)
+        # Only a SegmentationModule has a validation confusion matrix.
+        module = cast("SegmentationModule", pl_module)
+        write_evaluation(self.folder, confusion, list(module.class_names))
+        self._plot_samples(trainer, module)
 
-    def _plot_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dataset = getattr(trainer.datamodule, "val_set", None)
+    def _plot_samples(self, trainer: L.Trainer, pl_module: SegmentationModule) -> None:
+        # Lightning's DataConnector sets trainer.datamodule; Trainer does not declare it.
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]
+        dataset = getattr(datamodule, "val_set", None)
         if not dataset or not self.num_samples:
             return
         count = min(self.num_samples, len(dataset))
@@ -55,7 +63,7 @@ class ValidationReport(L.Callback):
             predictions = pl_module(images).argmax(1).cpu().numpy()
         pl_module.train(was_training)
         names = pl_module.class_names
-        colours = class_colours(getattr(trainer.datamodule, "class_colors", None), len(names))
+        colours = class_colours(getattr(datamodule, "class_colors", None), len(names))
         plot_sample_predictions(
             [display_rgb(p["image"].permute(1, 2, 0).numpy(), pl_module.max_value) for p in picks],
             [p["mask"].numpy().astype(np.uint8) for p in picks],
