@@ -3,9 +3,10 @@
 Both do what the command line does, through the same pieces. ``load`` reads a
 checkpoint as ``predict.py`` does and predicts with the sliding window of the shipped
 ``predict`` config (its ``inference`` group). ``train`` composes and checks the config
-here, so that a bad override raises in the caller, then runs ``segscale-train`` itself
-in a child process: DDP ranks, logging and process groups behave exactly as on the
-command line, and the caller's process (a notebook, say) keeps no trace of the run.
+here, so that a bad override raises in the caller, then runs ``train.py`` itself
+(``python -m segscale.cli.train``) in a child process: DDP ranks, logging and process
+groups behave exactly as on the command line, and the caller's process (a notebook,
+say) keeps no trace of the run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,30 +24,25 @@ import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from segscale.configs import compose_config
 from segscale.data.sources import (
-    READ_ERRORS,
     check_max_image_pixels,
-    describe_read_error,
-    read_image,
 )
 from segscale.errors import ConfigError
+from segscale.inference.inputs import read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
+from segscale.training.builders import build
 from segscale.training.config_checks import check_config
 from segscale.training.resume import register_run_dir_resolver
 from segscale.training.summary_file import SUMMARY_FILE, read_summary
 
 ImageInput = Union[np.ndarray, str, "os.PathLike[str]"]
 """An image: an ``H×W×C`` (or ``H×W``) array of raw pixel values, or an image file."""
-
-TRAIN_SCRIPT = "segscale-train"
-"""The console script that ``train`` runs (``[project.scripts]`` of pyproject.toml)."""
 
 INTERRUPT_GRACE_S = 60.0
 """How long an interrupted ``train`` waits for its run to stop before killing it."""
@@ -119,7 +114,7 @@ class Predictor:
         if isinstance(image, np.ndarray):
             return self._checked_array(image)
         if isinstance(image, (str, os.PathLike)):
-            return self._read(Path(image))
+            return read_input_image(Path(image), self.in_channels, self.max_image_pixels)
         raise TypeError(
             f"image must be a numpy array or the path of an image file, got {type(image).__name__}"
         )
@@ -132,20 +127,6 @@ class Predictor:
                 f"channel(s); expected an H×W×{self.in_channels} array"
                 + (" (or H×W)" if self.in_channels == 1 else "")
                 + " of raw pixel values"
-            )
-        return image
-
-    def _read(self, path: Path) -> np.ndarray:
-        """The pixels of an image file, refused as ``predict.py`` refuses its inputs."""
-        try:
-            image = read_image(path, self.max_image_pixels)
-        except READ_ERRORS as error:
-            reason = describe_read_error(path, error)
-            raise ConfigError(f"{path}: cannot be decoded: {reason}") from error
-        if image.shape[2] != self.in_channels:
-            raise ConfigError(
-                f"{path}: has {image.shape[2]} channels, the network of ckpt takes "
-                f"{self.in_channels}"
             )
         return image
 
@@ -181,7 +162,7 @@ def load(
     check_max_image_pixels(cfg.max_image_pixels, "max_image_pixels")
     trained = load_trained(Path(ckpt), key="ckpt")
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
-    window = instantiate(cfg.inference)
+    window = build(cfg.inference)  # a ConfigError comes out as itself, not Hydra's wrapper
     return Predictor(trained, window, torch.device(device), cfg.max_image_pixels)
 
 
@@ -247,9 +228,7 @@ def _compose(
     try:
         return compose_config(config_name, overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as error:
-        raise ConfigError(
-            f"config {config_name!r} with overrides {list(overrides)}: {error}"
-        ) from (error)
+        raise ConfigError(f"config {config_name!r}: {error}") from error
 
 
 def _search_path(config_dir: str | os.PathLike[str] | None, overrides: Sequence[str]) -> list[str]:
@@ -300,20 +279,8 @@ def _hydra_config(cfg: DictConfig) -> Iterator[None]:
 
 
 def _train_program() -> list[str]:
-    """The ``segscale-train`` script of this environment, run by this interpreter.
-
-    The script, not ``-m``: ``segscale.cli.train`` has no ``__main__`` entry, and the
-    ranks of a DDP run re-run the program that the first rank runs.
-    """
-    for scheme in (None, f"{os.name}_user"):
-        folder = sysconfig.get_path("scripts", scheme) if scheme else sysconfig.get_path("scripts")
-        script = Path(folder) / TRAIN_SCRIPT
-        if script.is_file():
-            return [sys.executable, str(script)]
-    raise ConfigError(
-        f"{TRAIN_SCRIPT} is not installed beside {sys.executable}; expected segscale to be "
-        "installed (pip install segscale, or pip install -e . in its checkout)"
-    )
+    """``train.py`` as a module of this interpreter: found wherever segscale is installed."""
+    return [sys.executable, "-m", "segscale.cli.train"]
 
 
 def _run(command: list[str]) -> int:

@@ -98,3 +98,11 @@ def test_the_pixel_limit_reaches_the_validation_pass_and_every_read(tmp_path: Pa
     with pytest.raises(ValueError, match="limit of 2000 pixels"):
         image_confusion(pair, trained, window, LabelMap(3), cpu, max_image_pixels=2000)
     assert image_confusion(pair, trained, window, LabelMap(3), cpu).sum() == 45 * 70 - 15
+
+
+def test_a_bad_window_value_names_the_key(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    # the window is built through build(), which lets our ConfigError through
+    with pytest.raises(ConfigError, match=r"inference.overlap=1.5 is not allowed"):
+        evaluate(_config(root, ckpt, tmp_path / "out", "split=test", "inference.overlap=1.5"))

@@ -80,6 +80,8 @@ def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Pa
         ("ckpt={tmp}/missing.ckpt", r"ckpt=.*no such file; expected a .ckpt"),
         ("ckpt={tmp}/in/wide.png", "ckpt=.*cannot be read as weights"),
         ("format=jpg", "format='jpg' is not allowed"),
+        # the window is built through build(), which lets our ConfigError through
+        ("inference.overlap=1.5", r"inference.overlap=1.5 is not allowed"),
     ],
 )
 def test_bad_input_names_the_key(tmp_path: Path, override: str, message: str):

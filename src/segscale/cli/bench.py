@@ -38,3 +38,7 @@ def run(cfg: DictConfig) -> None:
 def main() -> None:
     """Entry point of ``bench.py``."""
     run()
+
+
+if __name__ == "__main__":
+    main()

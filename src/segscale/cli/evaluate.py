@@ -16,7 +16,6 @@ from typing import cast
 import hydra
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
@@ -67,7 +66,7 @@ def evaluate(cfg: DictConfig) -> dict:
         max_image_pixels=datamodule.max_image_pixels,
     )
     pairs = report.pairs[cfg.split]
-    window = instantiate(cfg.inference)
+    window = build(cfg.inference)
     log.info("evaluating %s on %d %s image(s)", cfg.ckpt, len(pairs), cfg.split)
     counts = run_on_devices(
         cfg.accelerator,
@@ -142,3 +141,7 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as error:
         log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,36 +22,30 @@ from typing import Any
 import hydra
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
 from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
 from segscale.data.sources import (
-    IMAGE_SUFFIXES,
-    READ_ERRORS,
     FileProblem,
     check_max_image_pixels,
     describe_read_error,
-    read_image,
 )
 from segscale.data.validation import check_image_headers
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.devices import run_on_devices
+from segscale.inference.inputs import UnreadableImageError, input_images, read_input_image
 from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
+from segscale.training.builders import build
 
 log = logging.getLogger(__name__)
 
 EXIT_SKIPPED = 3
 """Exit status of a run that predicted the readable images and skipped the others."""
-
-
-class UnreadableImageError(ConfigError):
-    """Input images that cannot be read; the message names each one and why."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +91,7 @@ def run_prediction(cfg: DictConfig) -> PredictionRun:
     _refuse_or_skip(unreadable, cfg, "nothing was predicted")
     skipped = {problem.path for problem in unreadable}
     readable = [path for path in images if path not in skipped]
-    window = instantiate(cfg.inference)
+    window = build(cfg.inference)
     output = Path(cfg.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     log.info("%d image(s) → %s", len(readable), output)
@@ -120,37 +114,6 @@ def _refuse_or_skip(problems: list[FileProblem], cfg: DictConfig, outcome: str) 
             f"{outcome} (skip_unreadable=true predicts the others):\n{listing}"
         )
     log.warning("skipping %d unreadable input image(s):\n%s", len(problems), listing)
-
-
-def input_images(value: str) -> list[Path]:
-    """The images that ``input`` names: an image, a folder of images, or a .txt list.
-
-    A list names one image path per line (relative to the list's folder or absolute);
-    blank lines and ``#`` comments are skipped. Outputs are named by file stem, so two
-    inputs with the same stem are refused.
-    """
-    path = Path(value)
-    if path.is_dir():
-        images = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    elif path.suffix.lower() == ".txt" and path.is_file():
-        lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
-        images = [path.parent / line for line in lines if line]
-    elif path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
-        images = [path]
-    else:
-        raise ConfigError(
-            f"input={value!r} is not an image, a folder or a .txt list; expected one of "
-            f"those (images: {', '.join(IMAGE_SUFFIXES)})"
-        )
-    missing = [str(p) for p in images if not p.is_file()]
-    if missing or not images:
-        raise ConfigError(f"input={value!r}: " + (f"missing {missing}" if missing else "no images"))
-    stems: dict[str, Path] = {}
-    for image in images:
-        if image.stem in stems:
-            raise ConfigError(f"input={value!r}: {image} and {stems[image.stem]} share a name")
-        stems[image.stem] = image
-    return images
 
 
 def _predict_share(
@@ -202,16 +165,7 @@ def predict_image(
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
     ``max_image_pixels``); nothing is written then.
     """
-    try:
-        image = read_image(path, cfg.max_image_pixels)
-    except READ_ERRORS as error:
-        reason = describe_read_error(path, error)
-        raise UnreadableImageError(f"{path}: cannot be decoded: {reason}") from error
-    if image.shape[2] != trained.in_channels:
-        raise ConfigError(
-            f"{path}: has {image.shape[2]} channels, the network of ckpt takes "
-            f"{trained.in_channels}"
-        )
+    image = read_input_image(path, trained.in_channels, cfg.max_image_pixels)
     height, width = image.shape[:2]
     outputs = [BandImage(output / path.stem, (height, width), cfg.format, trained.colours)]
     if cfg.overlay:
@@ -253,3 +207,7 @@ def main(cfg: DictConfig) -> None:
             len(run.skipped),
         )
         sys.exit(EXIT_SKIPPED)
+
+
+if __name__ == "__main__":
+    main()

@@ -51,3 +51,7 @@ def run(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_BAD_INPUT if isinstance(error, ConfigError) else EXIT_NONFINITE)
     log.info("summary: %s", OmegaConf.to_yaml(OmegaConf.create(summary)) if summary else "{}")
     return objective(cfg, summary)
+
+
+if __name__ == "__main__":
+    main()

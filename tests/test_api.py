@@ -1,0 +1,233 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import segscale
+from segscale import api
+from segscale.cli.predict import predict as predict_command
+from segscale.errors import ConfigError
+from tests.conftest import compose_config, oracle_checkpoint, oracle_image, tiny_overrides
+
+COLOURS = [[255, 0, 0], [0, 255, 0], [0, 0, 255]]
+
+
+@pytest.fixture
+def oracle(tmp_path: Path) -> Path:
+    return oracle_checkpoint(tmp_path / "oracle.ckpt", colours=COLOURS)
+
+
+def _truth(shape: tuple[int, int] = (70, 90)) -> np.ndarray:
+    return np.random.default_rng(1).integers(0, 3, shape).astype(np.uint8)
+
+
+def test_import_segscale_loads_neither_torch_nor_lightning():
+    code = (
+        "import sys, segscale; "
+        "print(sorted(m for m in ('torch', 'lightning', 'segscale.api') if m in sys.modules)); "
+        "segscale.load; print(sorted(m for m in ('torch', 'segscale.api') if m in sys.modules)); "
+        "print(segscale.__version__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    before, after, version = result.stdout.splitlines()
+    assert before == "[]"
+    assert after == "['segscale.api', 'torch']"
+    assert version[0].isdigit()
+    assert {"load", "train", "Predictor", "TrainingFailedError"} <= set(dir(segscale))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        segscale.nothing  # noqa: B018
+
+
+def test_predict_an_array_and_a_file_as_predict_py_does(oracle: Path, tmp_path: Path):
+    truth = _truth()
+    image = oracle_image(truth)
+    Image.fromarray(image).save(tmp_path / "tile.png")
+    predictor = segscale.load(oracle, tile_size=32)
+    from_array = predictor.predict(image)
+    from_file = predictor.predict(tmp_path / "tile.png")
+    np.testing.assert_array_equal(from_array, truth)
+    np.testing.assert_array_equal(from_file, truth)
+    assert from_array.dtype == np.uint8 and from_array.shape == truth.shape
+    cfg = compose_config(
+        "predict",
+        f"ckpt={oracle}",
+        f"input={tmp_path / 'tile.png'}",
+        f"output_dir={tmp_path / 'out'}",
+        "accelerator=cpu",
+        "overlay=false",
+        "inference.tile_size=32",
+    )
+    (written,) = predict_command(cfg)
+    np.testing.assert_array_equal(np.asarray(Image.open(written)), from_file)
+
+
+def test_the_window_is_predict_py_s_unless_replaced(oracle: Path):
+    shipped = compose_config("predict").inference
+    window = segscale.load(oracle).window
+    assert (window.tile_size, window.overlap, window.batch_size, window.flip_tta) == (
+        shipped.tile_size,
+        shipped.overlap,
+        shipped.batch_size,
+        shipped.flip_tta,
+    )
+    replaced = segscale.load(
+        oracle, tile_size=48, overlap=0.5, batch_size=2, overrides=["inference.flip_tta=true"]
+    ).window
+    assert (replaced.tile_size, replaced.overlap, replaced.batch_size, replaced.flip_tta) == (
+        48,
+        0.5,
+        2,
+        True,
+    )
+    with pytest.raises(ConfigError, match=r"inference\.overlap=1\.5 is not allowed"):
+        segscale.load(oracle, overlap=1.5)
+
+
+def test_classes_colours_and_probabilities(oracle: Path):
+    predictor = segscale.load(oracle, device="cpu", tile_size=32)
+    assert predictor.class_names == ("class0", "class1", "class2")
+    assert predictor.num_classes == 3
+    np.testing.assert_array_equal(predictor.colours, np.array(COLOURS, dtype=np.uint8))
+    assert predictor.colours.dtype == np.uint8
+    truth = _truth((40, 50))
+    probabilities = predictor.predict_proba(oracle_image(truth))
+    assert probabilities.shape == (3, 40, 50) and probabilities.dtype == np.float32
+    np.testing.assert_allclose(probabilities.sum(axis=0), 1, rtol=1e-5)
+    np.testing.assert_array_equal(probabilities.argmax(axis=0), truth)
+    assert "class0" in repr(predictor)
+
+
+def test_wrong_images_are_refused_with_what_was_expected(oracle: Path, tmp_path: Path):
+    predictor = segscale.load(oracle, tile_size=32)
+    with pytest.raises(ValueError, match=r"shape \(20, 20\).*takes 3 channel"):
+        predictor.predict(np.zeros((20, 20), np.uint8))
+    with pytest.raises(ValueError, match=r"shape \(3, 20, 20\).*H×W×3"):
+        predictor.predict(np.zeros((3, 20, 20), np.uint8))
+    with pytest.raises(TypeError, match="numpy array or the path"):
+        predictor.predict([[1, 2], [3, 4]])  # type: ignore[arg-type]
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(ConfigError, match=r"broken\.png: cannot be decoded"):
+        predictor.predict(str(tmp_path / "broken.png"))
+    Image.fromarray(np.zeros((20, 20), np.uint8)).save(tmp_path / "grey.png")
+    with pytest.raises(ConfigError, match=r"grey\.png: has 1 channels.*takes 3"):
+        predictor.predict(tmp_path / "grey.png")
+
+
+def test_a_bad_checkpoint_path_names_it(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"ckpt=.*missing\.ckpt.*no such file"):
+        segscale.load(tmp_path / "missing.ckpt")
+    (tmp_path / "image.ckpt").write_bytes(b"\x89PNG not weights")
+    with pytest.raises(ConfigError, match=r"ckpt=.*image\.ckpt"):
+        segscale.load(tmp_path / "image.ckpt")
+
+
+def _fail_if_started(command: list[str]) -> int:
+    raise AssertionError(f"a run was started: {command}")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["optimizer.lr=-1"], "optimizer.lr=-1 is not allowed"),
+        (["trainer.max_epoch=2"], "Could not override 'trainer.max_epoch'"),
+        (["model=nope"], "Could not find 'model/nope'"),
+        (["-m", "optimizer.lr=0.1,0.2"], r"\['-m'\] are command-line options"),
+    ],
+)
+def test_a_bad_override_raises_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch, overrides: list[str], message: str
+):
+    monkeypatch.setattr(api, "_run", _fail_if_started)
+    with pytest.raises(ConfigError, match=message):
+        segscale.train(overrides)
+
+
+FAKE_TRAIN = """
+import json, sys
+from pathlib import Path
+values = dict(a.split("=", 1) for a in sys.argv if "=" in a)
+folder = Path(values.get("output_dir", values["hydra.run.dir"].strip("'")))
+folder.mkdir(parents=True)
+(folder / "summary.json").write_text(json.dumps({"status": "finished", "argv": sys.argv[1:]}))
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def fake_train(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Replace train.py by a script that writes its arguments as the summary."""
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAIN)
+
+    def program(status: int = 0) -> None:
+        monkeypatch.setattr(
+            api, "_train_program", lambda: [sys.executable, str(script), str(status)]
+        )
+
+    program()
+    return program
+
+
+def test_train_passes_the_overrides_and_a_resolved_run_folder(
+    fake_train, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)
+    myconf = tmp_path / "my conf"
+    (myconf / "experiment").mkdir(parents=True)
+    (myconf / "experiment" / "mine.yaml").write_text("# @package _global_\nseed: 7\n")
+    summary = segscale.train(
+        ["experiment=mine", "hydra.run.dir=runs/${now:%Y}", "optimizer.lr=0.05"], config_dir=myconf
+    )
+    folder = Path(summary["run_dir"])
+    assert folder.parent == tmp_path / "runs" and folder.is_dir()
+    assert summary["argv"] == [
+        "0",
+        "--config-name",
+        "train",
+        "experiment=mine",
+        "optimizer.lr=0.05",
+        f"hydra.searchpath=['file://{myconf}']",
+        f"hydra.run.dir='{folder}'",
+    ]
+    # output_dir, when given, is the run folder (where summary.json is written)
+    summary = segscale.train([f"output_dir={tmp_path / 'elsewhere'}"])
+    assert summary["run_dir"] == str(tmp_path / "elsewhere")
+
+
+def test_a_failed_run_raises_with_its_status_and_folder(fake_train, tmp_path: Path):
+    fake_train(status=2)
+    with pytest.raises(api.TrainingFailedError, match="exit status 2") as failure:
+        segscale.train([f"hydra.run.dir={tmp_path / 'run'}"])
+    assert failure.value.returncode == 2
+    assert failure.value.run_dir == tmp_path / "run"
+    assert isinstance(failure.value, RuntimeError)
+
+
+def test_a_missing_config_dir_is_named(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"config_dir=.*nowhere.*no such folder"):
+        segscale.train([], config_dir=tmp_path / "nowhere")
+
+
+@pytest.mark.slow
+def test_train_returns_the_summary_and_the_run_predicts(
+    tiny_data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)
+    summary = segscale.train([*tiny_overrides(tiny_data_root, None), "hydra.run.dir=run"])
+    folder = tmp_path / "run"
+    assert summary["run_dir"] == str(folder)
+    assert summary["status"] == "finished"
+    assert 0 <= summary["metrics"]["val/mIoU"] <= 1
+    assert json.loads((folder / "summary.json").read_text())["steps"] == summary["steps"]
+    best = folder / "checkpoints" / "best.ckpt"
+    assert summary["best_checkpoint"] == str(best) and best.is_file()
+    image = next(tiny_data_root.rglob("val/images/*.png"))
+    labels = segscale.load(best).predict(image)
+    assert labels.shape == (192, 192)
+    assert labels.max() < 6

@@ -1,0 +1,155 @@
+"""The wheel, installed on its own, runs the console scripts from any folder.
+
+The wheel is built from a copy of the checkout (so no build/ or .egg-info lands in it)
+and installed into a fresh venv. That venv sees the current venv's third-party packages
+through a .pth line: a folder added that way does not get its own .pth files read, so
+the editable install of this checkout (a .pth there) stays invisible, and every segscale
+module, config and Hydra plugin the commands use must come from the wheel.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_S = 600
+
+DATA_OVERRIDES = [
+    "datamodule.source.num_train=2",
+    "datamodule.source.num_val=1",
+    "datamodule.source.image_size=192",
+]
+"""A tiny synthetic dataset (tests/conftest.py tiny_overrides); root= is added per test."""
+
+TRAIN_OVERRIDES = [
+    "datamodule.patch_size=64",
+    "datamodule.patches_per_image=8",
+    "datamodule.batch_size=4",
+    "datamodule.num_workers=0",
+    "trainer.accelerator=cpu",
+    "trainer.log_every_n_steps=1",
+]
+"""The rest of tiny_overrides, less trainer.max_epochs: the user's preset sets that."""
+
+PRESET = """\
+# @package _global_
+trainer:
+  max_epochs: 1
+seed: 7
+"""
+"""``experiment/mine.yaml`` of the user's own config folder."""
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(
+        REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    wheels = tmp_path / "wheels"
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    _run([*command, "-w", str(wheels), str(source)], cwd=tmp_path)
+    (wheel,) = wheels.glob("segscale-*.whl")
+    return wheel
+
+
+def _install(wheel: Path, venv: Path) -> Path:
+    """A venv holding the wheel, seeing this venv's packages but not the checkout."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=venv.parent)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    _run([*pip, "install", "--no-deps", "--no-index", str(wheel)], cwd=venv.parent)
+    purelib = Path(_run([str(python), "-c", _PURELIB], cwd=venv.parent).stdout.strip())
+    (purelib / "_third_party.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return purelib
+
+
+_PURELIB = "import sysconfig; print(sysconfig.get_path('purelib'))"
+
+_WHERE = (
+    "import json, sys, segscale, segscale.configs, hydra_plugins.segscale_plugins as plugins;"
+    "print(json.dumps([segscale.__file__, segscale.configs.CONFIG_DIR, plugins.__file__,"
+    " segscale.__version__, sys.path]))"
+)
+
+
+def _environment() -> dict[str, str]:
+    # Nothing of the checkout may leak in through the environment either.
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        command, cwd=cwd, env=_environment(), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert result.returncode == 0, (
+        f"{command} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    )
+    return result
+
+
+def test_the_installed_wheel_trains_predicts_and_evaluates_from_anywhere(tmp_path: Path):
+    wheel = _build_wheel(tmp_path)
+    venv = tmp_path / "venv"
+    purelib = _install(wheel, venv)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bin_dir = venv / "bin"
+
+    module_file, config_dir, plugins_file, version, path = json.loads(
+        _run([str(bin_dir / "python"), "-c", _WHERE], cwd=elsewhere).stdout
+    )
+    for installed in (module_file, config_dir, plugins_file):
+        assert Path(installed).is_relative_to(purelib), installed
+    assert version == "0.1.0"
+    assert not any(Path(entry).is_relative_to(REPO / "src") for entry in path if entry), path
+
+    myconf = tmp_path / "myconf"
+    (myconf / "experiment").mkdir(parents=True)
+    (myconf / "experiment" / "mine.yaml").write_text(PRESET)
+    data = [f"datamodule.source.root={tmp_path / 'data'}", *DATA_OVERRIDES]
+    run = tmp_path / "run"
+    train = [str(bin_dir / "segscale-train"), *data, *TRAIN_OVERRIDES, "experiment=mine"]
+
+    # The search path override finds the user's preset: --cfg job prints the config only.
+    searched = _run(
+        [train[0], "--cfg", "job", *train[1:], f"hydra.searchpath=[file://{myconf}]"], elsewhere
+    )
+    assert "seed: 7" in searched.stdout and "max_epochs: 1" in searched.stdout
+
+    # Hydra's options go before the overrides (argparse takes no option after them).
+    _run([train[0], "--config-dir", str(myconf), *train[1:], f"hydra.run.dir={run}"], elsewhere)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["epochs"] == 1
+    assert "seed: 7" in (run / ".hydra" / "config.yaml").read_text()
+    best = run / "checkpoints" / "best.ckpt"
+    assert best.is_file()
+
+    images = sorted((tmp_path / "data").rglob("val/images/*.png"))
+    assert images
+    predict = [str(bin_dir / "segscale-predict"), f"ckpt={best}", f"input={images[0].parent}"]
+    _run([*predict, "accelerator=cpu", f"hydra.run.dir={tmp_path / 'predicted'}"], elsewhere)
+    for image in images:
+        mask = np.asarray(Image.open(tmp_path / "predicted" / f"{image.stem}.png"))
+        assert mask.shape == (192, 192) and mask.max() < 6
+        assert (tmp_path / "predicted" / f"{image.stem}_overlay.png").is_file()
+
+    evaluate = [str(bin_dir / "segscale-evaluate"), f"ckpt={best}", *data, "accelerator=cpu"]
+    _run([*evaluate, f"hydra.run.dir={tmp_path / 'evaluated'}"], cwd=elsewhere)
+    metrics = json.loads((tmp_path / "evaluated" / "metrics.json").read_text())
+    assert 0 <= metrics["MeanIoU"] <= 1
+    assert (tmp_path / "evaluated" / "confusion_matrix.csv").is_file()
+    assert not list(elsewhere.iterdir())  # every output went where it was told to go
