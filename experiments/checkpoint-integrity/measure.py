@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from segscale.training.checkpoint_io import (
+from segscale.models.checkpoint_io import (
     content_digest,
     load_checkpoint_file,
     save_checkpoint_file,
