@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +37,7 @@ from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.training.builders import build
 from segscale.training.config_checks import check_config
+from segscale.training.launch import TRAIN_COMMAND, quoted_override
 from segscale.training.resume import register_run_dir_resolver
 from segscale.training.summary_file import SUMMARY_FILE, read_summary
 
@@ -207,7 +207,7 @@ def train(
         config_name,
         *(o for o in overrides if _key(o) != "hydra.run.dir"),
         # Resolved here, so that the child writes where this process reads.
-        f"hydra.run.dir={_quoted(str(run_dir))}",
+        f"hydra.run.dir={quoted_override(str(run_dir))}",
     ]
     status = _run(command)
     if status != 0:
@@ -243,7 +243,7 @@ def _search_path(config_dir: str | os.PathLike[str] | None, overrides: Sequence[
     folder = Path(config_dir).absolute()
     if not folder.is_dir():
         raise ConfigError(f"config_dir={str(config_dir)!r}: no such folder")
-    return [f"hydra.searchpath=[{_quoted(f'file://{folder}')}]"]
+    return [f"hydra.searchpath=[{quoted_override(f'file://{folder}')}]"]
 
 
 def _run_folders(cfg: DictConfig) -> tuple[Path, Path]:
@@ -279,8 +279,8 @@ def _hydra_config(cfg: DictConfig) -> Iterator[None]:
 
 
 def _train_program() -> list[str]:
-    """``train.py`` as a module of this interpreter: found wherever segscale is installed."""
-    return [sys.executable, "-m", "segscale.cli.train"]
+    """The command that runs ``train.py`` (a test replaces it with a fake)."""
+    return list(TRAIN_COMMAND)
 
 
 def _run(command: list[str]) -> int:
@@ -304,9 +304,3 @@ def _run(command: list[str]) -> int:
 def _key(override: str) -> str:
     """The config key of an override (``+a.b=1`` → ``a.b``)."""
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def _quoted(value: str) -> str:
-    """A Hydra override value that keeps spaces, quotes and commas as they are."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"

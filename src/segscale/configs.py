@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
@@ -20,8 +21,16 @@ def compose_config(
     """``conf/<config_name>.yaml`` with ``overrides``, composed as the command line does.
 
     ``hydra.searchpath=[...]`` among the overrides adds a user's own config folders.
+    Works inside a running Hydra app or ``initialize`` context too: that Hydra is set
+    aside while this config is composed, and given back after.
     """
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(
-            config_name, overrides=list(overrides), return_hydra_config=return_hydra_config
-        )
+    caller = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose(
+                config_name, overrides=list(overrides), return_hydra_config=return_hydra_config
+            )
+    finally:
+        # initialize_config_dir replaces the GlobalHydra instance on leaving: ask again.
+        GlobalHydra.instance().hydra = caller

@@ -69,8 +69,8 @@ def check_devices(devices: Any, accelerator: str) -> None:
     if kind != "cuda":
         if listed:
             raise ConfigError(
-                f"trainer.devices={shown_devices(devices)} lists device indices, which only GPUs "
-                f"have; "
+                f"trainer.devices={shown_devices(devices)} lists device indices, "
+                "which only GPUs have; "
                 f"with trainer.accelerator={accelerator} ({kind}) give a count of processes, "
                 "e.g. trainer.devices=2"
             )
@@ -82,8 +82,8 @@ def check_devices(devices: Any, accelerator: str) -> None:
     count = devices_count(devices, available)
     if missing or count > available:
         raise ConfigError(
-            f"trainer.devices={shown_devices(devices)} asks for GPU(s) this machine does not "
-            f"have: it "
+            f"trainer.devices={shown_devices(devices)} asks for GPU(s) this machine "
+            "does not have: it "
             f"has {available} (indices 0..{available - 1}; CUDA_VISIBLE_DEVICES={visible} "
             "numbers them from 0)"
         )

@@ -25,3 +25,8 @@ def require(value: Any, key: str, ok: Callable[[Any], bool], expected: str) -> N
     if isinstance(value, bool) or not ok(value):
         shown = list(value) if isinstance(value, ListConfig) else value
         raise ConfigError(f"{key}={shown!r} is not allowed: expected {expected}")
+
+
+def integer_at_least(minimum: int) -> Callable[[Any], bool]:
+    """A check for ``require``: an integer ``>= minimum`` (a bool is refused by ``require``)."""
+    return lambda v: isinstance(v, int) and v >= minimum

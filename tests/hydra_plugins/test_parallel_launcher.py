@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hydra_plugins.segscale_plugins.parallel_launcher import ParallelLauncher
+from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
 from tests.cli.test_sweeps import multirun
 from tests.conftest import compose_for_plugins
@@ -85,3 +86,34 @@ def test_cpu_jobs_share_the_cores_this_process_may_use(monkeypatch, tmp_path):
     launcher.launch([["trainer.devices=2"], ["trainer.devices=1"]], initial_job_idx=0)
     # 8 cores, 2 jobs at once: 4 threads a job, shared by its processes.
     assert [env["OMP_NUM_THREADS"] for env in FakeJob.envs] == ["2", "4"]
+
+
+class RecordingJob(FakeJob):
+    """A failed job, as FakeJob, that also keeps its command line."""
+
+    commands: ClassVar[list[list[str]]] = []
+
+    def __init__(self, command: list[str], env: dict[str, str], **kwargs: object) -> None:
+        super().__init__(command, env, **kwargs)
+        RecordingJob.commands.append(command)
+
+
+def test_jobs_load_the_sweeps_config_folders(monkeypatch, tmp_path):
+    from hydra_plugins.segscale_plugins import parallel_launcher
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(parallel_launcher.subprocess, "Popen", RecordingJob)
+    RecordingJob.commands = []
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'myconf'}]"
+    config, context = compose_for_plugins(
+        "hydra/launcher=parallel", f"hydra.sweep.dir={tmp_path}", searchpath
+    )
+    launcher = ParallelLauncher(cpu_jobs=1, poll_s=0)
+    launcher.setup(hydra_context=context, task_function=None, config=config)
+    launcher.launch([["trainer.devices=1"]], initial_job_idx=0)
+    (command,) = RecordingJob.commands
+    # the primary config folder and name, and the user's folder once: a preset there
+    # (experiment=mine) composes in the job as it did in the sweep
+    assert command[command.index("--config-path") + 1] == CONFIG_DIR
+    assert command[command.index("--config-name") + 1] == "train"
+    assert command.count(searchpath) == 1

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, open_dict
 from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
 from segscale.sweeps.objective import objective
-from segscale.training.launch import program_command
+from segscale.training.launch import config_options, program_command
 from segscale.training.summary_file import read_summary
 
 log = logging.getLogger(__name__)
@@ -166,11 +166,17 @@ class ParallelLauncher(Launcher):
     def _start(self, plan: JobPlan, threads: int) -> None:
         assert self.config is not None  # as launch checked
         plan.folder.mkdir(parents=True, exist_ok=True)
+        # The job's config folders and primary config (--config-dir, --config-path,
+        # --config-name, hydra.searchpath), as for the ranks of a DDP job.
+        options = config_options(self.config.hydra)
         hydra_overrides = [
-            o for o in self.config.hydra.overrides.hydra if not o.startswith(SWEEP_ONLY)
+            o
+            for o in self.config.hydra.overrides.hydra
+            if not o.startswith(SWEEP_ONLY) and o not in options
         ]
         command = [
             *program_command(),
+            *options,
             *plan.overrides,
             *hydra_overrides,
             f"hydra.run.dir={plan.folder}",

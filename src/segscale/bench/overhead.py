@@ -258,7 +258,7 @@ def lightning_round(
 def train_trainer(
     cfg: DictConfig, device: torch.device, max_steps: int, clock: RoundClock
 ) -> L.Trainer:
-    """The ``Trainer`` of ``train.py`` (``segscale.cli.train``) on one device, for ``max_steps``.
+    """The ``Trainer`` of ``train.py`` (``segscale.training.run``) on one device, for ``max_steps``.
 
     Its callbacks are the ``callbacks`` group's and the run summary, its loggers the
     ``logger`` group's, built as ``train.py`` builds them, and ``clock``.

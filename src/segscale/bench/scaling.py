@@ -20,7 +20,6 @@ import logging
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from segscale.bench.prediction import efficiency, speedup
 from segscale.bench.progress import Progress
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.configs import CONFIG_DIR
-from segscale.training.launch import free_port
+from segscale.training.launch import TRAIN_COMMAND, free_port
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +113,6 @@ def sync_batchnorm(overrides: list[str]) -> bool:
         if override_key(override) == SYNC_BATCHNORM:
             return override.split("=", 1)[1].strip().lower() == "true"
     return bool(OmegaConf.load(Path(CONFIG_DIR) / "strategy" / "ddp.yaml").sync_batchnorm)
-
-
-TRAIN_COMMAND = (sys.executable, "-m", "segscale.cli.train")
-"""``train.py`` as a module: found wherever segscale is installed."""
 
 
 def scaling_command(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig
 
 from segscale.bench.pipeline import doubling_counts
-from segscale.errors import ConfigError, require
+from segscale.errors import ConfigError, integer_at_least, require
 
 
 def device_counts(configured: Any, available: int) -> list[int]:
@@ -22,11 +21,6 @@ def device_counts(configured: Any, available: int) -> list[int]:
             )
         return counts
     return doubling_counts(available)
-
-
-def integer_at_least(minimum: int) -> Callable[[Any], bool]:
-    """A check for ``require``: an integer ``>= minimum``."""
-    return lambda v: isinstance(v, int) and v >= minimum
 
 
 def check_bench(options: DictConfig) -> None:

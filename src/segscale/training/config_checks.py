@@ -7,7 +7,6 @@ fix the override without reading code.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -15,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_types import check_types
 from segscale.data.samplers import SHUFFLE_MODES
 from segscale.devices import devices_count
-from segscale.errors import ConfigError, require
+from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS
 
@@ -34,7 +33,7 @@ def check_config(cfg: DictConfig) -> None:
         require(
             value,
             key,
-            _integer_at_least(minimum),
+            integer_at_least(minimum),
             f"an integer >= {minimum}",
         )
     check_loader_options(cfg)
@@ -85,10 +84,6 @@ def check_loader_options(cfg: DictConfig) -> None:
         if not any(value is option for option in allowed):
             expected = " or ".join({True: "true", False: "false", None: "null"}[o] for o in allowed)
             raise ConfigError(f"{key}={value!r} is not allowed: expected {expected}")
-
-
-def _integer_at_least(minimum: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and v >= minimum
 
 
 def _get(cfg: DictConfig, dotted: str) -> Any:

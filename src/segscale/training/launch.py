@@ -261,6 +261,10 @@ def launcher_job_id() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
+TRAIN_COMMAND = (sys.executable, "-m", "segscale.cli.train")
+"""``train.py`` as a module of this interpreter: found wherever segscale is installed."""
+
+
 def program_command() -> list[str]:
     """The interpreter and script (or ``-m`` module) that this process runs."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
@@ -289,8 +293,8 @@ def rank_command(
         *program_command(),
         *config_options(hydra_cfg),
         *overrides,
-        *(f"{key}={_quoted(value)}" for key, value in resolved.items()),
-        f"hydra.run.dir={_quoted(output_dir)}",
+        *(f"{key}={quoted_override(value)}" for key, value in resolved.items()),
+        f"hydra.run.dir={quoted_override(output_dir)}",
         *QUIET_RANK_OVERRIDES,
         f"hydra.job.name=rank{local_rank}",
     ]
@@ -319,7 +323,7 @@ def config_options(hydra_cfg: DictConfig) -> list[str]:
     return [*options, *searchpath]
 
 
-def _quoted(value: str) -> str:
+def quoted_override(value: str) -> str:
     """A Hydra override value that keeps spaces, quotes and commas as they are."""
     escaped = value.replace("\\", "\\\\").replace("'", "\\'")
     return f"'{escaped}'"

@@ -15,16 +15,16 @@ def test_training_progress_png_is_drawn_and_updated(make_config, tmp_path):
 
 
 def test_the_progress_plot_is_redrawn_at_every_validation(make_config, monkeypatch):
-    from segscale.training.callbacks import progress_plot as callbacks
+    from segscale.training.callbacks import progress_plot
 
     drawn = []
-    original = callbacks.plot_training_progress
+    original = progress_plot.plot_training_progress
 
     def counting(train_rows, val_rows, path):
         drawn.append((len(train_rows), len(val_rows)))
         original(train_rows, val_rows, path)
 
-    monkeypatch.setattr(callbacks, "plot_training_progress", counting)
+    monkeypatch.setattr(progress_plot, "plot_training_progress", counting)
     train(make_config("trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null"))
     # 8 iterations, a validation every 2: four redraws, each with the curves so far.
     assert drawn == [(2, 1), (4, 2), (6, 3), (8, 4)]

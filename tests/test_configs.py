@@ -1,0 +1,28 @@
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from segscale.configs import CONFIG_DIR, compose_config
+
+
+def test_the_config_tree_is_found_inside_the_package():
+    cfg = compose_config("train", ["optimizer.lr=0.05"])
+    assert cfg.optimizer.lr == 0.05 and "datamodule" in cfg
+
+
+def test_composing_inside_a_running_hydra_leaves_it_as_it_was(tmp_path):
+    (tmp_path / "app.yaml").write_text("answer: 42\n")
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+        caller = GlobalHydra.instance().hydra
+        cfg = compose_config("predict", ["accelerator=cpu"])
+        assert cfg.accelerator == "cpu"
+        assert GlobalHydra.instance().hydra is caller
+        assert compose("app").answer == 42  # the caller's own config, still composable
+    assert not GlobalHydra.instance().is_initialized()
+
+
+def test_a_bad_override_is_hydras_error_and_leaves_no_hydra_behind():
+    with pytest.raises(Exception, match="no_such_group"):
+        compose_config("train", ["no_such_group=x"])
+    assert not GlobalHydra.instance().is_initialized()
+    assert CONFIG_DIR.endswith("conf")
