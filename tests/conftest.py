@@ -26,6 +26,15 @@ from segscale.models.checkpoint_io import save_checkpoint_file
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test downloads: pretrained weights come from caches the tests prepare.
+
+    The variable reaches the subprocesses a test starts (train.py, DDP ranks) too.
+    """
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
 @pytest.fixture(scope="session")
 def tiny_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding a tiny synthetic dataset, generated once per test session."""

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rasterio
 import tifffile
 from PIL import Image
 
@@ -14,8 +15,10 @@ from segscale.cli.predict import (
     run_prediction,
 )
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_TAGS
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
 from tests.data.declared_size import png_declaring
+from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
 
 
 def _config(*overrides: str):
@@ -214,3 +217,104 @@ def test_header_problems_name_the_limit_and_the_channels(tmp_path: Path):
         predict(_config(*common, "max_image_pixels=-1"))
     with pytest.raises(ConfigError, match="skip_unreadable='yes' is not allowed"):
         predict(_config(*common, "skip_unreadable=yes"))
+
+
+def _geotiff_input(folder: Path) -> np.ndarray:
+    """``folder/scene.tif``: a GeoTIFF in UTM 33N (origin and pixel size not round) whose
+    labels the oracle predicts; returns them."""
+    folder.mkdir()
+    truth = np.random.default_rng(5).integers(0, 3, (37, 90)).astype(np.uint8)
+    geotiff(folder / "scene.tif", oracle_image(truth), crs=UTM, transform=NORTH_UP, nodata=0)
+    return truth
+
+
+def test_predict_gives_tiff_mask_and_overlay_the_georeference_of_a_geotiff(tmp_path: Path):
+    truth = _geotiff_input(tmp_path / "in")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    cfg = _config(
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        "inference.tile_size=32",
+        "format=tif",
+    )
+    assert [p.name for p in predict(cfg)] == ["scene.tif"]
+    with rasterio.open(tmp_path / "in" / "scene.tif") as image:
+        crs, transform, size = image.crs, image.transform, (image.width, image.height)
+    for name in ("scene.tif", "scene_overlay.tif"):
+        with rasterio.open(tmp_path / "out" / name) as written:
+            assert written.crs == crs and written.crs.to_epsg() == 32633
+            assert written.transform == transform == NORTH_UP
+            assert (written.width, written.height) == size
+            assert written.nodata is None
+    with rasterio.open(tmp_path / "out" / "scene.tif") as mask:
+        np.testing.assert_array_equal(mask.read(1), truth)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "scene.tif",
+        "scene_overlay.tif",
+    ]
+
+
+def test_predict_writes_world_files_beside_png_outputs_of_a_geotiff(tmp_path: Path):
+    _geotiff_input(tmp_path / "in")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    cfg = _config(
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        "inference.tile_size=32",
+    )
+    predict(cfg)
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "scene.pgw",
+        "scene.png",
+        "scene_overlay.pgw",
+        "scene_overlay.png",
+    ]
+    centre = NORTH_UP @ (0.5, 0.5)
+    expected = [NORTH_UP.a, NORTH_UP.d, NORTH_UP.b, NORTH_UP.e, *centre]
+    for name in ("scene", "scene_overlay"):
+        lines = (out / f"{name}.pgw").read_text().splitlines()
+        assert [float(line) for line in lines] == expected
+        with rasterio.open(out / f"{name}.png") as written:
+            assert written.transform == NORTH_UP and (written.width, written.height) == (90, 37)
+
+
+@pytest.mark.parametrize("file_format", ["png", "tif"])
+def test_predict_of_an_image_without_georeferencing_writes_todays_files(
+    tmp_path: Path, file_format: str
+):
+    (tmp_path / "in").mkdir()
+    truth = np.random.default_rng(6).integers(0, 3, (37, 90)).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "in" / "plain.tif", oracle_image(truth))
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    cfg = _config(
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        "inference.tile_size=32",
+        "overlay=false",
+        f"format={file_format}",
+    )
+    predict(cfg)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [f"plain.{file_format}"]
+    if file_format == "png":
+        return
+    mask = tmp_path / "out" / "plain.tif"
+    with tifffile.TiffFile(mask) as tif:
+        page = tif.pages[0]
+        assert not {tag.code for tag in page.tags} & {*GEOTIFF_TAGS, GDAL_METADATA, GDAL_NODATA}
+        colormap = page.colormap
+    # Byte for byte what tifffile.memmap wrote before georeferencing existed.
+    reference = tifffile.memmap(
+        tmp_path / "reference.tif",
+        shape=truth.shape,
+        dtype=np.uint8,
+        photometric="palette",
+        colormap=colormap,
+    )
+    reference[:] = truth
+    reference.flush()
+    del reference
+    assert mask.read_bytes() == (tmp_path / "reference.tif").read_bytes()

@@ -258,10 +258,13 @@ def test_the_matlab_preset_has_the_users_settings(make_config):
     assert list(cfg.datamodule.augmentation.rotation) == [-20, 20]
     assert cfg.datamodule.shuffle == "every-epoch"
     assert cfg.callbacks.periodic_checkpoint.frequency == 1
-    # And it trains, shrunk to tiny patches (command-line overrides win over the preset).
+    assert cfg.model.encoder_weights == "imagenet"  # pretrained, as MATLAB's network is
+    # And it trains, shrunk to tiny patches (command-line overrides win over the preset),
+    # from random weights: tests run offline.
     summary = train(
         make_config(
             "experiment=matlab_deeplabv3plus",
+            "model.encoder_weights=null",
             "trainer.max_epochs=1",
             "datamodule.batch_size=4",
             "datamodule.patches_per_image=4",

@@ -1,3 +1,4 @@
+import logging
 from functools import partial
 from types import SimpleNamespace
 
@@ -10,6 +11,7 @@ from segscale.models.losses import SegmentationLoss
 from segscale.models.metrics import scores_from_confusion
 from segscale.models.module import SegmentationModule
 from segscale.models.nonfinite import NonFiniteError
+from segscale.models.optim import Schedule, build_optimizer
 from tests.distributed import on_two_ranks
 
 
@@ -311,3 +313,41 @@ def test_a_non_finite_validation_loss_stops_the_run():
     seg.val_loss.update(torch.tensor(float("nan")), weight=16)
     with pytest.raises(NonFiniteError, match="the validation loss is not finite"):
         seg.on_validation_epoch_end()
+
+
+class EncoderAndHead(nn.Module):
+    """An encoder and a head, as segmentation_models_pytorch networks have them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Conv2d(3, 4, 1)
+        self.head = nn.Conv2d(4, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))
+
+
+def test_the_encoder_rate_is_logged_and_scheduled_with_the_decoders(caplog):
+    factory = partial(build_optimizer, solver="sgdm", lr=0.2, encoder_lr_factor=0.5)
+    seg = SegmentationModule(
+        EncoderAndHead(), factory, 3, ["a", "b", "c"], schedule=Schedule("poly")
+    )
+    seg.trainer = SimpleNamespace(
+        is_global_zero=True,
+        estimated_stepping_batches=10,
+        train_dataloader=[],
+        num_training_batches=5,
+        accumulate_grad_batches=1,
+    )
+    caplog.set_level(logging.INFO, logger="segscale.models.module")
+    configured = seg.configure_optimizers()
+    message = (
+        "training.encoder_lr_factor=0.5: the encoder learns at 0.1, the decoder and head at 0.2"
+    )
+    assert message in caplog.text
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    decoder, encoder = (group["lr"] for group in optimizer.param_groups)
+    assert decoder < 0.2 and encoder == pytest.approx(decoder * 0.5)

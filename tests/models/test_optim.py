@@ -6,6 +6,7 @@ from torch import nn
 
 from segscale.errors import ConfigError
 from segscale.models.optim import (
+    SOLVERS,
     Schedule,
     build_optimizer,
     check_gradient_threshold,
@@ -164,3 +165,91 @@ def test_l2norm_leaves_zero_and_small_gradients_as_they_are():
     assert zero.grad.tolist() == [0.0, 0.0]
     assert small.grad.tolist() == pytest.approx([0.3, 0.4])
     assert large.grad.tolist() == pytest.approx([0.6, 0.8]) and large.grad.dtype == torch.float64
+
+
+class EncoderDecoder(nn.Module):
+    """A network with parts, as segmentation_models_pytorch builds them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+        self.decoder = nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4))
+        self.head = nn.Conv2d(4, 2, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.decoder(self.encoder(x)))
+
+
+def ids(parameters) -> set[int]:
+    return {id(p) for p in parameters}
+
+
+def test_the_encoder_learns_at_its_factor_of_the_rate():
+    net = EncoderDecoder()
+    optimizer = build_optimizer(net, "sgdm", lr=0.5, momentum=0.9, encoder_lr_factor=0.1)
+    decoder, encoder = optimizer.param_groups
+    # The decoder's group first: it is the one the summary and the verbose log read.
+    assert (decoder["name"], decoder["lr"], decoder["lr_factor"]) == ("decoder", 0.5, 1.0)
+    assert (encoder["name"], encoder["lr"], encoder["lr_factor"]) == ("encoder", 0.05, 0.1)
+    assert ids(encoder["params"]) == ids(net.encoder.parameters())
+    assert ids(decoder["params"]) == ids([*net.decoder.parameters(), *net.head.parameters()])
+    # At 1 the groups are those of a network without parts, unnamed.
+    plain = build_optimizer(net, "sgdm", lr=0.5)
+    assert len(plain.param_groups) == 1 and "name" not in plain.param_groups[0]
+
+
+def test_the_schedule_scales_both_groups_alike():
+    optimizer = build_optimizer(EncoderDecoder(), "sgdm", lr=0.4, encoder_lr_factor=0.25)
+    scheduler = lr_scheduler(optimizer, Schedule("poly", power=1.0, warmup_steps=2), 5, 10)
+    for step in range(10):
+        decoder, encoder = (group["lr"] for group in optimizer.param_groups)
+        expected = Schedule("poly", power=1.0, warmup_steps=2).factor(step, 5, 10)
+        assert decoder == pytest.approx(0.4 * expected)
+        assert encoder == pytest.approx(0.1 * expected)
+        optimizer.step()
+        scheduler.step()
+    assert decoder < 0.4 * 0.2  # it did decay
+
+
+def test_the_encoder_factor_keeps_the_decay_rules():
+    net = EncoderDecoder()
+    optimizer = build_optimizer(
+        net, "adamw", lr=0.01, weight_decay=0.1, decay_norm_and_bias=False, encoder_lr_factor=0.5
+    )
+    groups = {group["name"]: group for group in optimizer.param_groups}
+    assert list(groups) == ["decoder", "decoder_no_decay", "encoder", "encoder_no_decay"]
+    expected = {
+        "decoder": ({id(net.decoder[0].weight), id(net.head.weight)}, 0.1, 0.01),
+        "decoder_no_decay": (ids([net.decoder[0].bias, *net.decoder[1].parameters()]), 0.0, 0.01),
+        "encoder": ({id(net.encoder[0].weight)}, 0.1, 0.005),
+        "encoder_no_decay": (ids([net.encoder[0].bias, *net.encoder[1].parameters()]), 0.0, 0.005),
+    }
+    for name, (params, decay, lr) in expected.items():
+        group = groups[name]
+        assert (ids(group["params"]), group["weight_decay"], group["lr"]) == (params, decay, lr)
+
+
+@pytest.mark.parametrize("solver", list(SOLVERS))
+def test_a_zero_factor_leaves_the_encoder_as_it_is(solver):
+    # Weight decay and momentum (or moments) go through the rate too: at 0 nothing moves.
+    net = EncoderDecoder()
+    before = {name: p.detach().clone() for name, p in net.named_parameters()}
+    optimizer = build_optimizer(net, solver, lr=0.1, weight_decay=0.1, encoder_lr_factor=0.0)
+    for _ in range(3):
+        optimizer.zero_grad()
+        net(torch.randn(2, 3, 6, 6)).square().mean().backward()
+        optimizer.step()
+    for name, parameter in net.named_parameters():
+        assert torch.equal(parameter, before[name]) is name.startswith("encoder."), name
+
+
+def test_an_encoder_factor_needs_an_encoder():
+    with pytest.raises(ConfigError, match=r"training\.encoder_lr_factor=0\.1 needs .*encoder"):
+        build_optimizer(network(), encoder_lr_factor=0.1)
+    build_optimizer(network(), encoder_lr_factor=1.0)  # the default asks for none
+
+
+@pytest.mark.parametrize("factor", [-0.5, math.inf, math.nan, True, "0.1"])
+def test_a_bad_encoder_factor_names_the_key(factor):
+    with pytest.raises(ConfigError, match=r"training\.encoder_lr_factor=.*expected a number >= 0"):
+        build_optimizer(EncoderDecoder(), encoder_lr_factor=factor)

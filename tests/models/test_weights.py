@@ -1,4 +1,6 @@
 import pytest
+import safetensors.torch
+import timm
 import torch
 import torchvision
 
@@ -83,3 +85,55 @@ def test_read_weights_names_a_damaged_file(tmp_path):
     path.write_bytes(path.read_bytes()[:500])
     with pytest.raises(ConfigError, match=r"ckpt='.*half\.pth' cannot be read as weights"):
         read_weights(path, "ckpt", "a checkpoint")
+
+
+def test_a_whole_networks_safetensors_file_loads_into_the_encoder(tmp_path):
+    source = build_network(num_classes=3)
+    path = tmp_path / "network.safetensors"
+    safetensors.torch.save_file(source.state_dict(), path)  # keys start with "encoder."
+    target = build_network(num_classes=3, encoder_weights=str(path))
+    for key, value in source.encoder.state_dict().items():
+        assert torch.equal(value, target.encoder.state_dict()[key])
+
+
+def test_an_encoders_pt_file_loads(tmp_path):
+    source = build_network("Unet", "tu-resnet18", num_classes=3)
+    path = tmp_path / "encoder.pt"
+    torch.save(source.encoder.state_dict(), path)  # smp's own keys: "model." for tu- encoders
+    target = build_network("Unet", "tu-resnet18", num_classes=3, encoder_weights=str(path))
+    assert torch.equal(target.encoder.model.conv1.weight, source.encoder.model.conv1.weight)
+
+
+@pytest.mark.parametrize("model", ["resnet18", "convnext_atto"])
+def test_a_plain_timm_file_loads_into_a_timm_encoder(tmp_path, model):
+    # timm's classifier layout: no "model." prefix, a head, and (ConvNeXt) "stages.0"
+    # where smp's feature extractor has "stages_0".
+    state = timm.create_model(model).state_dict()
+    path = tmp_path / f"{model}.safetensors"
+    safetensors.torch.save_file(state, path)
+    network = build_network("Unet", f"tu-{model}", num_classes=3, encoder_weights=str(path))
+    for key, value in network.encoder.state_dict().items():
+        plain = key.removeprefix("model.")
+        assert torch.equal(value, state.get(plain, state.get(plain.replace("_", ".", 1))))
+
+
+def test_another_timm_models_file_is_refused_with_its_keys(tmp_path):
+    path = tmp_path / "resnet34.pth"
+    torch.save(timm.create_model("resnet34").state_dict(), path)
+    with pytest.raises(
+        ConfigError,
+        match=r"resnet34\.pth' does not fit the encoder "
+        r"\(TimmUniversalEncoder\): \d+ unexpected: model\.layer1\.2\.conv1\.weight",
+    ):
+        build_network("Unet", "tu-resnet18", encoder_weights=str(path))
+
+
+def test_a_damaged_safetensors_file_is_named(tmp_path):
+    path = tmp_path / "half.safetensors"
+    safetensors.torch.save_file({"w": torch.zeros(1000)}, path)
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.encoder_weights='.*half\.safetensors' cannot be read as safetensors",
+    ):
+        build_network(encoder_weights=str(path))

@@ -36,6 +36,12 @@ def test_bad_devices_name_the_key(devices):
         ("datamodule.pin_memory=1", "datamodule.pin_memory"),
         ("training.compile=fast", "training.compile"),
         ("training.channels_last=null", "training.channels_last"),
+        ("training.encoder_lr_factor=-0.1", "training.encoder_lr_factor"),
+        ("training.encoder_lr_factor=.nan", "training.encoder_lr_factor"),
+        ("training.encoder_lr_factor=fast", "training.encoder_lr_factor"),
+        ("training.freeze_encoder_epochs=1.5", "training.freeze_encoder_epochs"),
+        ("training.freeze_encoder_epochs=-1", "training.freeze_encoder_epochs"),
+        ("training.freeze_encoder_epochs=true", "training.freeze_encoder_epochs"),
     ],
 )
 def test_check_config_names_the_key(make_config, override, key):
@@ -46,3 +52,16 @@ def test_check_config_names_the_key(make_config, override, key):
 
 def test_default_config_passes(make_config):
     check_config(make_config())
+
+
+def test_fine_tuning_values_pass(make_config):
+    check_config(make_config("training.encoder_lr_factor=0", "training.freeze_encoder_epochs=3"))
+
+
+def test_freezing_needs_its_callback(make_config):
+    # callbacks=none drops the callback that freezes: refused, not trained unfrozen.
+    with pytest.raises(ConfigError, match=r"training\.freeze_encoder_epochs=2 needs the callback"):
+        check_config(make_config("callbacks=none", "training.freeze_encoder_epochs=2"))
+    check_config(make_config("callbacks=none"))
+    with pytest.raises(ConfigError, match=r"callbacks\.encoder_freeze\.epochs=2 differs"):
+        check_config(make_config("callbacks.encoder_freeze.epochs=2"))

@@ -35,7 +35,12 @@ from segscale.data.sources import (
 from segscale.data.validation import check_image_headers
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.devices import run_on_devices
-from segscale.inference.inputs import UnreadableImageError, input_images, read_input_image
+from segscale.inference.inputs import (
+    UnreadableImageError,
+    input_images,
+    read_input_georeference,
+    read_input_image,
+)
 from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
@@ -162,15 +167,18 @@ def predict_image(
 ) -> Path:
     """Write ``<stem>.<format>`` (and ``<stem>_overlay.<format>``) for one image.
 
+    A GeoTIFF input's georeferencing goes with them (``BandImage``).
+
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
     ``max_image_pixels``); nothing is written then.
     """
     image = read_input_image(path, trained.in_channels, cfg.max_image_pixels)
+    geo = read_input_georeference(path)  # the outputs lie where the input lies
     height, width = image.shape[:2]
-    outputs = [BandImage(output / path.stem, (height, width), cfg.format, trained.colours)]
+    outputs = [BandImage(output / path.stem, (height, width), cfg.format, trained.colours, geo)]
     if cfg.overlay:
         name = output / f"{path.stem}_overlay"
-        outputs.append(BandImage(name, (height, width, 3), cfg.format, None))
+        outputs.append(BandImage(name, (height, width, 3), cfg.format, None, geo))
 
     def write(y0: int, labels: np.ndarray) -> None:
         outputs[0].write(y0, labels)

@@ -8,6 +8,7 @@ import numpy as np
 
 from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
 from segscale.errors import ConfigError
+from segscale.inference.georeference import Georeference, read_georeference
 
 
 class UnreadableImageError(ConfigError):
@@ -61,3 +62,16 @@ def read_input_image(path: Path, in_channels: int, max_image_pixels: int | None)
             f"{path}: has {image.shape[2]} channels, the network of ckpt takes {in_channels}"
         )
     return image
+
+
+def read_input_georeference(path: Path) -> Georeference | None:
+    """The georeferencing that the image file ``path`` declares (GeoTIFF tags), or ``None``.
+
+    Reads tags only, no pixels. Raises ``UnreadableImageError`` naming ``path`` if its
+    tags cannot be read.
+    """
+    try:
+        return read_georeference(path)
+    except READ_ERRORS as error:
+        reason = describe_read_error(path, error)
+        raise UnreadableImageError(f"{path}: its tags cannot be read: {reason}") from error

@@ -52,6 +52,22 @@ def logs_this_step(trainer: L.Trainer) -> bool:
     return step == 0 or (step + 1) % max(1, every) == 0
 
 
+def log_part_rates(optimizer: torch.optim.Optimizer) -> None:
+    """Log the encoder's and the decoder's learning rates, if the optimizer sets them apart.
+
+    ``build_optimizer`` names the groups of each part under ``training.encoder_lr_factor``.
+    """
+    groups = optimizer.param_groups
+    encoder = next((g for g in groups if str(g.get("name", "")).startswith("encoder")), None)
+    if encoder is not None:
+        log.info(
+            "training.encoder_lr_factor=%g: the encoder learns at %g, the decoder and head at %g",
+            encoder["lr_factor"],
+            encoder["lr"],
+            groups[0]["lr"],  # the decoder's, always first
+        )
+
+
 class SegmentationModule(L.LightningModule):
     """Trains a segmentation network with ``loss`` and measures it on validation.
 
@@ -331,6 +347,8 @@ class SegmentationModule(L.LightningModule):
         if self.optimizer_factory is None:  # calling None would raise this TypeError too
             raise TypeError("this module was built with optimizer=None: it cannot train")
         optimizer = self.optimizer_factory(self.network)
+        if self.trainer.is_global_zero:
+            log_part_rates(optimizer)
         total_steps = self.trainer.estimated_stepping_batches
         if not math.isfinite(total_steps):
             raise ConfigError(

@@ -12,6 +12,7 @@ from segmentation_models_pytorch.decoders.deeplabv3.decoder import DeepLabV3Plus
 from torch import nn
 
 from segscale.errors import ConfigError
+from segscale.models.pretrained import build_with_named_weights, named_weights, names_a_file
 from segscale.models.weights import load_encoder_weights
 
 
@@ -24,11 +25,14 @@ def build_network(
     encoder_weights: str | None = None,
     **arch_kwargs: Any,
 ) -> nn.Module:
-    """Build an smp network; ``encoder_weights`` is ``None`` or a local weights file.
+    """Build an smp network; ``encoder_weights`` is ``None``, a weights name or a local file.
 
-    ``output_stride`` (8 or 16) applies to architectures that dilate their encoder
-    (DeepLabV3, DeepLabV3+); it is an error for the others. Extra keyword arguments go
-    to the architecture (``decoder_channels``, ...). Nothing is ever downloaded.
+    A name (``imagenet``, ``ssl``, a timm tag for ``tu-`` encoders; see
+    ``segscale.models.pretrained``) is loaded by smp/timm from their cache, fetched
+    there once when missing; a path (``.pth``, ``.pt``, ``.safetensors``) is read
+    weights-only (``load_encoder_weights``). ``output_stride`` (8 or 16) applies to
+    architectures that dilate their encoder (DeepLabV3, DeepLabV3+); it is an error for
+    the others. Extra keyword arguments go to the architecture (``decoder_channels``, ...).
     """
     model_class = architecture(arch)
     if encoder not in smp.encoders.get_encoder_names() and not encoder.startswith("tu-"):
@@ -45,10 +49,35 @@ def build_network(
                 "set it to null (only DeepLabV3 and DeepLabV3Plus have an output stride)"
             )
         kwargs["encoder_output_stride"] = output_stride
+
+    def construct(encoder_name: str, weights: str | bool | None) -> nn.Module:
+        return _construct(
+            model_class, encoder_name, weights, in_channels, num_classes, output_stride, kwargs
+        )
+
+    if encoder_weights is not None and not names_a_file(encoder_weights):
+        named = named_weights(encoder, encoder_weights)
+        return build_with_named_weights(named, lambda: construct(named.smp_encoder, named.argument))
+    network = construct(encoder, None)
+    if encoder_weights is not None:
+        load_encoder_weights(network, Path(encoder_weights))
+    return network
+
+
+def _construct(
+    model_class: type[nn.Module],
+    encoder: str,
+    weights: str | bool | None,
+    in_channels: int,
+    num_classes: int,
+    output_stride: int | None,
+    kwargs: dict[str, Any],
+) -> nn.Module:
+    """The smp network; smp/timm load named ``weights`` (smp's ``encoder_weights``)."""
     try:
-        network = model_class(
+        return model_class(
             encoder_name=encoder,
-            encoder_weights=None,
+            encoder_weights=weights,
             in_channels=in_channels,
             classes=num_classes,
             **kwargs,
@@ -63,11 +92,10 @@ def build_network(
                 f"reach model.output_stride={output_stride} with it; use DeepLabV3Plus with "
                 "output_stride 16 (the encoder is then cut after its 1/16 stage)"
             ) from None
-        del kwargs["encoder_output_stride"]
-        network = TruncatedDeepLabV3Plus(encoder, in_channels, num_classes, **kwargs)
-    if encoder_weights is not None:
-        load_encoder_weights(network, Path(encoder_weights))
-    return network
+        rest = {k: v for k, v in kwargs.items() if k != "encoder_output_stride"}
+        return TruncatedDeepLabV3Plus(
+            encoder, in_channels, num_classes, encoder_weights=weights, **rest
+        )
 
 
 class TruncatedDeepLabV3Plus(SegmentationModel):
@@ -76,7 +104,8 @@ class TruncatedDeepLabV3Plus(SegmentationModel):
     This is what MATLAB's ``deeplabv3plusLayers(..., 'DownsamplingFactor', 16)`` does for
     encoders that cannot be dilated, such as Inception-ResNet-v2: the ASPP module reads
     the 1/16 features and the encoder's last (1/32) stage is dropped, instead of being
-    turned into dilated convolutions. It has smp's DeepLabV3+ decoder and head.
+    turned into dilated convolutions. It has smp's DeepLabV3+ decoder and head;
+    ``encoder_weights`` is smp's (a weights name loads them, as ``get_encoder`` does).
     """
 
     def __init__(
@@ -89,10 +118,13 @@ class TruncatedDeepLabV3Plus(SegmentationModel):
         decoder_aspp_separable: bool = True,
         decoder_aspp_dropout: float = 0.5,
         upsampling: int = 4,
+        encoder_weights: str | bool | None = None,
     ) -> None:
         super().__init__()
         # Four stages: the last features are at 1/16, with no dilation needed.
-        self.encoder = smp.encoders.get_encoder(encoder, in_channels=in_channels, depth=4)
+        self.encoder = smp.encoders.get_encoder(
+            encoder, in_channels=in_channels, depth=4, weights=encoder_weights
+        )
         self.decoder = DeepLabV3PlusDecoder(
             encoder_channels=self.encoder.out_channels,
             encoder_depth=4,

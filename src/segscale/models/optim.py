@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from segscale.errors import ConfigError
+from segscale.errors import ConfigError, require
 
 SOLVERS: dict[str, type[torch.optim.Optimizer]] = {
     "sgdm": torch.optim.SGD,
@@ -20,12 +20,17 @@ SOLVERS: dict[str, type[torch.optim.Optimizer]] = {
 _NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.LocalResponseNorm)
 
 
+PART_GROUPS = (("decoder", True), ("decoder", False), ("encoder", True), ("encoder", False))
+"""The parameter groups under an encoder learning-rate factor, in order: (part, decayed)."""
+
+
 def build_optimizer(
     network: nn.Module,
     solver: str = "sgdm",
     lr: float = 0.01,
     weight_decay: float = 0.0,
     decay_norm_and_bias: bool = True,
+    encoder_lr_factor: float = 1.0,
     **solver_kwargs: Any,
 ) -> torch.optim.Optimizer:
     """The optimizer named by ``solver`` over ``network``'s parameters.
@@ -33,27 +38,80 @@ def build_optimizer(
     ``weight_decay`` is MATLAB's ``L2Regularization``. With ``decay_norm_and_bias``
     false, biases and the weights of normalization layers are not decayed (a common
     choice for segmentation networks); MATLAB decays every learnable parameter.
+
+    ``encoder_lr_factor`` is MATLAB's ``LearnRateFactor`` of the encoder
+    (``training.encoder_lr_factor``): the encoder's parameters learn at
+    ``lr × encoder_lr_factor``, the rest of the network (decoder and head) at ``lr``.
+    Other than 1, the parameter groups are split by part (``PART_GROUPS``), each with its
+    own ``lr``, its ``lr_factor`` and a ``name`` (the learning-rate monitor's key);
+    the first group is always the decoder's, at ``lr``. A schedule multiplies every
+    group's rate alike. At 1 the groups are those of a network without parts, as they
+    always were (a checkpoint's optimizer state keeps fitting).
     """
     if solver not in SOLVERS:
         raise ConfigError(
             f"optimizer.solver={solver!r} is unknown: expected one of {list(SOLVERS)}"
         )
-    decayed: list[nn.Parameter] = []
-    exempt: list[nn.Parameter] = []
+    check_encoder_lr_factor(encoder_lr_factor)
+    encoder: set[int] = set()
+    if encoder_lr_factor != 1:
+        parts = encoder_of(network, "training.encoder_lr_factor", encoder_lr_factor)
+        encoder = {id(parameter) for parameter in parts.parameters()}
+    # (part, decayed) -> parameters, in network order; the decoder's decayed group first.
+    split: dict[tuple[str, bool], list[nn.Parameter]] = {key: [] for key in PART_GROUPS}
     for module in network.modules():
         for name, parameter in module.named_parameters(recurse=False):
             if not parameter.requires_grad:
                 continue
             is_norm = isinstance(module, _NORM_LAYERS)
-            (exempt if not decay_norm_and_bias and (is_norm or name == "bias") else decayed).append(
-                parameter
-            )
-    groups = [{"params": decayed, "weight_decay": weight_decay}]
-    if exempt:
-        groups.append({"params": exempt, "weight_decay": 0.0})
+            decayed = decay_norm_and_bias or not (is_norm or name == "bias")
+            part = "encoder" if id(parameter) in encoder else "decoder"
+            split[part, decayed].append(parameter)
+    groups: list[dict[str, Any]] = []
+    for (part, decayed), parameters in split.items():
+        if not parameters and groups:  # the first group stays, empty or not
+            continue
+        group: dict[str, Any] = {
+            "params": parameters,
+            "weight_decay": weight_decay if decayed else 0.0,
+        }
+        if encoder:
+            factor = encoder_lr_factor if part == "encoder" else 1.0
+            group |= {
+                "lr": lr * factor,
+                "lr_factor": factor,
+                "name": part if decayed else f"{part}_no_decay",
+            }
+        groups.append(group)
     # Each solver's constructor takes lr (Optimizer's own, typed here, takes defaults).
     optimizer: Callable[..., torch.optim.Optimizer] = SOLVERS[solver]
     return optimizer(groups, lr=lr, **solver_kwargs)
+
+
+def check_encoder_lr_factor(factor: Any) -> None:
+    """Raise ``ConfigError`` unless ``factor`` is a number >= 0 (a bool is not)."""
+    require(
+        factor,
+        "training.encoder_lr_factor",
+        lambda v: isinstance(v, (int, float)) and 0 <= v < math.inf,
+        "a number >= 0 (the encoder's learning rate over the decoder's; 0: not updated)",
+    )
+
+
+def encoder_of(network: nn.Module, key: str, value: Any) -> nn.Module:
+    """``network.encoder``, which the setting ``key`` (set to ``value``) acts on.
+
+    segmentation_models_pytorch networks have one; a network without one cannot have
+    its encoder trained differently, so ``ConfigError`` names the key.
+    """
+    encoder = getattr(network, "encoder", None)
+    if not isinstance(encoder, nn.Module):
+        raise ConfigError(
+            f"{key}={value!r} needs a network with an encoder (network.encoder, as "
+            f"segmentation_models_pytorch networks have), but {type(network).__name__} "
+            "has none: leave the key at its default"
+        )
+    return encoder
 
 
 class Schedule:

@@ -16,7 +16,9 @@ from segscale.data.samplers import SHUFFLE_MODES
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
-from segscale.models.optim import SOLVERS
+from segscale.models.optim import SOLVERS, check_encoder_lr_factor
+from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
+from segscale.training.callbacks.encoder_freeze import EncoderFreeze
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -52,6 +54,7 @@ def check_config(cfg: DictConfig) -> None:
         "a positive learning rate such as 0.01",
     )
     check_policy(OmegaConf.select(cfg, "training.on_nonfinite", default="stop"))
+    check_fine_tuning(cfg)
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.
     check_types(cfg, filled_in=("model.in_channels",))
@@ -84,6 +87,34 @@ def check_loader_options(cfg: DictConfig) -> None:
         if not any(value is option for option in allowed):
             expected = " or ".join({True: "true", False: "false", None: "null"}[o] for o in allowed)
             raise ConfigError(f"{key}={value!r} is not allowed: expected {expected}")
+
+
+def check_fine_tuning(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for a fine-tuning value that cannot work.
+
+    ``training.freeze_encoder_epochs`` acts through the ``EncoderFreeze`` callback of
+    ``callbacks`` (``callbacks=none`` drops it): a run that asks for freezing without it,
+    or whose callback was given other epochs, is refused rather than trained otherwise.
+    """
+    check_encoder_lr_factor(OmegaConf.select(cfg, "training.encoder_lr_factor", default=1.0))
+    epochs = OmegaConf.select(cfg, FREEZE_KEY, default=0)
+    require(epochs, FREEZE_KEY, integer_at_least(0), "a whole number of epochs >= 0")
+    target = f"{EncoderFreeze.__module__}.{EncoderFreeze.__qualname__}"
+    callbacks = cfg.get("callbacks") or {}
+    found = {
+        name: node for name, node in callbacks.items() if node and node.get("_target_") == target
+    }
+    for name, node in found.items():
+        if node.get("epochs", 0) != epochs:
+            raise ConfigError(
+                f"callbacks.{name}.epochs={node.get('epochs', 0)!r} differs from "
+                f"{FREEZE_KEY}={epochs}: set {FREEZE_KEY} only"
+            )
+    if epochs and not found:
+        raise ConfigError(
+            f"{FREEZE_KEY}={epochs} needs the callback callbacks.encoder_freeze "
+            f"({target}), which this config's callbacks leave out (callbacks=none?)"
+        )
 
 
 def _get(cfg: DictConfig, dotted: str) -> Any:

@@ -23,6 +23,7 @@ from segscale.training.builders import (
     build,
     build_datamodule,
     build_module,
+    fine_tuning,
     instantiate_each,
     trainer_devices,
 )
@@ -95,7 +96,9 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     scaling = {**cast(dict[str, Any], OmegaConf.to_container(cfg.scaling)), **effective.as_dict()}
     scaling |= {"base_learning_rate": cfg.optimizer.lr}
     scaling.pop("_target_")
-    summary = RunSummary(cfg.output_dir, cfg.training.output_network, scaling)
+    summary = RunSummary(
+        cfg.output_dir, cfg.training.output_network, scaling, fine_tuning=fine_tuning(cfg)
+    )
     callbacks = [*instantiate_each(cfg.get("callbacks")), summary]
     if relaunch:
         callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]

@@ -14,3 +14,10 @@ def test_output_network_picks_the_reported_checkpoint(make_config, tmp_path, cho
     expected = "best.ckpt" if choice == "best-validation" else "last.ckpt"
     assert on_disk["output_network"] == choice
     assert summary["output_checkpoint"].endswith(expected)
+
+
+def test_the_fine_tuning_settings_are_in_the_summary(make_config):
+    summary = train(
+        make_config("training.freeze_encoder_epochs=1", "training.encoder_lr_factor=0.1")
+    )
+    assert summary["fine_tuning"] == {"encoder_lr_factor": 0.1, "freeze_encoder_epochs": 1}

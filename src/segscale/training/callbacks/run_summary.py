@@ -33,6 +33,7 @@ class RunSummary(L.Callback):
         output_dir: str,
         output_network: str = "last-iteration",
         scaling: dict[str, Any] | None = None,
+        fine_tuning: dict[str, Any] | None = None,
     ) -> None:
         if output_network not in ("last-iteration", "best-validation"):
             raise ConfigError(
@@ -41,6 +42,7 @@ class RunSummary(L.Callback):
             )
         self.output_dir, self.output_network = Path(output_dir), output_network
         self.scaling = dict(scaling or {})
+        self.fine_tuning = dict(fine_tuning or {})
         self.patches = 0
         self.train_s = 0.0
         self._fit_start = self._train_start = self._val_start = 0.0
@@ -150,6 +152,8 @@ class RunSummary(L.Callback):
             "output_checkpoint": best if self.output_network == "best-validation" else last,
             **self.effective_values(trainer),
             "scaling": self.scaling,
+            # training.encoder_lr_factor and training.freeze_encoder_epochs
+            "fine_tuning": self.fine_tuning,
             "epochs": trainer.current_epoch,
             "steps": trainer.global_step,
             # Steps skipped for a non-finite loss or gradient (training.on_nonfinite=skip).
