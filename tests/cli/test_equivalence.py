@@ -66,11 +66,21 @@ def test_ddp_with_synced_batchnorm_takes_the_same_steps_as_one_process(make_conf
     assert largest_difference(one, unsynced) > 1e-3
 
 
+CLASS_BALANCED = [
+    "datamodule.sampling.mode=class_balanced",
+    "datamodule.sampling.p=0.8",
+    "datamodule.sampling.class_weights=inverse_frequency",
+]
+
+
 @pytest.mark.slow
-def test_uneven_worker_load_takes_the_same_steps_as_one_process(make_config, tmp_path):
+@pytest.mark.parametrize("sampling", [[], CLASS_BALANCED], ids=["uniform", "class_balanced"])
+def test_uneven_worker_load_takes_the_same_steps_as_one_process(make_config, tmp_path, sampling):
     # Rotation on: patches carry ignored corners, so the ranks' batches differ in
     # labelled pixels as well as in size; the loss must weigh them as one batch does.
-    uneven = ["datamodule.augmentation.rotation=[-40,40]", "datamodule.batch_size=6"]
+    # Class-balanced sampling draws each patch's class and tile from (seed, epoch,
+    # index) too, so the ranks' patches are still those of one process.
+    uneven = ["datamodule.augmentation.rotation=[-40,40]", "datamodule.batch_size=6", *sampling]
     one = final_weights(make_config, tmp_path / "one", *uneven, "strategy=single", global_batch=6)
     two = final_weights(
         make_config,

@@ -1,6 +1,8 @@
+import numpy as np
 import pytest
 
 from segscale.data.datamodule import MAX_AUTO_WORKERS, auto_num_workers
+from segscale.data.samplers import EpochShardSampler
 
 
 @pytest.mark.parametrize(
@@ -37,3 +39,82 @@ def test_loader_options_reach_the_dataloader(make_config, tmp_path):
     assert not loader.persistent_workers
     assert not loader.pin_memory  # no GPU: page-locked memory would only cost
     assert datamodule.train_dataloader(num_workers=0).prefetch_factor is None
+
+
+BALANCED = (
+    "datamodule.sampling.mode=class_balanced",
+    "datamodule.sampling.p=0.6",
+    "datamodule.sampling.class_weights=inverse_frequency",
+    "datamodule.sampling.locations_per_class=32",
+)
+
+
+def rank_steps(
+    make_config, monkeypatch, world: int, rank: int, *overrides: str
+) -> list[list[tuple]]:
+    """Keys and image bytes of each step that ``rank`` of ``world`` trains on, epoch 1."""
+    from segscale.training.builders import build_datamodule
+    from segscale.training.scaling import ScalingRules
+
+    cfg = make_config(*BALANCED, "datamodule.batch_size=8", "scaling.batch=global", *overrides)
+    effective = ScalingRules(batch="global").resolve(8, 0.01, world)
+    datamodule = build_datamodule(cfg, effective)
+    # As under a trainer of `world` ranks.
+    monkeypatch.setattr(datamodule, "_rank_and_world", lambda: (rank, world))
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()
+    assert isinstance(loader.batch_sampler, EpochShardSampler)
+    loader.batch_sampler.set_epoch(1)
+    return [
+        [
+            (tuple(k.tolist()), i.numpy().tobytes())
+            for k, i in zip(b["key"], b["image"], strict=True)
+        ]
+        for b in loader
+    ]
+
+
+def test_one_and_two_ranks_train_on_the_same_class_balanced_patches(make_config, monkeypatch):
+    one = rank_steps(make_config, monkeypatch, 1, 0)
+    ranks = [
+        rank_steps(make_config, monkeypatch, 2, r, "datamodule.num_workers=1") for r in range(2)
+    ]
+    assert [len(r) for r in ranks[0]] == [4, 4]  # 16 patches: 2 steps, 4 on each rank
+    assert [a + b for a, b in zip(*ranks, strict=True)] == one
+
+
+def test_class_balanced_sampling_reaches_the_training_set(make_config):
+    from segscale.training.builders import build
+
+    datamodule = build(make_config(*BALANCED).datamodule, _convert_="all")
+    datamodule.setup("fit")
+    data = datamodule.train_set
+    assert data.centres is not None and data.centres.p == 0.6
+    report = datamodule.check()
+    assert [len(t.points[0]) for t in report.class_locations["train"]] == [32, 32]
+    centred = [data.draw(0, i).centre_class for i in range(400)]
+    assert 0.5 < np.mean([c is not None for c in centred]) < 0.7
+    uniform = build(make_config().datamodule, _convert_="all")
+    uniform.setup("fit")
+    assert uniform.train_set.centres is None and uniform.check().class_locations == {}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("datamodule.sampling.mode=rare", r"datamodule.sampling.mode='rare' is not allowed"),
+        ("datamodule.sampling.p=1.5", r"datamodule.sampling.p=1.5 is not allowed"),
+        ("datamodule.sampling.p=often", r"datamodule.sampling.p='often' is not allowed"),
+        ("datamodule.sampling.class_weights=[1,2]", r"class_weights=\[1.0, 2.0\] has 2 entries"),
+        ("datamodule.sampling.class_weights=[0,0,0,0,0,0]", r"sampling.class_weights=\[0, 0"),
+        ("datamodule.sampling.class_weights=rarest", r"class_weights='rarest' is not allowed"),
+        ("datamodule.sampling.locations_per_class=0", r"locations_per_class=0 is not allowed"),
+        ("+datamodule.sampling.probability=1", r"datamodule.sampling.probability is not a"),
+    ],
+)
+def test_a_bad_sampling_config_names_its_key(make_config, override, message):
+    from segscale.errors import ConfigError
+    from segscale.training.run import train
+
+    with pytest.raises(ConfigError, match=message):
+        train(make_config(*BALANCED, override))

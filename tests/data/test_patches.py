@@ -5,8 +5,9 @@ import torch
 from scipy.ndimage import maximum_filter, minimum_filter
 from torch.utils.data import DataLoader
 
-from segscale.data.augment import Augmentation
-from segscale.data.patches import GridPatchDataset, RandomPatchDataset
+from segscale.data.augment import Augmentation, PatchPose, cut_patch, patch_rng
+from segscale.data.class_locations import LocationSampler, TileClassLocations
+from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
 from segscale.data.sources import Tile
 from segscale.data.synthetic import draw_tile
@@ -89,3 +90,136 @@ def test_grid_counts_every_pixel_once(tiles):
 def test_grid_refuses_a_patch_larger_than_the_image(tiles):
     with pytest.raises(ValueError, match="larger than an image side"):
         GridPatchDataset(tiles[:1], patch_size=161)
+
+
+# Class-balanced sampling (datamodule.sampling).
+
+CLASSES = 6
+
+
+def locations(tiles, per_class: int = 64) -> list[TileClassLocations]:
+    """What the validation pass keeps of each tile: per class, ``per_class`` pixels."""
+    kept = []
+    for tile in tiles:
+        sampler = LocationSampler(CLASSES, per_class, tile.shape[1])
+        sampler.add(tile.mask, 0)
+        counts = np.bincount(tile.mask.ravel(), minlength=256)[:CLASSES]
+        facts = {"class_locations": sampler.facts(), "class_counts": counts.tolist()}
+        kept.append(TileClassLocations.from_facts(facts))
+    return kept
+
+
+def balanced(tiles, p=0.5, class_weights="present", **kwargs) -> RandomPatchDataset:
+    sampling = PatchSampling("class_balanced", p, class_weights)
+    centres = sampling.centres(locations(tiles), [f"c{c}" for c in range(CLASSES)])
+    return dataset(tiles, centres=centres, **kwargs)
+
+
+def test_uniform_sampling_draws_todays_patches(tiles):
+    # Poses recorded before class-balanced sampling existed (seed 5, 48 px, 160 px tiles).
+    recorded = {
+        (0, 0): (114.46683868032541, 110.20539605225014, -17.842771904733745),
+        (1, 7): (102.20525376602647, 61.636996764923296, 13.25450514712469),
+        (3, 11): (130.76294953569817, 114.14815279682665, 13.697391651384486),
+        (2, 100): (59.308630054492745, 39.88324962666075, -9.682319426211734),
+    }
+    augmentation = Augmentation(transforms=[A.HorizontalFlip(p=0.5)])
+    data = dataset(tiles, augmentation=augmentation)
+    assert data.centres is None  # what PatchSampling() (uniform) gives
+    for (epoch, index), pose in recorded.items():
+        assert data.pose(epoch, index) == PatchPose(*pose)
+        # Today's draw, written out: centre, pose and transforms from the patch's stream.
+        rng = patch_rng(5, epoch, index)
+        centre = rng.uniform(24, 136), rng.uniform(24, 136)
+        tile = tiles[index % 3]
+        image, mask = cut_patch(tile.image, tile.mask, augmentation.pose(rng, *centre), 48, 255)
+        image, mask = augmentation.transform(image, mask, rng)
+        sample = data[(epoch, index)]
+        np.testing.assert_array_equal(sample["image"].numpy().transpose(1, 2, 0), image)
+        np.testing.assert_array_equal(sample["mask"].numpy(), mask)
+    assert PatchSampling().centres(locations(tiles), ["c"] * CLASSES) is None
+
+
+@pytest.mark.parametrize(
+    ("class_weights", "expected"),
+    [
+        ("present", None),
+        ("inverse_frequency", None),
+        ([0, 1, 0, 0, 3, 0], [0, 0.25, 0, 0, 0.75, 0]),
+    ],
+)
+def test_patch_centres_follow_the_requested_class_weights(tiles, class_weights, expected):
+    data = balanced(tiles, p=0.7, class_weights=class_weights)
+    counts = np.sum([t.counts for t in locations(tiles)], axis=0)
+    if class_weights == "present":
+        expected = (counts > 0) / (counts > 0).sum()
+    elif class_weights == "inverse_frequency":
+        expected = (1 / counts) / (1 / counts).sum()
+    draws = [data.draw(0, i).centre_class for i in range(4000)]
+    centred = np.array([c for c in draws if c is not None])
+    assert abs(len(centred) / len(draws) - 0.7) < 0.03
+    shares = np.bincount(centred, minlength=CLASSES) / len(centred)
+    # Four standard errors of a share measured over ~2800 patches.
+    tolerance = 4 * np.sqrt(np.asarray(expected) * (1 - np.asarray(expected)) / len(centred))
+    assert (np.abs(shares - expected) <= tolerance + 1e-9).all(), (shares, expected)
+
+
+def test_a_class_centred_patch_has_its_class_at_its_middle_pixel():
+    # Larger tiles than the others': fewer class pixels lie in the border band.
+    tiles = [Tile(*draw_tile(256, seed=0, index=i)) for i in range(3)]
+    still = Augmentation(rotation=(0, 0), translate_x=(0, 0), translate_y=(0, 0))
+    data = balanced(tiles, p=1.0, augmentation=still, patch_size=32)
+    middle = []
+    for index in range(600):
+        draw = data.draw(0, index)
+        mask = data[(0, index)]["mask"].numpy()
+        assert draw.centre_class in mask  # always inside the patch
+        inside = all(16 < c < 240 for c in (draw.pose.centre_x, draw.pose.centre_y))
+        if inside:  # not moved back from a border: the class pixel is the middle one
+            assert mask[16, 16] == draw.centre_class
+            middle.append(draw.centre_class)
+    assert len(middle) > 300 and len(set(middle)) == CLASSES
+
+
+def test_class_balanced_patches_are_index_addressed(tiles):
+    a, b = balanced(tiles), balanced(tiles)
+    for key in [(0, 0), (1, 7), (3, 11), (0, 50)]:
+        assert a.draw(*key) == b.draw(*key)
+        assert torch.equal(a[key]["image"], b[key]["image"])
+        assert torch.equal(a[key]["mask"], b[key]["mask"])
+    epochs = [a.draw(e, 5) for e in range(6)]
+    assert len({(d.tile, d.pose) for d in epochs}) == 6
+    assert balanced(tiles, seed=6).draw(0, 5) != a.draw(0, 5)
+
+
+def test_patches_not_centred_on_a_class_are_the_uniform_ones(tiles):
+    uniform, never, half = dataset(tiles), balanced(tiles, p=0.0), balanced(tiles, p=0.5)
+    for index in range(40):
+        assert never.draw(0, index) == uniform.draw(0, index)
+        assert torch.equal(never[(0, index)]["image"], uniform[(0, index)]["image"])
+        drawn, plain = half.draw(0, index), uniform.draw(0, index)
+        if drawn.centre_class is None:
+            assert drawn == plain
+        else:  # same rotation: only the centre (and maybe the tile) moved
+            assert drawn.pose.angle == plain.pose.angle
+
+
+def test_one_and_two_ranks_draw_the_same_class_balanced_patches(tiles):
+    data = balanced(tiles, patches_per_image=8)  # 24 patches: 3 steps of 8
+
+    def steps(batch_sizes, rank, workers):
+        sampler = EpochShardSampler(len(data), batch_sizes, rank=rank, seed=5)
+        sampler.set_epoch(1)
+        loader = DataLoader(data, batch_sampler=sampler, num_workers=workers)
+        return [
+            [
+                (tuple(k.tolist()), i.numpy().tobytes())
+                for k, i in zip(b["key"], b["image"], strict=True)
+            ]
+            for b in loader
+        ]
+
+    one = steps([8], 0, 0)
+    ranks = [steps([4, 4], rank, 2) for rank in range(2)]
+    assert [a + b for a, b in zip(*ranks, strict=True)] == one
+    assert sum(data.draw(1, i).centre_class is not None for i in range(24)) > 4

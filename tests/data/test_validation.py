@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import numpy as np
@@ -212,3 +213,43 @@ def test_header_check_lists_unreadable_images_and_wrong_channel_counts(tmp_path:
     assert reasons["grey.png"] == "has 1 channels, the network takes 3"
     assert reasons["noise.png"].startswith("cannot be read: cannot identify image file")
     assert reasons["bomb.png"].startswith("cannot be read: its header declares 20000 x 20000")
+
+
+def test_class_locations_are_kept_compact_and_cached(tmp_path: Path, monkeypatch):
+    root = _dataset(tmp_path)
+    reads = []
+    inspect = validation.inspect_pair
+
+    def counted(pair, *args):
+        reads.append(pair)
+        return inspect(pair, *args)
+
+    monkeypatch.setattr(validation, "inspect_pair", counted)
+    plain = _validate(root)  # a cache written without locations (as before they existed)
+    assert plain.class_locations == {} and len(reads) == 3
+    report = validate_dataset(
+        FolderTiles(str(root)), LabelMap(3, 255), NAMES, 16, None, locations_per_class=20
+    )
+    assert len(reads) == 6  # the cached facts had no locations: read once more
+    for split in ("train", "val"):
+        assert len(report.class_locations[split]) == len(report.pairs[split])
+    for pair, tile in zip(report.pairs["train"], report.class_locations["train"], strict=True):
+        mask = np.asarray(Image.open(pair.mask))
+        assert [len(p) for p in tile.points] == [20, 20, 20]
+        assert all((mask[p[:, 0], p[:, 1]] == c).all() for c, p in enumerate(tile.points))
+        assert tile.nbytes == 3 * 20 * 2 * 4
+    cache = json.loads((root / ".segscale/validation.json").read_text())
+    entry = next(iter(cache["pairs"].values()))["facts"]["class_locations"]
+    assert entry["per_class"] == 20 and len(entry["rows_cols"]) == 3
+    again = validate_dataset(
+        FolderTiles(str(root)), LabelMap(3, 255), NAMES, 16, None, locations_per_class=20
+    )
+    assert len(reads) == 6  # cached, and the same pixels come back
+    first, second = report.class_locations["train"][1], again.class_locations["train"][1]
+    assert all(np.array_equal(a, b) for a, b in zip(first.points, second.points, strict=True))
+    _validate(root)  # a pass without locations uses the facts that have them
+    assert len(reads) == 6
+    validate_dataset(
+        FolderTiles(str(root)), LabelMap(3, 255), NAMES, 16, None, locations_per_class=5
+    )
+    assert len(reads) == 9  # another number of locations: read again

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cv2
@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from segscale.data.augment import Augmentation
 from segscale.data.labels import LabelMap
-from segscale.data.patches import GridPatchDataset, RandomPatchDataset
+from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler, batches_done_in_epoch
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -55,6 +55,9 @@ class SegmentationDataModule(L.LightningDataModule):
     ``max_image_pixels`` refuses, before decoding, an image or mask whose header
     declares more pixels (``None``: no limit; memory-mapped TIFFs decode nothing and are
     exempt): the validation pass lists such files with the other unusable ones.
+
+    ``sampling`` says where training patches are centred (``PatchSampling``: uniform,
+    or class-balanced on the class locations the validation pass keeps).
     """
 
     def __init__(
@@ -82,9 +85,14 @@ class SegmentationDataModule(L.LightningDataModule):
         persistent_workers: bool = True,
         prefetch_factor: int = 2,
         max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+        sampling: PatchSampling | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check_max_image_pixels(max_image_pixels, "datamodule.max_image_pixels")
+        if not isinstance(sampling, PatchSampling):  # a node without _target_, or none
+            sampling = PatchSampling(**(sampling or {}))
+        sampling.check_classes(num_classes)
+        self.sampling = sampling
         self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
         self.patch_size, self.patches_per_image = patch_size, patches_per_image
         self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
@@ -117,6 +125,9 @@ class SegmentationDataModule(L.LightningDataModule):
                 self.patch_size,
                 self._in_channels,
                 max_image_pixels=self.max_image_pixels,
+                locations_per_class=(
+                    self.sampling.locations_per_class if self.sampling.class_balanced else 0
+                ),
             )
         return self.report
 
@@ -151,13 +162,16 @@ class SegmentationDataModule(L.LightningDataModule):
         # forked worker deadlocks when the parent's pool is already running.
         cv2.setNumThreads(1)
         if stage == "fit" and self.train_set is None:
+            report = self.check()
+            locations = report.class_locations.get("train", [])
             self.train_set = RandomPatchDataset(
-                load_tiles(self.check().pairs["train"], self.labels, self.max_image_pixels),
+                load_tiles(report.pairs["train"], self.labels, self.max_image_pixels),
                 self.patch_size,
                 self.patches_per_image,
                 self.augmentation,
                 self.seed,
                 self.ignore_index,
+                centres=self.sampling.centres(locations, self.class_names),
             )
         if stage in ("fit", "validate") and self.val_set is None:
             self.val_set = GridPatchDataset(

@@ -2,15 +2,136 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
 import numpy as np
 import torch
+from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
 from segscale.data.augment import Augmentation, PatchPose, cut_patch, patch_rng
+from segscale.data.class_locations import (
+    WEIGHT_RULES,
+    ClassCentres,
+    TileClassLocations,
+    centre_rng,
+    class_probabilities,
+)
 from segscale.data.sources import Tile
+from segscale.errors import ConfigError, integer_at_least, require
 
 PatchKey = tuple[int, int]
 """``(epoch, index)``: the address of one random patch."""
+SAMPLING_MODES = ("uniform", "class_balanced")
+_KEY = "datamodule.sampling"
+
+
+@dataclass(frozen=True, init=False)
+class PatchSampling:
+    """Where training patches are centred: ``datamodule.sampling``.
+
+    ``uniform``: anywhere in the tile (the default). ``class_balanced``: with
+    probability ``p`` on a pixel of a class drawn with ``class_weights`` (``present``:
+    equally over the classes present in the training tiles; ``inverse_frequency``: in
+    inverse proportion to their pixels; or one weight per class), else as ``uniform``.
+    The validation pass keeps up to ``locations_per_class`` pixels of each class in each
+    tile to centre patches on.
+    """
+
+    mode: str
+    p: float
+    class_weights: str | tuple[float, ...]
+    locations_per_class: int
+
+    def __init__(
+        self,
+        mode: Literal["uniform", "class_balanced"] = "uniform",
+        p: float = 0.5,
+        class_weights: Literal["present", "inverse_frequency"] | Sequence[float] = "present",
+        locations_per_class: int = 256,
+        **unknown: Any,
+    ) -> None:
+        if unknown:
+            raise ConfigError(
+                f"{_KEY}.{next(iter(unknown))} is not a sampling setting: expected "
+                "mode, p, class_weights or locations_per_class"
+            )
+        require(mode, f"{_KEY}.mode", lambda v: v in SAMPLING_MODES, f"one of {SAMPLING_MODES}")
+        require(p, f"{_KEY}.p", _is_probability, "a probability in [0, 1]")
+        require(
+            locations_per_class,
+            f"{_KEY}.locations_per_class",
+            integer_at_least(1),
+            "an integer >= 1",
+        )
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "p", float(p))
+        object.__setattr__(self, "class_weights", _weights(class_weights))
+        object.__setattr__(self, "locations_per_class", locations_per_class)
+
+    @property
+    def class_balanced(self) -> bool:
+        """Whether patches are centred on classes (and class locations are needed)."""
+        return self.mode == "class_balanced"
+
+    def check_classes(self, num_classes: int) -> None:
+        """Refuse explicit ``class_weights`` that do not give one weight per class."""
+        weights = self.class_weights
+        if not isinstance(weights, str) and len(weights) != num_classes:
+            raise ConfigError(
+                f"{_KEY}.class_weights={list(weights)} has {len(weights)} entries for "
+                f"{num_classes} classes; expected one weight per class"
+            )
+
+    def centres(
+        self, locations: Sequence[TileClassLocations], class_names: Sequence[str]
+    ) -> ClassCentres | None:
+        """The class-centre draws over tiles with ``locations``; ``None`` for ``uniform``."""
+        if not self.class_balanced:
+            return None
+        counts = np.sum([tile.counts for tile in locations], axis=0)
+        probabilities = class_probabilities(self.class_weights, counts, class_names)
+        return ClassCentres(locations, probabilities, self.p)
+
+
+def _is_probability(value: Any) -> bool:
+    return isinstance(value, (int, float)) and 0.0 <= value <= 1.0
+
+
+def _weights(value: Any) -> str | tuple[float, ...]:
+    """``class_weights`` checked: a rule's name or non-negative numbers, not all zero."""
+    key = f"{_KEY}.class_weights"
+    if isinstance(value, str):
+        require(value, key, lambda v: v in WEIGHT_RULES, f"one of {WEIGHT_RULES} or a list")
+        return value
+    require(
+        value,
+        key,
+        _are_weights,
+        f"one of {WEIGHT_RULES} or a list of non-negative weights, one per class, not all 0",
+    )
+    return tuple(float(w) for w in value)
+
+
+def _are_weights(value: Any) -> bool:
+    if not isinstance(value, (list, tuple, ListConfig)):
+        return False
+    numbers = all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in value)
+    return numbers and min(value, default=-1) >= 0 and sum(value) > 0
+
+
+@dataclass(frozen=True)
+class PatchDraw:
+    """Where patch ``(epoch, index)`` comes from: its tile, its window, its centre class.
+
+    ``centre_class`` is the class it is centred on (``None``: centred anywhere).
+    """
+
+    tile: int
+    pose: PatchPose
+    centre_class: int | None
 
 
 def _as_sample(
@@ -33,6 +154,9 @@ class RandomPatchDataset(Dataset):
     ``patches_per_image × len(tiles)`` patches, and patch ``index`` comes from tile
     ``index % len(tiles)``. Everything about a patch (its window centre, rotation,
     translation and further transforms) is a pure function of ``(seed, epoch, index)``.
+    With ``centres`` (class-balanced sampling), a patch that it centres on a class
+    comes from the tile it draws; its rotation, translation and transforms are those
+    of the uniform patch of the same key.
     Indices past ``len(self)`` are valid too: they address further fresh patches, which
     samplers use to pad an epoch so that every rank gets the same number of patches.
     An integer key means epoch 0.
@@ -46,36 +170,68 @@ class RandomPatchDataset(Dataset):
         augmentation: Augmentation,
         seed: int = 0,
         ignore_index: int = 255,
+        centres: ClassCentres | None = None,
     ) -> None:
         if not tiles:
             raise ValueError("RandomPatchDataset needs at least one tile")
+        if centres is not None and len(centres.locations) != len(tiles):
+            raise ValueError(f"{len(centres.locations)} class locations for {len(tiles)} tiles")
         self.tiles, self.patch_size, self.patches_per_image = tiles, patch_size, patches_per_image
         self.augmentation, self.seed, self.ignore_index = augmentation, seed, ignore_index
+        self.centres = centres
 
     def __len__(self) -> int:
         return self.patches_per_image * len(self.tiles)
 
     def pose(self, epoch: int, index: int) -> PatchPose:
         """The window that patch ``(epoch, index)`` is cut with."""
+        return self._draw(epoch, index)[1].pose
+
+    def draw(self, epoch: int, index: int) -> PatchDraw:
+        """The tile, window and centre class of patch ``(epoch, index)``."""
         return self._draw(epoch, index)[1]
 
     def __getitem__(self, key: PatchKey | int) -> dict[str, torch.Tensor]:
         epoch, index = (0, key) if isinstance(key, int) else key
-        rng, pose = self._draw(epoch, index)
-        tile = self.tiles[index % len(self.tiles)]
-        image, mask = cut_patch(tile.image, tile.mask, pose, self.patch_size, self.ignore_index)
+        rng, draw = self._draw(epoch, index)
+        tile = self.tiles[draw.tile]
+        image, mask = cut_patch(
+            tile.image, tile.mask, draw.pose, self.patch_size, self.ignore_index
+        )
         image, mask = self.augmentation.transform(image, mask, rng)
         return _as_sample(image, mask, (epoch, index))
 
-    def _draw(self, epoch: int, index: int) -> tuple[np.random.Generator, PatchPose]:
+    def _draw(self, epoch: int, index: int) -> tuple[np.random.Generator, PatchDraw]:
         rng = patch_rng(self.seed, epoch, index)
-        height, width = self.tiles[index % len(self.tiles)].shape
+        tile = index % len(self.tiles)
+        height, width = self.tiles[tile].shape
         half = self.patch_size / 2
         # The untransformed window lies inside the tile; rotation and translation may
         # then reach past the border, and those pixels become ignore_index.
         centre_x = rng.uniform(half, width - half)
         centre_y = rng.uniform(half, height - half)
-        return rng, self.augmentation.pose(rng, centre_x, centre_y)
+        centre_class = None
+        picked = self.centres.draw(centre_rng(self.seed, epoch, index)) if self.centres else None
+        if picked is not None:
+            tile, centre_class, row, col = picked
+            height, width = self.tiles[tile].shape
+            centre_x, centre_y = self._centre_on(row, col, height, width)
+        return rng, PatchDraw(tile, self.augmentation.pose(rng, centre_x, centre_y), centre_class)
+
+    def _centre_on(self, row: int, col: int, height: int, width: int) -> tuple[float, float]:
+        """The window centre that puts pixel ``(row, col)`` at the patch's middle pixel.
+
+        Patch pixel ``size // 2`` then samples that pixel exactly (``cut_patch``'s
+        centre is continuous: pixel ``j`` spans ``[j, j + 1)``). Near a border the
+        window is moved back inside the tile, as uniform windows lie: the pixel stays
+        in the patch, off its middle.
+        """
+        size = self.patch_size
+        offset = 0.5 + (size - 1) / 2 - size // 2
+        half = size / 2
+        centre_x = min(max(col + offset, half), width - half)
+        centre_y = min(max(row + offset, half), height - half)
+        return centre_x, centre_y
 
 
 class GridPatchDataset(Dataset):

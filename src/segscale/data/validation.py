@@ -2,7 +2,9 @@
 
 What a file taught us is cached beside the dataset (``<cache_dir>/validation.json``),
 keyed by the image's and mask's path, size and modification time and by the label
-settings, so a second run re-reads only files that changed.
+settings, so a second run re-reads only files that changed. Asked for (class-balanced
+sampling), the pass also keeps a few pixel locations of each class in each tile
+(``segscale.data.class_locations``), cached with the rest.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
+from segscale.data.class_locations import LocationSampler, TileClassLocations
 from segscale.data.labels import LabelMap
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -58,6 +61,9 @@ class DatasetReport:
     channel_mean: tuple[float, ...]
     """Training images' mean per channel, as a fraction of ``max_value``."""
     channel_std: tuple[float, ...]
+    class_locations: dict[str, list[TileClassLocations]] = field(default_factory=dict)
+    """Per split, parallel to ``pairs``: each tile's kept pixels per class. Empty unless
+    the pass was asked for them (``locations_per_class``)."""
 
     @property
     def max_value(self) -> float:
@@ -110,6 +116,7 @@ def validate_dataset(
     in_channels: int | None,
     splits: Sequence[str] = ("train", "val"),
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    locations_per_class: int = 0,
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
@@ -119,8 +126,12 @@ def validate_dataset(
     images have the same channel count (``in_channels`` when given) and pixel type; at
     least one image of each split is at least ``patch_size`` on each side (smaller ones
     are left out, with a warning).
+
+    ``locations_per_class > 0`` also keeps up to that many pixels of each class in
+    each tile (``DatasetReport.class_locations``); cached files read before without
+    them (or with another number) are read again once.
     """
-    cache = _Cache(source.cache_dir, labels, max_image_pixels)
+    cache = _Cache(source.cache_dir, labels, max_image_pixels, locations_per_class)
     problems: list[FileProblem] = []
     facts: dict[str, list[tuple[ImageMaskPair, dict[str, Any]]]] = {}
     for split in splits:
@@ -140,6 +151,10 @@ def validate_dataset(
         raise InvalidDatasetError(_message(problems))
     train = [f for _, f in facts[splits[0]]]
     mean, std = _channel_moments(train)
+    locations = {
+        s: [TileClassLocations.from_facts(f) for _, f in usable[s]]
+        for s in (splits if locations_per_class else ())
+    }
     return DatasetReport(
         pairs={s: [p for p, _ in usable[s]] for s in splits},
         class_counts={s: _class_counts(facts[s], len(class_names)) for s in splits},
@@ -148,6 +163,7 @@ def validate_dataset(
         dtype=train[0]["dtype"],
         channel_mean=mean,
         channel_std=std,
+        class_locations=locations,
     )
 
 
@@ -155,11 +171,13 @@ def inspect_pair(
     pair: ImageMaskPair,
     labels: LabelMap,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    locations_per_class: int = 0,
 ) -> dict[str, Any]:
     """Read one image and mask in row chunks; return sizes, statistics and problems.
 
     A file whose header declares more than ``max_image_pixels`` is a problem like any
-    unreadable one, found before it is decoded.
+    unreadable one, found before it is decoded. ``locations_per_class > 0`` also keeps
+    that many pixels of each class (``class_locations``, see ``LocationSampler``).
     """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
     try:
@@ -188,7 +206,10 @@ def inspect_pair(
             f"mask is {raw.shape[1]}x{raw.shape[0]} but its image {pair.image.name} is "
             f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
         )
-    values, counts = _value_counts(raw, labels)
+    sampler = None
+    if locations_per_class:
+        sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
+    values, counts = _value_counts(raw, labels, sampler)
     unknown = labels.unknown(values)
     if unknown:
         shown = ", ".join(str(v) for v in unknown[:8]) + (" ..." if len(unknown) > 8 else "")
@@ -203,6 +224,8 @@ def inspect_pair(
         .astype(np.int64)
         .tolist()
     )
+    if sampler is not None:
+        facts["class_locations"] = sampler.facts()
     return facts
 
 
@@ -250,11 +273,20 @@ def _pixel_sums(image: np.ndarray) -> dict[str, Any]:
     return {"pixels": pixels, "sum": total.tolist(), "squares": squares.tolist()}
 
 
-def _value_counts(raw: np.ndarray, labels: LabelMap) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct mask values (as ``LabelMap.codes``) and how many pixels have each."""
+def _value_counts(
+    raw: np.ndarray, labels: LabelMap, sampler: LocationSampler | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct mask values (as ``LabelMap.codes``) and how many pixels have each.
+
+    ``sampler`` is offered each chunk's class indices on the way.
+    """
     totals: dict[int, int] = {}
     for start in range(0, raw.shape[0], _ROWS_PER_CHUNK):
-        codes = labels.codes(np.asarray(raw[start : start + _ROWS_PER_CHUNK]))
+        chunk = np.asarray(raw[start : start + _ROWS_PER_CHUNK])
+        codes = labels.codes(chunk)
+        if sampler is not None:
+            classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
+            sampler.add(classes, start)
         values, counts = np.unique(codes, return_counts=True)
         for value, count in zip(values.tolist(), counts.tolist(), strict=True):
             totals[value] = totals.get(value, 0) + count
@@ -347,7 +379,13 @@ def _message(problems: list[FileProblem]) -> str:
 class _Cache:
     """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged."""
 
-    def __init__(self, folder: Path, labels: LabelMap, max_image_pixels: int | None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        labels: LabelMap,
+        max_image_pixels: int | None,
+        locations_per_class: int = 0,
+    ) -> None:
         self.folder = folder
         self.path = folder / "validation.json"
         settings: list[Any] = [_CACHE_VERSION, labels.describe()]
@@ -358,6 +396,9 @@ class _Cache:
             settings.append({"max_image_pixels": max_image_pixels})
         self.settings = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
         self.labels, self.max_image_pixels = labels, max_image_pixels
+        # Not part of the settings key: facts with locations serve a pass without them,
+        # and an entry without (or with another number) is read again on its own.
+        self.locations_per_class = locations_per_class
         self.entries: dict[str, Any] = {}
         self.changed = False
         if self.path.is_file():
@@ -373,12 +414,19 @@ class _Cache:
         key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
         stamp = [_stamp(pair.image), _stamp(pair.mask)]
         entry = self.entries.get(key)
-        if entry and entry["stamp"] == stamp:
+        if entry and entry["stamp"] == stamp and self._has_locations(entry["facts"]):
             return entry["facts"]
-        facts = inspect_pair(pair, self.labels, self.max_image_pixels)
+        facts = inspect_pair(pair, self.labels, self.max_image_pixels, self.locations_per_class)
         self.entries[key] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
+
+    def _has_locations(self, facts: dict[str, Any]) -> bool:
+        """Whether ``facts`` hold the class locations asked for (or none are asked for)."""
+        if not self.locations_per_class or "class_counts" not in facts:
+            return True  # a mask that could not be read has none to keep
+        kept = facts.get("class_locations") or {}
+        return kept.get("per_class") == self.locations_per_class
 
     def save(self) -> None:
         """Write the cache atomically; a read-only dataset folder just goes uncached."""
