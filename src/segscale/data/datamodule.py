@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import os
+import signal
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import cv2
 import lightning as L
+from lightning.fabric.utilities.seed import pl_worker_init_function
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
@@ -196,17 +201,23 @@ class SegmentationDataModule(L.LightningDataModule):
         train_set = self.train_set
         if train_set is None:  # len(None) would raise this TypeError too
             raise TypeError("no training set: call setup('fit') first")
-        sampler = EpochShardSampler(len(train_set), batch_sizes, rank, self.shuffle, self.seed)
-        trainer = self.trainer
-        if trainer is not None and trainer.global_step > 0:  # resuming
-            done = batches_done_in_epoch(
-                trainer.global_step,
-                trainer.current_epoch,
-                len(sampler),
-                trainer.accumulate_grad_batches,
-            )
-            sampler.skip(min(done, len(sampler)))
+        sampler = EpochShardSampler(
+            len(train_set), batch_sizes, rank, self.shuffle, self.seed, self._batches_done
+        )
         return self._loader(train_set, batch_sampler=sampler, num_workers=num_workers)
+
+    def _batches_done(self) -> int:
+        """Batches of the current epoch the trainer has trained (after a resume: > 0)."""
+        trainer = self.trainer
+        # inf until Lightning has the loader's length, which is before any epoch starts
+        if trainer is None or not math.isfinite(trainer.num_training_batches):
+            return 0
+        return batches_done_in_epoch(
+            trainer.global_step,
+            trainer.current_epoch,
+            int(trainer.num_training_batches),
+            trainer.accumulate_grad_batches,
+        )
 
     def val_dataloader(self) -> DataLoader:
         """Validation grid patches: the share of this rank (metrics are synced across ranks)."""
@@ -250,4 +261,23 @@ class SegmentationDataModule(L.LightningDataModule):
             pin_memory=pin_memory,
             persistent_workers=self.persistent_workers and workers > 0,
             prefetch_factor=self.prefetch_factor if workers > 0 else None,
+            worker_init_fn=partial(init_worker, rank=self._rank_and_world()[0]),
         )
+
+
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+"""Signals a cluster sends every process of a job before it stops it."""
+
+
+def init_worker(worker_id: int, rank: int = 0) -> None:
+    """Set up a DataLoader worker: preemption signals are its main process's to handle.
+
+    A cluster that signals every process of a job (SLURM does) would otherwise end the
+    workers, and PyTorch then fails the main process at once, before it can save a
+    checkpoint (``segscale.training.preemption``). Workers are seeded as Lightning
+    seeds them (``seed_everything(workers=True)``); patches are index-addressed anyway.
+    """
+    for number in PREEMPTION_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning's own worker_init_fn checks
+        pl_worker_init_function(worker_id, rank=rank)

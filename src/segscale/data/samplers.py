@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -43,8 +43,11 @@ class EpochShardSampler(Sampler[list[Key]]):
     that would get none of it gets one fresh padding index (``dataset_len``,
     ``dataset_len + 1``, ...), since DDP needs the same number of steps on every rank.
     So the ranks' shards are disjoint and never repeat. Call ``set_epoch`` before each
-    epoch (Lightning does). ``skip(n)`` makes the next iteration leave out its first
-    ``n`` batches: a resumed run continues the interrupted epoch where it stopped.
+    epoch (Lightning does). ``batches_done``, asked when an epoch's iteration starts,
+    says how many of its batches were trained already; the iteration leaves them out,
+    so a resumed run continues the interrupted epoch where it stopped. (Asked then, not
+    when the sampler is made: Lightning makes the training loader before it restores a
+    checkpoint, to count the steps a schedule needs, and keeps it.)
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class EpochShardSampler(Sampler[list[Key]]):
         rank: int = 0,
         shuffle: str = "every-epoch",
         seed: int = 0,
+        batches_done: Callable[[], int] | None = None,
     ) -> None:
         if not 0 <= rank < len(batch_sizes):
             raise ValueError(f"rank must be in [0, {len(batch_sizes)}), got {rank}")
@@ -65,11 +69,7 @@ class EpochShardSampler(Sampler[list[Key]]):
             )
         self.dataset_len, self.batch_sizes, self.rank = dataset_len, list(batch_sizes), rank
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
-        self._skip = 0
-
-    def skip(self, count: int) -> None:
-        """Leave out the first ``count`` batches of the next iteration only."""
-        self._skip = count
+        self.batches_done = batches_done
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose keys the next iteration yields."""
@@ -96,7 +96,7 @@ class EpochShardSampler(Sampler[list[Key]]):
             order = np.arange(self.dataset_len)
         else:
             order = np.random.default_rng([self.seed, patch_epoch]).permutation(self.dataset_len)
-        skip, self._skip = self._skip, 0
+        skip = min(self.batches_done(), len(self)) if self.batches_done else 0
         for step, (start, size) in enumerate(self.steps()):
             if step < skip:
                 continue

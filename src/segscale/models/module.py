@@ -275,8 +275,16 @@ class SegmentationModule(L.LightningModule):
         checkpoint["segscale_skipped_steps"] = self.skipped_steps
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Continue the resumed run's count of skipped steps."""
+        """Continue the resumed run's count of skipped steps, in the run's precision.
+
+        Lightning loads a resumed run's weights before its precision plugin converts
+        the network, so float64 weights would pass through float32 and a
+        ``trainer.precision=64-true`` run would not continue exactly: the network is
+        made float64 first.
+        """
         self.skipped_steps = int(checkpoint.get("segscale_skipped_steps", 0))
+        if self._trainer is not None and str(self._trainer.precision).startswith("64"):
+            self.double()
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Stop or skip a non-finite step; clip the gradients (MATLAB's GradientThreshold).
