@@ -30,3 +30,19 @@ def require(value: Any, key: str, ok: Callable[[Any], bool], expected: str) -> N
 def integer_at_least(minimum: int) -> Callable[[Any], bool]:
     """A check for ``require``: an integer ``>= minimum`` (a bool is refused by ``require``)."""
     return lambda v: isinstance(v, int) and v >= minimum
+
+
+class RunStopped(Exception):  # noqa: N818 (a stop on purpose, not an error)
+    """A run stopped on purpose before it finished, on every rank at the same step.
+
+    Not a failure: ``summary.json`` records ``status`` (``preempted``, ``pruned``) and
+    ``details``, and the entry point exits with ``exit_code``. Every rank raises it
+    alike, so rank 0's own is the one reported.
+    """
+
+    status = "stopped"
+    exit_code = 1
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details

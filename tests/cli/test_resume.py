@@ -1,7 +1,9 @@
+import csv
 import json
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -58,6 +60,8 @@ def test_a_killed_run_resumes_where_it_stopped(tiny_data_root, tmp_path):
     run = run_folder(cwd)
     assert not (run / "summary.json").exists(), "the run finished before it was killed"
     killed_at = max(int(p.stem.split("step")[1]) for p in (run / "checkpoints").glob("*step*.ckpt"))
+    with (run / "metrics.csv").open(newline="") as file:
+        before_resume = [row for row in csv.DictReader(file) if int(row["step"]) < killed_at]
 
     resumed = subprocess.run(
         train_command(*overrides(tiny_data_root), "ckpt_path=last"),
@@ -84,6 +88,20 @@ def test_a_killed_run_resumes_where_it_stopped(tiny_data_root, tmp_path):
     assert min(lr["resumed"]) < killed_at  # rows from before the kill were kept
     for step in range(killed_at, 24):
         assert lr["resumed"][step] == pytest.approx(lr["reference"][step])
+    # metrics.csv holds each step once: the killed launch's rows before its checkpoint are
+    # kept as they were, those after it are replaced by the resumed run's.
+    with (run / "metrics.csv").open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    kinds = Counter(
+        ("lr" if r["lr-SGD"] else "val" if r["val/loss"] else "train", int(r["step"])) for r in rows
+    )
+    assert [key for key, count in kinds.items() if count > 1] == []
+    trained = {step for kind, step in kinds if kind == "train"}
+    # A kill just after the checkpoint may come before its own step's row is written.
+    assert set(range(24)) - trained <= {killed_at - 1}
+    assert sorted(step for kind, step in kinds if kind == "val") == [7, 15, 23]
+    kept = rows[: len(before_resume)]
+    assert [{k: r[k] for k in before_resume[0]} for r in kept] == before_resume
 
 
 def test_a_resumed_epoch_continues_the_patch_sequence(make_config):
@@ -94,17 +112,22 @@ def test_a_resumed_epoch_continues_the_patch_sequence(make_config):
     loader = datamodule.train_dataloader()
     loader.batch_sampler.set_epoch(1)
     uninterrupted = [batch["key"] for batch in loader]
-    # A run restarting at global step 11 = epoch 1 (8 batches each), batch 3.
-    datamodule.trainer = SimpleNamespace(
-        global_step=11,
-        current_epoch=1,
+    # Lightning makes the loader before it restores the checkpoint (to count the steps
+    # of the schedule) and keeps it; the restored step counts when the epoch starts.
+    trainer = SimpleNamespace(
+        global_step=0,
+        current_epoch=0,
+        num_training_batches=8,
         accumulate_grad_batches=1,
         global_rank=0,
         world_size=1,
         num_devices=1,
         accelerator=CPUAccelerator(),
     )
+    datamodule.trainer = trainer
     loader = datamodule.train_dataloader()
+    # A run restarting at global step 11 = epoch 1 (8 batches each), batch 3.
+    trainer.global_step, trainer.current_epoch = 11, 1
     loader.batch_sampler.set_epoch(1)
     resumed = [batch["key"] for batch in loader]
     assert len(resumed) == 5

@@ -1,18 +1,24 @@
+import csv
+import json
+
 import optuna
 import pytest
+from hydra.core.utils import JobReturn
 from optuna.trial import TrialState
 
-from hydra_plugins.segscale_plugins.optuna_sweeper import OptunaSweeper
+from hydra_plugins.segscale_plugins.optuna_sweeper import OptunaSweeper, was_pruned
 from segscale.errors import ConfigError
+from segscale.training.callbacks.trial_pruning import TrialPruned
 from tests.cli.test_sweeps import job_folders, multirun
 from tests.conftest import compose_for_plugins
+from tests.hydra_plugins.test_parallel_launcher import timed_jobs
 
 # The search space on the command line, in place of conf/hparams_search/optuna.yaml's.
 SPACE = ["hparams_search=optuna", "hydra.sweeper.params=null", "optimizer.lr=interval(0.005,0.05)"]
 
 
-def study_of(sweep):
-    return optuna.load_study(study_name="train", storage=f"sqlite:///{sweep / 'optuna.db'}")
+def study_of(sweep, name="train"):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{sweep / 'optuna.db'}")
 
 
 @pytest.mark.slow
@@ -60,3 +66,79 @@ def test_an_empty_search_space_or_a_missing_key_stops_before_any_trial(tmp_path)
     assert not (tmp_path / "optuna.db").exists()
     with pytest.raises(ConfigError, match=r"hydra\.sweeper\.direction='up'"):
         OptunaSweeper(direction="up")
+
+
+def test_with_the_parallel_launcher_a_freed_slot_takes_the_next_trial_at_once(
+    monkeypatch, tmp_path
+):
+    # Trial 0 runs until 1, 2, 3 and 4 have taken turns in the other slot (in batches of
+    # two, 2 would wait for 0, and 0 would end only after 10 s).
+    times = timed_jobs(monkeypatch, {0: None, 1: 0.05, 2: 0.05, 3: 0.05, 4: 0.05})
+    config, context = compose_for_plugins(
+        "hparams_search=optuna",
+        "hydra/launcher=parallel",
+        "hydra.launcher.poll_s=0.01",
+        f"hydra.sweep.dir={tmp_path}",
+    )
+    sweeper = OptunaSweeper(params={"optimizer.lr": "interval(0.01, 0.1)"}, n_trials=5, n_jobs=2)
+    sweeper.setup(hydra_context=context, task_function=None, config=config)
+    result = sweeper.sweep([])
+    assert result["trials"]["complete"] == 5
+    assert sorted(times) == [0, 1, 2, 3, 4]
+    assert all(times[n][1] < times[0][1] for n in (1, 2, 3, 4))  # all while 0 ran
+    assert times[0][1] - times[0][0] < 9  # 0 did not wait for its 10 s
+    assert job_folders(tmp_path) == ["0", "1", "2", "3", "4"]
+    # Trial n's folder has trial n's value: the sweeper told each result to its own trial.
+    values = {t.number: t.value for t in study_of(tmp_path, "search").get_trials()}
+    assert values == pytest.approx({n: 0.1 * n for n in range(5)})
+
+
+def test_a_pruned_job_is_known_by_its_exception_or_its_summary(tmp_path):
+    def job(value, summary=None):
+        (tmp_path / "0").mkdir(exist_ok=True)
+        if summary:
+            (tmp_path / "0" / "summary.json").write_text(json.dumps(summary))
+        result = JobReturn()
+        result.return_value = value
+        return result
+
+    assert was_pruned(job(TrialPruned("pruned after epoch 0")), tmp_path / "0")
+    assert not was_pruned(job(RuntimeError("exit code 1")), tmp_path / "0")
+    assert was_pruned(job(0.3, {"status": "pruned"}), tmp_path / "0")
+    assert not was_pruned(job(0.3, {"status": "failed", "error": "boom"}), tmp_path / "0")
+    assert not was_pruned(job(0.3, {"status": "finished"}), tmp_path / "0")
+
+
+@pytest.mark.slow
+def test_a_trial_in_a_bad_region_is_pruned_before_its_last_epoch(tiny_data_root, tmp_path):
+    # The sampler's seed makes trial 0 lr=0.05 and trial 1 the far too small lr=1e-7; the
+    # median pruner compares trial 1's first validation with trial 0's.
+    sweep, result = multirun(
+        tmp_path,
+        tiny_data_root,
+        "hparams_search=optuna",
+        "hydra.sweeper.params=null",
+        "optimizer.lr=choice(0.05,1e-7)",
+        "hydra.sweeper.sampler.seed=10",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.pruner=median",
+        "hydra.sweeper.pruner_options={n_startup_trials:1}",
+        "hydra/launcher=parallel",
+        "hydra.launcher.poll_s=0.05",
+        "trainer.max_epochs=2",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = study_of(sweep).get_trials()
+    assert [(t.params["optimizer.lr"], t.state) for t in trials] == [
+        (0.05, TrialState.COMPLETE),
+        (1e-7, TrialState.PRUNED),
+    ]
+    assert list(trials[0].intermediate_values) == [0, 1] and list(
+        trials[1].intermediate_values
+    ) == [0]
+    summary = json.loads((sweep / "1" / "summary.json").read_text())
+    assert summary["status"] == "pruned" and summary["epochs"] < 2
+    with (sweep / "sweep_summary.csv").open() as file:
+        rows = {r["job"]: r for r in csv.DictReader(file)}
+    assert [rows[j]["status"] for j in "01"] == ["completed", "pruned"]
+    assert "search_trial" not in rows["1"]["overrides"]

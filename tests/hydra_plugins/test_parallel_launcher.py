@@ -1,6 +1,9 @@
 import csv
+import json
 import os
+import time
 from datetime import datetime
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -117,3 +120,64 @@ def test_jobs_load_the_sweeps_config_folders(monkeypatch, tmp_path):
     assert command[command.index("--config-path") + 1] == CONFIG_DIR
     assert command[command.index("--config-name") + 1] == "train"
     assert command.count(searchpath) == 1
+
+
+class TimedJob:
+    """A job's process that ends after ``seconds[job number]`` with a summary; keeps times.
+
+    A job of ``None`` seconds ends when every other job has ended (or after 10 s).
+    """
+
+    seconds: ClassVar[dict[int, float | None]] = {}
+    times: ClassVar[dict[int, list[float]]] = {}
+
+    def __init__(self, command: list[str], env: dict[str, str], **kwargs: object) -> None:
+        values = dict(a.split("=", 1) for a in command if a.startswith("hydra."))
+        self.folder = Path(values["hydra.run.dir"])
+        self.number = int(values["hydra.job.num"])
+        self.returncode: int | None = None
+        TimedJob.times[self.number] = [time.perf_counter()]
+
+    def _ended(self) -> bool:
+        seconds = self.seconds[self.number]
+        if seconds is None:
+            others = [n for n in self.seconds if n != self.number]
+            if all(len(self.times.get(n, [])) == 2 for n in others):
+                return True
+            seconds = 10.0
+        return time.perf_counter() - self.times[self.number][0] >= seconds
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._ended():
+            summary = {"status": "finished", "metrics": {"val/mIoU": 0.1 * self.number}}
+            (self.folder / "summary.json").write_text(json.dumps(summary))
+            TimedJob.times[self.number].append(time.perf_counter())
+            self.returncode = 0
+        return self.returncode
+
+
+def timed_jobs(monkeypatch, seconds):
+    """Jobs that take ``seconds[number]``, on a machine without GPUs."""
+    from hydra_plugins.segscale_plugins import parallel_launcher
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(parallel_launcher.subprocess, "Popen", TimedJob)
+    TimedJob.seconds, TimedJob.times = seconds, {}
+    return TimedJob.times
+
+
+def test_started_jobs_come_back_as_they_end_and_a_freed_slot_starts_the_next(monkeypatch, tmp_path):
+    times = timed_jobs(monkeypatch, {0: None, 1: 0.05, 2: 0.05})
+    config, context = compose_for_plugins("hydra/launcher=parallel", f"hydra.sweep.dir={tmp_path}")
+    launcher = ParallelLauncher(cpu_jobs=2, poll_s=0.01)
+    launcher.setup(hydra_context=context, task_function=None, config=config)
+    for number in range(3):
+        launcher.start([f"optimizer.lr=0.0{number + 1}"], number)
+    assert sorted(times) == [0, 1] and launcher.jobs_in_flight == 3  # job 2 waits for a slot
+    finished = [launcher.next_finished() for _ in range(3)]
+    assert [number for number, _ in finished] == [1, 2, 0]
+    assert [result.return_value for _, result in finished] == pytest.approx([0.1, 0.2, 0.0])
+    assert times[1][1] <= times[2][0] < times[0][1]  # 2 took 1's slot while 0 still ran
+    assert launcher.jobs_in_flight == 0
+    with pytest.raises(RuntimeError, match="no job was started"):
+        launcher.next_finished()

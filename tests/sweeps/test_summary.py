@@ -45,3 +45,19 @@ def test_summarize_command_prints_the_table_and_refuses_a_missing_folder(tmp_pat
     assert "| 0 | optimizer.lr=0.01 | completed | 0.3 |" in capsys.readouterr().out
     assert main([str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_stopped_job_shows_how_it_ended_without_the_searchs_bookkeeping(tmp_path):
+    trial = ["search_trial.storage='sqlite:///x.db'", "search_trial.number=0"]
+    make_job(tmp_path, 0, ["optimizer.lr=1e-07", *trial], summary={"status": "pruned"})
+    preempted = {"status": "preempted", "stop": {"signal": "SIGTERM", "step": 5}}
+    make_job(
+        tmp_path, 1, ["optimizer.lr=1e-06", *trial[:1], "search_trial.number=1"], summary=preempted
+    )
+    make_job(tmp_path, 2, ["optimizer.lr=0.01"], summary={"status": "failed", "error": "boom"})
+    rows = write_sweep_summary(tmp_path)
+    assert [(r["status"], r["overrides"]) for r in rows] == [
+        ("pruned", "optimizer.lr=1e-07"),
+        ("preempted", "optimizer.lr=1e-06"),
+        ("failed", "optimizer.lr=0.01"),
+    ]

@@ -15,6 +15,7 @@ from segscale.training.launch import (
     must_start_ranks,
     rank_command,
     single_device_strategy,
+    warn_if_restarts_may_hang,
 )
 
 
@@ -209,3 +210,18 @@ def test_ranks_share_the_cores_this_process_may_use(fake_ranks, monkeypatch):
     with job_ranks("popen", 3, "/runs/a"):
         assert os.environ["OMP_NUM_THREADS"] == "2" and torch.get_num_threads() == 2
     assert [env["OMP_NUM_THREADS"] for env in fake_ranks.envs] == ["2", "2"]
+
+
+def test_torchrun_restarts_through_a_shared_store_are_warned_of(monkeypatch, caplog):
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    warn_if_restarts_may_hang()
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    warn_if_restarts_may_hang()
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+    warn_if_restarts_may_hang()
+    assert caplog.text == ""

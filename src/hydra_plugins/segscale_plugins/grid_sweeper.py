@@ -36,7 +36,7 @@ def summarize(sweep_dir: Path) -> None:
         return
     rows = write_sweep_summary(sweep_dir)
     if rows:
-        failed = [row["job"] for row in rows if row["status"] != "completed"]
+        failed = [row["job"] for row in rows if row["status"] == "failed"]
         log.info(
             "sweep summary: %s (%d jobs, %d failed%s)",
             sweep_dir / "sweep_summary.md",

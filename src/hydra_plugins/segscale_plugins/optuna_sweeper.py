@@ -13,6 +13,18 @@ where it stopped: run the same command with ``hydra.sweep.dir=<that folder>``.
 search stopped is run again under its own number, its unfinished folder kept beside
 it. A trial whose job fails (or returns no number) is recorded as failed and the search
 goes on. One search process per study.
+
+With ``hydra/launcher=parallel`` the trials run asynchronously: ``n_jobs`` of them run
+at once, and whenever one ends the study is told its result and the next trial is
+asked for and started in its place. Other launchers run batches of ``n_jobs`` trials,
+each batch waiting for its slowest.
+
+``pruner`` (``none``, ``median``, ``percentile``, ``hyperband``, ``successive_halving``,
+``threshold``) with ``pruner_options`` (the Optuna pruner's arguments) stops trials
+that go badly: each job reports its ``optimized_metric`` to the study after every
+validation (``search_trial.*``, ``segscale.training.callbacks.trial_pruning``) and
+stops when the pruner says so. Such a trial is recorded PRUNED, not failed; its folder's
+``summary.json`` says ``pruned``.
 """
 
 import logging
@@ -20,7 +32,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -46,6 +58,14 @@ from hydra_plugins.segscale_plugins.grid_sweeper import summarize
 from segscale.atomic_files import write_text_atomically
 from segscale.errors import ConfigError
 from segscale.sweeps.objective import optimized_metric
+from segscale.training.callbacks.trial_pruning import (
+    PRUNER_ATTR,
+    TrialPruned,
+    build_pruner,
+    open_storage,
+)
+from segscale.training.launch import quoted_override
+from segscale.training.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +106,21 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 
 
+@runtime_checkable
+class StreamingLauncher(Protocol):
+    """A launcher that starts jobs one by one and hands back each as it ends.
+
+    ``ParallelLauncher`` is one. Checked by its methods, not its class: Hydra's plugin
+    scan loads the launcher's module anew, so an imported class would be another object.
+    """
+
+    def start(self, overrides: Sequence[str], number: int) -> None:
+        """Start job ``number`` (in folder ``number``) when devices free."""
+
+    def next_finished(self) -> tuple[int, JobReturn]:
+        """Wait for a started job to end; its number and result."""
+
+
 class OptunaSweeper(Sweeper):
     """Asks Optuna for trials, runs them as jobs of the sweep, tells it the results."""
 
@@ -98,6 +133,8 @@ class OptunaSweeper(Sweeper):
         study_name: str = "search",
         storage: str | None = None,
         sampler: optuna.samplers.BaseSampler | None = None,
+        pruner: str | None = "none",
+        pruner_options: Any = None,
     ) -> None:
         if direction not in DIRECTIONS:
             raise ConfigError(
@@ -111,6 +148,17 @@ class OptunaSweeper(Sweeper):
         self.direction = cast(Direction, direction)  # one of DIRECTIONS, checked above
         self.n_trials, self.n_jobs = n_trials, n_jobs
         self.study_name, self.storage, self.sampler = study_name, storage, sampler
+        options = pruner_options or {}
+        if isinstance(options, DictConfig):
+            options = OmegaConf.to_container(options, resolve=True)
+        if not isinstance(options, dict):
+            raise ConfigError(
+                f"hydra.sweeper.pruner_options={pruner_options!r} is not allowed: expected "
+                "the pruner's arguments as a mapping, e.g. {n_warmup_steps: 1}"
+            )
+        self.pruner_name = "none" if pruner is None else str(pruner)
+        self.pruner_options = options
+        self.pruner = build_pruner(self.pruner_name, self.pruner_options)
         self._exhausted = False
 
     def setup(
@@ -134,23 +182,33 @@ class OptunaSweeper(Sweeper):
         self._check_composes(space, fixed)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomically(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
-        storage = self.storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
+        self.storage_url = self.storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
         study = optuna.create_study(
             study_name=self.study_name,
-            storage=storage,
+            storage=open_storage(self.storage_url),
             direction=self.direction,
             sampler=self.sampler,
+            pruner=self.pruner,
             load_if_exists=True,
         )
-        log.info("Optuna study %r in %s: %s", self.study_name, storage, space)
+        # The jobs rebuild the pruner from this to ask it whether to go on.
+        study.set_user_attr(PRUNER_ATTR, {"name": self.pruner_name, "options": self.pruner_options})
+        log.info("Optuna study %r in %s: %s", self.study_name, self.storage_url, space)
+        log.info("pruner: %s %s", self.pruner_name, self.pruner_options or "")
         try:
             # Trials a stopped search left running are run again under their numbers.
-            for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            interrupted = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            for trial in interrupted:
                 log.info("re-running trial %d, interrupted earlier", trial.number)
                 _set_aside(sweep_dir / str(trial.number))
-                self._run(study, [trial], fixed)
-            while (left := self.n_trials - _finished(study)) > 0 and not self._exhausted:
-                self._run(study, [study.ask(space) for _ in range(min(self.n_jobs, left))], fixed)
+            if isinstance(self.launcher, StreamingLauncher):
+                self._run_async(self.launcher, study, space, fixed, interrupted)
+            else:
+                for trial in interrupted:
+                    self._run(study, [trial], fixed)
+                while (left := self.n_trials - _finished(study)) > 0 and not self._exhausted:
+                    batch = [study.ask(space) for _ in range(min(self.n_jobs, left))]
+                    self._run(study, batch, fixed)
         finally:
             summarize(sweep_dir)
         return self._report(study, sweep_dir)
@@ -181,6 +239,47 @@ class OptunaSweeper(Sweeper):
         sample = [f"{key}={_first(dist)}" for key, dist in space.items()]
         self.hydra_context.config_loader.load_sweep_config(self.config, [*fixed, *sample])
 
+    def _run_async(
+        self,
+        launcher: StreamingLauncher,
+        study: optuna.Study,
+        space: dict[str, BaseDistribution],
+        fixed: list[str],
+        interrupted: Sequence[optuna.trial.FrozenTrial],
+    ) -> None:
+        """Keep ``n_jobs`` trials running: ask for the next one as soon as one ends."""
+        waiting = list(interrupted)
+        running: set[int] = set()
+        while True:
+            while len(running) < self.n_jobs:
+                if waiting:
+                    trial: optuna.Trial | optuna.trial.FrozenTrial = waiting.pop(0)
+                elif not self._exhausted and _finished(study) + len(running) < self.n_trials:
+                    trial = study.ask(space)
+                else:
+                    break
+                launcher.start(self._job_overrides(trial, fixed), trial.number)
+                running.add(trial.number)
+            if not running:
+                return
+            number, result = launcher.next_finished()
+            running.remove(number)
+            self._record(study, number, result)
+
+    def _job_overrides(
+        self, trial: optuna.Trial | optuna.trial.FrozenTrial, fixed: list[str]
+    ) -> list[str]:
+        """The trial's job: the fixed overrides, its parameters, and its study if pruning."""
+        params = [f"{k}={_override_value(v)}" for k, v in trial.params.items()]
+        if self.pruner_name == "none":
+            return [*fixed, *params]
+        study = [
+            f"search_trial.storage={quoted_override(self.storage_url)}",
+            f"search_trial.study_name={quoted_override(self.study_name)}",
+            f"search_trial.number={trial.number}",
+        ]
+        return [*fixed, *params, *study]
+
     def _run(
         self,
         study: optuna.Study,
@@ -190,23 +289,31 @@ class OptunaSweeper(Sweeper):
         """Run ``trials`` as one batch of jobs and tell the study their results."""
         assert self.config is not None and self.launcher is not None  # set by setup
         numbers = [trial.number for trial in trials]
-        batch = [
-            [*fixed, *(f"{k}={_override_value(v)}" for k, v in trial.params.items())]
-            for trial in trials
-        ]
+        batch = [self._job_overrides(trial, fixed) for trial in trials]
         # The launcher numbers the jobs from the first trial's number.
         for offset, number in enumerate(numbers):
             assert number == numbers[0] + offset, "trials of one batch are numbered in a row"
         results: Sequence[JobReturn] = self.launcher.launch(batch, initial_job_idx=numbers[0])
         for number, result in zip(numbers, results, strict=True):
-            value = result._return_value if result.status == JobStatus.COMPLETED else None
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self._tell(study, number, values=float(value))
-                log.info("trial %d: %s = %.6g", number, optimized_metric(self.config), value)
-            else:
-                self._tell(study, number, state=TrialState.FAIL)
-                reason = result._return_value if result.status == JobStatus.FAILED else value
-                log.warning("trial %d failed (%s); the search goes on", number, reason)
+            self._record(study, number, result)
+
+    def _record(self, study: optuna.Study, number: int, result: JobReturn) -> None:
+        """Tell the study how trial ``number``'s job ended: a value, pruned or failed."""
+        assert self.config is not None  # set by setup (see sweep)
+        folder = Path(str(self.config.hydra.sweep.dir)) / str(number)
+        if was_pruned(result, folder):
+            # Not a failure: the pruner stopped it, and the search goes on as planned.
+            self._tell(study, number, state=TrialState.PRUNED)
+            log.info("trial %d pruned", number)
+            return
+        value = result._return_value if result.status == JobStatus.COMPLETED else None
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            self._tell(study, number, values=float(value))
+            log.info("trial %d: %s = %.6g", number, optimized_metric(self.config), value)
+        else:
+            self._tell(study, number, state=TrialState.FAIL)
+            reason = result._return_value if result.status == JobStatus.FAILED else value
+            log.warning("trial %d failed (%s); the search goes on", number, reason)
 
     def _tell(self, study: optuna.Study, number: int, **result: Any) -> None:
         """Record a trial's result (Optuna stores it even when the sampler then stops)."""
@@ -241,6 +348,15 @@ class OptunaSweeper(Sweeper):
         log.info("best trial %d: %s = %.6g", best.number, result["metric"], best.value)
         log.info("best parameters: %s", best.params)
         return result
+
+
+def was_pruned(result: JobReturn, folder: Path) -> bool:
+    """Whether the job (its result, its folder's summary) was stopped by the pruner."""
+    # In the sweep's process (basic launcher) the job raised TrialPruned; in a process
+    # of its own (parallel launcher) its summary says so.
+    if isinstance(result._return_value, TrialPruned):
+        return True
+    return (read_summary(folder) or {}).get("status") == TrialPruned.status
 
 
 def _finished(study: optuna.Study) -> int:

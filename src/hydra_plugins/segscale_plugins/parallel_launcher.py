@@ -7,6 +7,11 @@ its own through ``CUDA_VISIBLE_DEVICES``; jobs that do not fit wait in a queue, 
 order. Without GPUs, ``cpu_jobs`` jobs run at once and the CPU threads are divided
 between them. A job that fails is reported (with the end of its output) and the
 others go on; the sweeper then decides what a failure means.
+
+``launch`` runs a batch and returns when all of it ended (Hydra's interface, for any
+sweeper). ``start`` and ``next_finished`` stream: a sweeper starts a job whenever it
+likes and takes each result as soon as that job ends, so a freed slot is refilled at
+once (the Optuna sweeper's asynchronous trials).
 """
 
 import logging
@@ -62,6 +67,19 @@ class JobPlan:
         return self.folder / "console.log"
 
 
+@dataclass
+class JobPool:
+    """The devices a launcher shares out and its jobs: waiting, running, ended."""
+
+    gpus: list[str]
+    free_gpus: list[str]
+    free_slots: int  # CPU jobs that may start now
+    threads: int  # CPU threads of one CPU job
+    queue: list[JobPlan] = field(default_factory=list)
+    running: list[JobPlan] = field(default_factory=list)
+    done: list[tuple[int, JobReturn]] = field(default_factory=list)
+
+
 class ParallelLauncher(Launcher):
     """Runs the jobs of a sweep concurrently, one device group each (see module doc)."""
 
@@ -76,6 +94,7 @@ class ParallelLauncher(Launcher):
         self.cpu_jobs, self.gpus, self.poll_s = cpu_jobs, gpus, poll_s
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
+        self._pool: JobPool | None = None
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -103,48 +122,101 @@ class ParallelLauncher(Launcher):
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
         """Run the jobs, at most as many at once as the devices allow; return each result."""
-        setup_globals()
-        assert self.config is not None and self.hydra_context is not None
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        gpus = self.gpu_ids()
+        pool = self._open()
         plans = [
-            self._plan(initial_job_idx + i, list(o), bool(gpus))
+            self._plan(initial_job_idx + i, list(o), bool(pool.gpus))
             for i, o in enumerate(job_overrides)
         ]
-        # Every job must fit before any starts.
+        for plan in plans:  # every job must fit before any starts
+            self._check_fits(plan, pool)
+        log.info("Launching %d jobs", len(plans))
         for plan in plans:
-            if plan.gpus > len(gpus):
-                raise ConfigError(
-                    f"job {plan.number} ({' '.join(plan.overrides)}) asks for trainer.devices="
-                    f"{plan.gpus} GPUs, but hydra/launcher=parallel has {len(gpus)} to share out"
-                )
-        free_gpus, free_slots = list(gpus), self.cpu_jobs
-        # The cores this process may use (its affinity mask under SLURM, cgroups or
-        # taskset), not all the machine's: the jobs share those.
-        threads = max(1, cpus_available() // self.cpu_jobs)
-        queue = list(plans)
-        running: list[JobPlan] = []
+            self._enqueue(plan)
         results: dict[int, JobReturn] = {}
-        mode = f"{len(gpus)} GPUs" if gpus else f"{self.cpu_jobs} CPU jobs at once"
-        log.info("Launching %d jobs in parallel (%s)", len(plans), mode)
-        while queue or running:
-            while queue:
-                head = queue[0]
-                if head.gpus and len(free_gpus) >= head.gpus:
-                    head.granted, free_gpus = free_gpus[: head.gpus], free_gpus[head.gpus :]
-                elif not head.gpus and free_slots > 0:
-                    free_slots -= 1
-                else:
-                    break
-                self._start(queue.pop(0), threads)
-                running.append(head)
-            time.sleep(self.poll_s)
-            for plan in [p for p in running if p.started_process.poll() is not None]:
-                running.remove(plan)
-                free_gpus += plan.granted
-                free_slots += 0 if plan.gpus else 1
-                results[plan.number] = self._result(plan)
+        while len(results) < len(plans):
+            number, result = self.next_finished()
+            results[number] = result
         return [results[plan.number] for plan in plans]
+
+    def start(self, overrides: Sequence[str], number: int) -> None:
+        """Start job ``number`` now, or as soon as devices free (see ``next_finished``).
+
+        The streaming counterpart of ``launch``: a sweeper starts jobs one at a time and
+        takes each result as it comes, so a slot that frees is filled at once.
+        """
+        pool = self._open()
+        plan = self._plan(number, list(overrides), bool(pool.gpus))
+        self._check_fits(plan, pool)
+        self._enqueue(plan)
+
+    @property
+    def jobs_in_flight(self) -> int:
+        """Jobs started with ``start`` or ``launch`` whose result was not yet taken."""
+        pool = self._pool
+        return 0 if pool is None else len(pool.queue) + len(pool.running) + len(pool.done)
+
+    def next_finished(self) -> tuple[int, JobReturn]:
+        """Wait for the next job to end; return its number and result.
+
+        Jobs waiting for devices start as soon as a running one ends.
+        """
+        pool = self._pool
+        if pool is None or not (pool.queue or pool.running or pool.done):
+            raise RuntimeError("next_finished: no job was started")
+        while not pool.done:
+            time.sleep(self.poll_s)
+            for plan in [p for p in pool.running if p.started_process.poll() is not None]:
+                pool.running.remove(plan)
+                pool.free_gpus += plan.granted
+                pool.free_slots += 0 if plan.gpus else 1
+                pool.done.append((plan.number, self._result(plan)))
+            self._start_queued()
+        return pool.done.pop(0)
+
+    def _open(self) -> JobPool:
+        """The devices and queues of this launcher's jobs (made when the first job comes)."""
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None
+        if self._pool is None:
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            gpus = self.gpu_ids()
+            # The cores this process may use (its affinity mask under SLURM, cgroups or
+            # taskset), not all the machine's: the jobs share those.
+            threads = max(1, cpus_available() // self.cpu_jobs)
+            self._pool = JobPool(gpus, list(gpus), self.cpu_jobs, threads)
+            mode = f"{len(gpus)} GPUs" if gpus else f"{self.cpu_jobs} CPU jobs at once"
+            log.info("Jobs run in parallel (%s)", mode)
+        return self._pool
+
+    def _check_fits(self, plan: JobPlan, pool: JobPool) -> None:
+        if plan.gpus > len(pool.gpus):
+            raise ConfigError(
+                f"job {plan.number} ({' '.join(plan.overrides)}) asks for trainer.devices="
+                f"{plan.gpus} GPUs, but hydra/launcher=parallel has {len(pool.gpus)} to share out"
+            )
+
+    def _enqueue(self, plan: JobPlan) -> None:
+        assert self._pool is not None  # _open made it
+        self._pool.queue.append(plan)
+        self._start_queued()
+
+    def _start_queued(self) -> None:
+        """Start the waiting jobs, in order, while the head of the queue fits."""
+        pool = self._pool
+        assert pool is not None  # _open made it
+        while pool.queue:
+            head = pool.queue[0]
+            if head.gpus and len(pool.free_gpus) >= head.gpus:
+                head.granted, pool.free_gpus = (
+                    pool.free_gpus[: head.gpus],
+                    pool.free_gpus[head.gpus :],
+                )
+            elif not head.gpus and pool.free_slots > 0:
+                pool.free_slots -= 1
+            else:
+                break
+            self._start(pool.queue.pop(0), pool.threads)
+            pool.running.append(head)
 
     def _plan(self, number: int, overrides: list[str], have_gpus: bool) -> JobPlan:
         assert self.config is not None and self.hydra_context is not None  # as launch checked

@@ -16,10 +16,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.configs import CONFIG_DIR
-from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
 from segscale.sweeps.objective import objective
 from segscale.training.launch import QUIET_RANK_OVERRIDES, external_rank
+from segscale.training.preemption import Preempted
+from segscale.training.relaunch import restore_overrides
 from segscale.training.resume import register_run_dir_resolver
 from segscale.training.run import train
 
@@ -33,6 +35,8 @@ register_run_dir_resolver()
 
 def main() -> None:
     """Entry point of ``train.py``: Hydra parses the command line and runs ``run``."""
+    # ckpt_path=last or a path: the resumed run's own overrides, the command line's on top.
+    sys.argv = restore_overrides(sys.argv)
     if external_rank():
         # A rank > 0 started by torchrun or SLURM: rank 0 alone writes config and log.
         sys.argv += QUIET_RANK_OVERRIDES
@@ -49,6 +53,18 @@ def run(cfg: DictConfig) -> float | None:
             raise  # this job fails; the sweeper reports it and the other jobs go on
         log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT if isinstance(error, ConfigError) else EXIT_NONFINITE)
+    except Preempted as stop:
+        # The whole process (a sweep's included) stops: its machine is going away.
+        log.error("%s", stop)
+        stop.hand_over()  # submitit's handler requeues the job
+        sys.exit(stop.exit_code)
+    except RunStopped as stop:  # a pruned trial: the sweeper records it
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise
+        log.info("%s", stop)
+        if stop.exit_code:
+            sys.exit(stop.exit_code)
+        return None
     log.info("summary: %s", OmegaConf.to_yaml(OmegaConf.create(summary)) if summary else "{}")
     return objective(cfg, summary)
 

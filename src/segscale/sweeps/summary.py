@@ -22,6 +22,9 @@ from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.training.plots import plt, save_figure
 from segscale.training.summary_file import read_summary
 
+BOOKKEEPING = ("search_trial.",)
+"""Overrides a sweeper gives its jobs for its own use, left out of the table."""
+
 COLUMNS = (
     "job",
     "overrides",
@@ -52,8 +55,14 @@ class JobRecord:
 
     @property
     def status(self) -> str:
-        """``completed`` when the job wrote its summary, else ``failed``."""
-        return "completed" if self.summary is not None else "failed"
+        """How the job ended: ``completed``, ``pruned`` (by a search), ``preempted``, ``failed``.
+
+        A job without a summary failed before training; a summary says how it ended.
+        """
+        if self.summary is None:
+            return "failed"
+        status = str(self.summary.get("status") or "finished")
+        return "completed" if status == "finished" else status
 
     def row(self, common: Sequence[str] = ()) -> dict[str, Any]:
         """One row of the sweep table; ``common`` overrides (shared by all jobs) left out."""
@@ -82,7 +91,9 @@ def read_job(folder: Path) -> JobRecord:
     overrides_file = folder / ".hydra" / "overrides.yaml"
     overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
     summary = read_summary(folder)
-    return JobRecord(int(folder.name), folder, list(overrides or []), summary, read_curve(folder))
+    # search_trial.* only tell a search's job where to report; they are not its settings.
+    own = [o for o in overrides or [] if not str(o).startswith(BOOKKEEPING)]
+    return JobRecord(int(folder.name), folder, own, summary, read_curve(folder))
 
 
 def read_curve(folder: Path) -> list[tuple[int, float, float]]:
@@ -145,6 +156,8 @@ def plot_sweep_curves(jobs: list[JobRecord], common: Sequence[str], path: Path) 
         epochs, losses, mious = zip(*job.curve, strict=True)
         own = [o for o in job.overrides if o not in common]
         label = f"{job.number}: {' '.join(own) or '(defaults)'}"[:60]
+        if job.status != "completed":
+            label += f" ({job.status})"
         miou_axis.plot(epochs, mious, marker="o", label=label)
         loss_axis.plot(epochs, losses, marker="o", label=label)
     miou_axis.set(xlabel="epoch", ylabel="validation mIoU", title="validation mIoU")

@@ -36,7 +36,7 @@ from segscale.devices import (
     resolve_accelerator,
     shown_devices,
 )
-from segscale.errors import ConfigError
+from segscale.errors import ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
 
 log = logging.getLogger(__name__)
@@ -163,9 +163,9 @@ def started_by_launcher() -> bool:
     return "LOCAL_RANK" in os.environ or ("SLURM_LOCALID" in os.environ and slurm_tasks > 1)
 
 
-AGREED_FAILURES = (ConfigError, NonFiniteError)
-"""Failures every rank meets alike (the same check, a loss flag all-reduced): rank 0's
-own error then names the cause, and is the one reported."""
+AGREED_FAILURES = (ConfigError, NonFiniteError, RunStopped)
+"""Failures every rank meets alike (the same check, a loss flag all-reduced, a stop the
+ranks agreed on): rank 0's own error then names the cause, and is the one reported."""
 
 
 @contextmanager
@@ -190,6 +190,7 @@ def job_ranks(
             "on every node by torchrun or SLURM's srun (one task per device)"
         )
     if not must_start_ranks(start_method, num_processes):
+        warn_if_restarts_may_hang()
         try:
             yield
         finally:
@@ -251,6 +252,25 @@ def external_rank() -> int | None:
         if variable in os.environ:
             return int(os.environ[variable])
     return None
+
+
+def warn_if_restarts_may_hang() -> None:
+    """Warn when torchrun restarts ranks through a rendezvous store that the old ones used.
+
+    torchrun's c10d rendezvous shares its store with the ranks by default, and keeps it
+    across restarts: a restarted group can read the dead group's addresses there and
+    fail or hang at its first collective (pytorch/pytorch#135712). Only torchrun's own
+    process can avoid it, with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``.
+    """
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if restarts > 0 and shared and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
+        log.warning(
+            "torchrun --max-restarts=%d with a shared rendezvous store: a restart may hang or "
+            "fail to connect (pytorch/pytorch#135712); start torchrun with "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+            restarts,
+        )
 
 
 def launcher_job_id() -> str | None:

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import csv
+import logging
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+import lightning as L
+import torch
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
+from segscale.atomic_files import write_csv_atomically
+
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class _AppendingWriter(ExperimentWriter):
@@ -32,7 +40,18 @@ class _AppendingWriter(ExperimentWriter):
 
 
 class CSVLogger(LightningCSVLogger):
-    """Metrics as ``metrics.csv``; a resumed run appends to the file it left."""
+    """Metrics as ``metrics.csv``; a resumed run continues the file it left, each step once.
+
+    The interrupted launch may have logged steps after the checkpoint the run resumes
+    from; the resumed run logs them again. So when a fit resumes from a checkpoint, the
+    rows at or after its global step are dropped before the first new row is written
+    (``drop_rows_from``). Lightning numbers a row by the optimizer steps taken before
+    it: the training and learning-rate rows of the batch that takes global step
+    ``s + 1`` say ``s``, and so does a validation at the end of that batch's epoch. A
+    checkpoint saved at global step ``s + 1`` (after that batch, or after that
+    validation) thus includes every row numbered ``s`` or less, and the resumed run's
+    first row is numbered ``s + 1``.
+    """
 
     @property
     @rank_zero_experiment
@@ -43,6 +62,47 @@ class CSVLogger(LightningCSVLogger):
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         # Lightning declares _experiment as Fabric's writer; only this property sets it.
         return cast(ExperimentWriter, self._experiment)
+
+    @rank_zero_only
+    def log_graph(self, model: torch.nn.Module, input_array: torch.Tensor | None = None) -> None:
+        """Forget what an interrupted launch logged after the checkpoint this fit resumes from.
+
+        Lightning calls this once as a fit starts (with the hyperparameters, before any
+        metric), when the checkpoint is loaded but the loops are not yet restored: the
+        checkpoint's global step is read from its file (memory-mapped; the tensors
+        stay on disk).
+        """
+        if not isinstance(model, L.LightningModule):
+            return
+        trainer = model.trainer
+        if trainer.state.fn != TrainerFn.FITTING or not trainer.ckpt_path:
+            return
+        checkpoint = torch.load(trainer.ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+        self.drop_rows_from(int(checkpoint.get("global_step", 0)))
+
+    @rank_zero_only
+    def drop_rows_from(self, step: int) -> None:
+        """Remove the rows numbered ``step`` or later from ``metrics.csv``, atomically.
+
+        Rows not yet written (in the writer's memory) are kept: they are this launch's.
+        """
+        path = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
+        if not path.is_file():
+            return
+        with path.open(newline="") as file:
+            header, *rows = list(csv.reader(file)) or [[]]
+        if "step" not in header:
+            return
+        column = header.index("step")
+        kept = [row for row in rows if not _numbered_from(row, column, step)]
+        if len(kept) < len(rows):
+            write_csv_atomically(path, header, kept)
+            log.info(
+                "metrics.csv: %d rows from step %d on, logged before the run was "
+                "interrupted, are replaced by the resumed run's",
+                len(rows) - len(kept),
+                step,
+            )
 
 
 class MLFlowLogger(LightningMLFlowLogger):
@@ -107,6 +167,14 @@ class MLFlowLogger(LightningMLFlowLogger):
             if config.is_dir():
                 self.experiment.log_artifacts(self.run_id, str(config), artifact_path="config")
         super().finalize(status)
+
+
+def _numbered_from(row: list[str], column: int, step: int) -> bool:
+    """Whether a ``metrics.csv`` row has a step number of ``step`` or more."""
+    try:
+        return int(row[column]) >= step
+    except (IndexError, ValueError):  # a row that is not Lightning's: kept as it is
+        return False
 
 
 def _retried(action: Callable[[], T]) -> T:

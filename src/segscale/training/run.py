@@ -29,8 +29,15 @@ from segscale.training.builders import (
 )
 from segscale.training.callbacks.periodic_checkpoint import ensure_writable
 from segscale.training.callbacks.run_summary import RunSummary
+from segscale.training.callbacks.trial_pruning import trial_pruning
 from segscale.training.config_checks import check_config
 from segscale.training.launch import job_ranks
+from segscale.training.preemption import (
+    PreemptionSignals,
+    PreemptionStop,
+    without_lightning_signal_handlers,
+)
+from segscale.training.relaunch import check_relaunch
 from segscale.training.resume import ForgetAbandonedBest, check_resumable, resolve_checkpoint
 from segscale.training.run_folder import (
     LaunchRecord,
@@ -68,6 +75,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         check_fresh_folder(cfg.output_dir)  # every rank: torchrun's would wait for rank 0
     if leader and not relaunch and not has_launch_record(cfg.output_dir):
         write_launch_record(cfg.output_dir, launch_record(cfg))
+    check_relaunch(cfg)  # a change the run cannot take mid-run is refused
     check_config(cfg)
     check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
     L.seed_everything(cfg.seed, workers=True)
@@ -99,7 +107,12 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     summary = RunSummary(
         cfg.output_dir, cfg.training.output_network, scaling, fine_tuning=fine_tuning(cfg)
     )
-    callbacks = [*instantiate_each(cfg.get("callbacks")), summary]
+    # Preemption signals are noted from before the ranks start until training ends.
+    signals = PreemptionSignals(cfg.training.preemption_signals, cfg.training.preemption_exit_s)
+    stop = PreemptionStop(signals, cfg.output_dir)
+    callbacks = [*instantiate_each(cfg.get("callbacks")), summary, stop]
+    if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
+        callbacks.append(pruning)
     if relaunch:
         callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]
     for name, node in (cfg.get("callbacks") or {}).items():
@@ -116,7 +129,8 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         log.info("%s", report.table())
         if not relaunch:  # the run's own, written when it started
             report.write(Path(cfg.output_dir))
-    with job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved):
+    ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
+    with signals, ranks:
         trainer = instantiate(
             cfg.trainer,
             devices=devices,
@@ -127,6 +141,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
             # The datamodule shards every epoch by rank itself (EpochShardSampler).
             use_distributed_sampler=False,
         )
+        without_lightning_signal_handlers(trainer)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
     return (read_summary(cfg.output_dir) or {}) if trainer.is_global_zero else {}

@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from segscale.errors import ConfigError
+from segscale.errors import ConfigError, RunStopped
 from segscale.training.summary_file import write_summary
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,10 @@ class RunSummary(L.Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        """Write ``summary.json`` with the failure, if this launch started training.
+        """Write ``summary.json`` with the failure or stop, if this launch started training.
+
+        A run stopped on purpose (``RunStopped``: preempted, pruned) gets its status and
+        ``stop`` (the step, the signal, ...) instead of an ``error``.
 
         A launch that failed before its first step (a resume refused by Lightning, say)
         leaves the summary of the run it tried to continue as it was.
@@ -103,9 +106,11 @@ class RunSummary(L.Callback):
             return
         self.train_s = time.perf_counter() - self._train_start - self._val_s
         summary = self.summary(trainer, pl_module)
-        self._write(
-            summary | {"status": "failed", "error": f"{type(exception).__name__}: {exception}"}
-        )
+        if isinstance(exception, RunStopped):  # on purpose: preempted, pruned
+            ended = {"status": exception.status, "stop": exception.details}
+        else:
+            ended = {"status": "failed", "error": f"{type(exception).__name__}: {exception}"}
+        self._write(summary | ended)
 
     def _write(self, summary: dict[str, Any]) -> None:
         write_summary(self.output_dir, summary)
@@ -135,7 +140,8 @@ class RunSummary(L.Callback):
     def summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         """The run's summary as a JSON-ready dict, of a run that finished.
 
-        ``on_exception`` gives it ``status: failed`` and the ``error``.
+        ``on_exception`` gives it ``status: failed`` and the ``error``, or the status
+        and ``stop`` of a run stopped on purpose.
         """
         checkpoint = trainer.checkpoint_callback
         best = getattr(checkpoint, "best_model_path", None) or None

@@ -1,0 +1,272 @@
+"""Preemption: a signal stops every rank at the same step, with a checkpoint to resume from.
+
+Clusters warn a job before they take its machines away: SLURM sends ``SIGUSR2`` (as
+submitit asks; ``SIGUSR1`` if the job says so) some time before the limit, and spot
+instances and Kubernetes send ``SIGTERM`` with a short grace period, to one process
+or to all of them. Whichever rank gets it, every rank stops after the same training
+step, rank 0 writes ``checkpoints/last.ckpt`` (atomically, through the checkpoint
+plugin), ``summary.json`` says ``preempted``, and the run exits with
+``EXIT_PREEMPTED``: ``ckpt_path=auto`` then continues it with exactly the steps,
+learning rates and patches it had not taken.
+
+The ranks agree without a host sync on the device: each step, every rank's flag goes
+into an all-reduce on a CPU (gloo) group, started after one step and read after the
+next, so the host never waits for it; the stop comes at most two steps after the
+signal. A rank still alive ``exit_s`` seconds after the signal (stuck in a collective
+with a rank that died, say) exits anyway, so no signal leaves a process behind.
+
+Lightning's own SIGTERM handling is switched off: it exits 0 (``SIGTERMException`` is a
+``SystemExit`` without a code), saves nothing, and under DDP runs a collective inside
+the signal handler, which leaves the ranks waiting for each other
+(Lightning-AI/pytorch-lightning#21404, #14610).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
+
+from segscale.errors import ConfigError, RunStopped
+
+log = logging.getLogger(__name__)
+
+EXIT_PREEMPTED = 75
+"""Exit status of a run stopped by a preemption signal (``EX_TEMPFAIL``: run it again)."""
+
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+class Preempted(RunStopped):
+    """Every rank stopped at the same step on a preemption signal; ``last.ckpt`` holds it."""
+
+    status = "preempted"
+    exit_code = EXIT_PREEMPTED
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.previous_handler: Handler = None
+
+    def hand_over(self) -> None:
+        """Call the handler that was installed before ours for the signal, if any.
+
+        submitit's requeues the job (on global rank 0) and exits; a run without one
+        goes on to exit with ``EXIT_PREEMPTED``.
+        """
+        handler = self.previous_handler
+        if callable(handler):
+            handler(signal.Signals[self.details["signal"]], None)
+
+
+class PreemptionSignals:
+    """Handlers that note a preemption signal, installed while the run trains.
+
+    A handler only records the first signal (a second one, during the checkpoint's
+    save say, changes nothing) and starts the timer after which a rank that has not
+    exited exits anyway. ``PreemptionStop`` acts on the record at the next step. On
+    leaving, the handlers from before are put back, except when the run was
+    preempted: the process then exits, and a signal on the way out must not end it
+    before it has written its files.
+    Handlers can only be installed from the main thread; elsewhere (a test's thread)
+    none are.
+    """
+
+    def __init__(self, names: Sequence[str], exit_s: float = 50.0) -> None:
+        self.signals = [_signal(name) for name in names]
+        if not (isinstance(exit_s, int | float) and exit_s > 0):
+            raise ConfigError(
+                f"training.preemption_exit_s={exit_s!r} is not allowed: expected seconds > 0"
+            )
+        self.exit_s = float(exit_s)
+        self.received: signal.Signals | None = None
+        self._previous: dict[signal.Signals, Handler] = {}
+        self._timer: threading.Timer | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # ddp_spawn pickles the callbacks: handlers and timers belong to this process.
+        return self.__dict__ | {"_previous": {}, "_timer": None}
+
+    def __enter__(self) -> PreemptionSignals:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.signals:
+                self._previous[number] = signal.getsignal(number)
+                signal.signal(number, self._note)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(error, Preempted):
+            # The process is about to exit: more signals stay noted (not deadly) and the
+            # timer still ends it if something on the way out hangs.
+            error.previous_handler = self._previous.get(signal.Signals[error.details["signal"]])
+            return
+        self.restore()
+
+    def restore(self) -> None:
+        """Put the handlers from before back and stop the timer."""
+        for number, handler in self._previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _note(self, number: int, frame: FrameType | None) -> None:
+        if self.received is not None:
+            return
+        self.received = signal.Signals(number)
+        self._timer = threading.Timer(self.exit_s, self._exit_late)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _exit_late(self) -> None:
+        """The process did not stop in time (a peer died mid-collective, say): end it."""
+        name = self.received.name if self.received else "a signal"
+        log.error("%s: still running %.0f s after %s; exiting now", _rank(), self.exit_s, name)
+        logging.shutdown()
+        os._exit(EXIT_PREEMPTED)
+
+
+class PreemptionStop(L.Callback):
+    """Stops every rank after the same step once any rank noted a signal; rank 0 saves.
+
+    The checkpoint is ``<output_dir>/checkpoints/last.ckpt``, the file
+    ``ckpt_path=auto`` resumes from (the newest one). Then, once Lightning has logged
+    that step, every rank raises ``Preempted``, which the entry point turns into
+    ``EXIT_PREEMPTED``.
+    """
+
+    def __init__(self, signals: PreemptionSignals, output_dir: str) -> None:
+        self.signals = signals
+        self.path = Path(output_dir) / "checkpoints" / "last.ckpt"
+        self._group: Any = None
+        self._flag = np.zeros(1, dtype=np.int64)
+        self._pending: Any = None
+        self._stop: Preempted | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Open the CPU group the ranks agree through (every rank calls this)."""
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            self._group = dist.new_group(backend="gloo")
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """After a step: stop here if the ranks agreed that a signal came."""
+        number = self._agreed()
+        if not number:
+            return
+        name = signal.Signals(number).name
+        step, epoch = trainer.global_step, trainer.current_epoch
+        if trainer.is_global_zero:
+            log.warning("%s: every rank stops after step %d; saving %s", name, step, self.path)
+        trainer.save_checkpoint(self.path)  # every rank takes part; rank 0 writes
+        for callback in trainer.checkpoint_callbacks:  # summary.json's last_checkpoint
+            if isinstance(callback, ModelCheckpoint) and callback.save_last:
+                callback.last_model_path = str(self.path)
+        message = (
+            f"preempted: {name} received; every rank stopped after step {step} (epoch "
+            f"{epoch}) and {self.path} holds it; run again with ckpt_path=auto (in this "
+            "run folder) to continue"
+        )
+        self._stop = Preempted(
+            message, signal=name, step=step, epoch=epoch, checkpoint=str(self.path)
+        )
+
+    # The stop is raised at the next hook, after Lightning has logged the step's metrics.
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Stop before the next step."""
+        self._raise_if_stopped()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop before the epoch's validation."""
+        self._raise_if_stopped()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop at the end of an epoch without validation."""
+        self._raise_if_stopped()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop after the last step; let the last agreement finish first."""
+        if self._pending is not None:
+            self._pending.wait()
+            self._pending = None
+        self._raise_if_stopped()
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop is not None:
+            raise self._stop
+
+    def _agreed(self) -> int:
+        """The signal every rank is to stop for now (0: none), noted a step before.
+
+        The ranks all-reduce the largest signal number any of them noted.
+        """
+        noted = self.signals.received or 0
+        if self._group is None:
+            return int(noted)
+        agreed = 0
+        if self._pending is not None:
+            self._pending.wait()
+            # Read through numpy: the flag is a host tensor and never waits for a device
+            # (segscale.training.host_syncs would count a tensor read).
+            agreed = int(self._flag[0])
+        if not agreed:
+            self._flag[0] = int(noted)
+            flag = torch.from_numpy(self._flag)  # shares the array's memory
+            self._pending = dist.all_reduce(
+                flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True
+            )
+        return agreed
+
+
+class _NoLightningSignalHandlers(_SignalConnector):
+    """Lightning's signal connector without its handlers: ``PreemptionSignals`` has them."""
+
+    def register_signal_handlers(self) -> None:
+        """Install nothing (see the module's docstring for why)."""
+
+
+def without_lightning_signal_handlers(trainer: L.Trainer) -> None:
+    """Keep ``trainer`` from installing its SIGTERM (and SLURM SIGUSR1) handlers."""
+    # A private attribute: Lightning has no switch for it (pytorch-lightning#21404).
+    trainer._signal_connector = _NoLightningSignalHandlers(trainer)
+
+
+def _signal(name: str) -> signal.Signals:
+    """The signal called ``name`` (``SIGTERM`` or ``TERM``), one that can be caught."""
+    text = str(name).upper()
+    text = text if text.startswith("SIG") else f"SIG{text}"
+    number = getattr(signal.Signals, text, None)
+    if number is None or number in (signal.SIGKILL, signal.SIGSTOP):
+        raise ConfigError(
+            f"training.preemption_signals: {name!r} is not a signal that can be caught; "
+            "expected names such as SIGTERM, SIGUSR1, SIGUSR2"
+        )
+    return number
+
+
+def _rank() -> str:
+    return f"rank {os.environ.get('RANK', os.environ.get('LOCAL_RANK', '0'))}"

@@ -1,0 +1,160 @@
+"""Preemption for real: a signal mid-epoch, a checkpoint at that step, exit 75, an exact resume.
+
+The signal is real (the kernel delivers it, to one rank or to the whole process group
+with its DDP ranks and DataLoader workers, as SLURM does); a test callback sends it
+after a chosen step, so the test needs no timing. The resumed run must end with the
+uninterrupted run's steps, learning rates and weights (float64).
+"""
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from segscale.training.preemption import EXIT_PREEMPTED
+from segscale.training.run import train
+from tests.conftest import compose_config, tiny_overrides, train_command
+
+# 2 epochs of 8 steps of 4 patches; float64 and no random geometry, so that two ranks
+# with batch 2 take the same steps as one process with batch 4 (tests/cli/test_equivalence).
+EXACT = [
+    "trainer.precision=64-true",
+    "datamodule.augmentation.rotation=[0,0]",
+    "datamodule.augmentation.translate_x=[0,0]",
+    "datamodule.augmentation.translate_y=[0,0]",
+    "+model.decoder_aspp_dropout=0.0",
+    "datamodule.patches_per_image=16",
+    "callbacks.validation_report=null",
+    "callbacks.training_progress=null",
+]
+STEPS = 16
+SIGNAL_AT = "+callbacks.signal._target_=tests.training.signal_at_step.SignalAtStep"
+
+
+def run_result(run: Path) -> tuple[dict, dict[str, torch.Tensor], dict[int, float]]:
+    """The summary, the final floating-point weights and the learning rate of each step."""
+    summary = json.loads((run / "summary.json").read_text())
+    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    weights = {k: v for k, v in state["state_dict"].items() if v.is_floating_point()}
+    lr = {}
+    rows = (run / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    for row in rows[1:]:
+        cells = dict(zip(header, row.split(","), strict=True))
+        if cells.get("lr-SGD"):
+            lr[int(cells["step"])] = float(cells["lr-SGD"])
+    return summary, weights, lr
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_data_root, tmp_path_factory) -> tuple[dict, dict, dict]:
+    """One process, batch 4, never interrupted."""
+    run = tmp_path_factory.mktemp("reference")
+    train(compose_config("train", *tiny_overrides(tiny_data_root, run), *EXACT))
+    return run_result(run)
+
+
+def preempt_and_resume(
+    data_root: Path, run: Path, signal_overrides: list[str], *overrides: str
+) -> tuple[subprocess.CompletedProcess, float]:
+    """Train in ``run`` until the signal stops it; return the stopped process and its time."""
+    command = train_command(
+        *tiny_overrides(data_root, None),
+        *EXACT,
+        *overrides,
+        f"hydra.run.dir={run}",
+        "ckpt_path=auto",
+        SIGNAL_AT,
+        *signal_overrides,
+    )
+    started = time.monotonic()
+    # A session of its own: the run's process group holds only its processes.
+    stopped = subprocess.run(
+        command, capture_output=True, text=True, timeout=240, start_new_session=True
+    )
+    return stopped, time.monotonic() - started
+
+
+def resume(data_root: Path, run: Path, *overrides: str) -> subprocess.CompletedProcess:
+    command = train_command(
+        *tiny_overrides(data_root, None),
+        *EXACT,
+        *overrides,
+        f"hydra.run.dir={run}",
+        "ckpt_path=auto",
+    )
+    return subprocess.run(command, capture_output=True, text=True, timeout=240)
+
+
+def assert_preempted_at(run: Path, stopped: subprocess.CompletedProcess, step: int, name: str):
+    assert stopped.returncode == EXIT_PREEMPTED, stopped.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "preempted" and summary["error"] is None
+    assert summary["stop"]["signal"] == name and summary["stop"]["step"] == step
+    assert summary["steps"] == step
+    saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert saved["global_step"] == step
+    assert (
+        f"preempted: {name} received; every rank stopped after step {step}"
+        in (run / "train.log").read_text()
+    )
+    assert not list(run.rglob("*.tmp*")), "a temporary file was left behind"
+
+
+def assert_resumed_as_reference(run: Path, reference, tolerance: float) -> None:
+    summary, weights, lr = run_result(run)
+    _, ref_weights, ref_lr = reference
+    assert summary["status"] == "finished" and summary["steps"] == STEPS
+    assert lr == pytest.approx(ref_lr, rel=1e-12)
+    assert max((weights[k] - ref_weights[k]).abs().max().item() for k in ref_weights) < tolerance
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_whole_process_group_saves_that_step_and_resumes_exactly(
+    tiny_data_root, tmp_path, reference
+):
+    run = tmp_path / "run"
+    # SIGTERM after step 5 to the process and its DataLoader worker, then 20 more
+    # during the checkpoint's save.
+    stopped, _ = preempt_and_resume(
+        tiny_data_root,
+        run,
+        ["+callbacks.signal.step=5", "+callbacks.signal.group=true", "+callbacks.signal.repeat=20"],
+        "datamodule.num_workers=1",
+    )
+    assert_preempted_at(run, stopped, 5, "SIGTERM")
+    resumed = resume(tiny_data_root, run)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_resumed_as_reference(run, reference, tolerance=1e-12)
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
+    tiny_data_root, tmp_path, reference
+):
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    ddp = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2"]
+    # SIGUSR2 (SLURM's warning under submitit) to rank 1 only, after step 5: rank 0
+    # learns it from the agreement, and both stop after step 6.
+    stopped, took = preempt_and_resume(
+        tiny_data_root,
+        run,
+        [
+            "+callbacks.signal.step=5",
+            "+callbacks.signal.name=SIGUSR2",
+            "+callbacks.signal.rank=1",
+            f"+callbacks.signal.pid_dir={pids}",
+        ],
+        *ddp,
+    )
+    assert_preempted_at(run, stopped, 6, "SIGUSR2")
+    rank1 = int((pids / "rank1.pid").read_text())
+    assert not Path(f"/proc/{rank1}").exists(), "rank 1 outlived rank 0"
+    assert took < 120
+    resumed = resume(tiny_data_root, run, *ddp)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # Two ranks with batch 2 are one process with batch 4, to float64's rounding.
+    assert_resumed_as_reference(run, reference, tolerance=1e-6)

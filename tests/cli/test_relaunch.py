@@ -1,0 +1,68 @@
+"""``ckpt_path=last`` alone continues a run as it was started; a frozen change is refused."""
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import tiny_overrides, train_command
+
+
+def started_with(data_root: Path) -> list[str]:
+    """The tiny overrides, with a batch of 2 (not the default 8) for 1 epoch of 4 steps."""
+    changed = ("datamodule.batch_size=", "trainer.max_epochs=", "datamodule.patches_per_image=")
+    keep = [o for o in tiny_overrides(data_root, None) if not o.startswith(changed)]
+    return [
+        *keep,
+        "datamodule.batch_size=2",
+        "trainer.max_epochs=1",
+        "datamodule.patches_per_image=4",
+    ]
+
+
+def files(folder: Path) -> dict[str, str]:
+    """Every file of a run folder but its log, by content."""
+    return {
+        str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "train.log"
+    }
+
+
+def launch(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        train_command(*overrides), cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_ckpt_path_last_alone_continues_the_run(tiny_data_root, tmp_path):
+    first = launch(tmp_path, *started_with(tiny_data_root))
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run,) = (tmp_path / "outputs" / "train").iterdir()
+    first_config = (run / ".hydra" / "config.yaml").read_text()
+
+    resumed = launch(tmp_path, "ckpt_path=last", "trainer.max_epochs=2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert list((tmp_path / "outputs" / "train").iterdir()) == [run]
+    summary = json.loads((run / "summary.json").read_text())
+    # 2 tiles × 4 patches in batches of 2: 4 steps an epoch.
+    assert summary["epochs"] == 2 and summary["steps"] == 8
+    assert summary["scaling"]["global_batch_size"] == 2
+    relaunched = OmegaConf.load(run / ".hydra" / "launch-2" / "config.yaml")
+    assert relaunched.datamodule.batch_size == 2 and relaunched.trainer.max_epochs == 2
+    recorded = OmegaConf.load(run / ".hydra" / "launch-2" / "overrides.yaml")
+    assert "datamodule.batch_size=2" in recorded and "ckpt_path=last" in recorded
+    assert (run / ".hydra" / "config.yaml").read_text() == first_config
+    assert "restored the run's overrides" in (run / "train.log").read_text()
+
+    before = files(run)
+    refused = launch(tmp_path, "ckpt_path=last", "datamodule.batch_size=8")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    output = refused.stdout + refused.stderr
+    assert "datamodule.batch_size: the run was started with 2, this launch has 8" in output
+    assert "Traceback" not in output
+    assert files(run) == before
