@@ -7,6 +7,8 @@ uninterrupted run's steps, learning rates and weights (float64).
 """
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -57,10 +59,15 @@ def reference(tiny_data_root, tmp_path_factory) -> tuple[dict, dict, dict]:
     return run_result(run)
 
 
-def preempt_and_resume(
+def preempt(
     data_root: Path, run: Path, signal_overrides: list[str], *overrides: str
-) -> tuple[subprocess.CompletedProcess, float]:
-    """Train in ``run`` until the signal stops it; return the stopped process and its time."""
+) -> subprocess.CompletedProcess:
+    """Train in ``run`` until the signal stops it; every process must be gone within 60 s.
+
+    The run starts in a session of its own, so its process group holds its processes
+    alone: rank 0, the ranks it starts and their DataLoader workers.
+    """
+    pids = run.parent / "pids"
     command = train_command(
         *tiny_overrides(data_root, None),
         *EXACT,
@@ -68,14 +75,32 @@ def preempt_and_resume(
         f"hydra.run.dir={run}",
         "ckpt_path=auto",
         SIGNAL_AT,
+        f"+callbacks.signal.pid_dir={pids}",
         *signal_overrides,
     )
-    started = time.monotonic()
-    # A session of its own: the run's process group holds only its processes.
-    stopped = subprocess.run(
-        command, capture_output=True, text=True, timeout=240, start_new_session=True
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    return stopped, time.monotonic() - started
+    try:
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    gone = time.time()
+    while _group_alive(process.pid) and time.time() < gone + 10:
+        time.sleep(0.1)
+    assert not _group_alive(process.pid), "a process of the run outlived it"
+    signalled = float((pids / "signal.time").read_text())
+    assert time.time() - signalled < 60, "not every process was gone within 60 s"
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def resume(data_root: Path, run: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -119,7 +144,7 @@ def test_a_signal_to_the_whole_process_group_saves_that_step_and_resumes_exactly
     run = tmp_path / "run"
     # SIGTERM after step 5 to the process and its DataLoader worker, then 20 more
     # during the checkpoint's save.
-    stopped, _ = preempt_and_resume(
+    stopped = preempt(
         tiny_data_root,
         run,
         ["+callbacks.signal.step=5", "+callbacks.signal.group=true", "+callbacks.signal.repeat=20"],
@@ -139,21 +164,15 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
     ddp = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2"]
     # SIGUSR2 (SLURM's warning under submitit) to rank 1 only, after step 5: rank 0
     # learns it from the agreement, and both stop after step 6.
-    stopped, took = preempt_and_resume(
+    stopped = preempt(
         tiny_data_root,
         run,
-        [
-            "+callbacks.signal.step=5",
-            "+callbacks.signal.name=SIGUSR2",
-            "+callbacks.signal.rank=1",
-            f"+callbacks.signal.pid_dir={pids}",
-        ],
+        ["+callbacks.signal.step=5", "+callbacks.signal.name=SIGUSR2", "+callbacks.signal.rank=1"],
         *ddp,
     )
     assert_preempted_at(run, stopped, 6, "SIGUSR2")
     rank1 = int((pids / "rank1.pid").read_text())
     assert not Path(f"/proc/{rank1}").exists(), "rank 1 outlived rank 0"
-    assert took < 120
     resumed = resume(tiny_data_root, run, *ddp)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # Two ranks with batch 2 are one process with batch 4, to float64's rounding.

@@ -1,24 +1,32 @@
 """``python train.py -m``: grid sweeps, with DDP jobs, with MLflow tracking."""
 
 import csv
+import os
 import subprocess
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from segscale.training.launch import free_port
 from tests.conftest import REPO, tiny_overrides, train_command
 
 ONE_EPOCH = ["trainer.max_epochs=1", "callbacks.validation_report.num_samples=0"]
 
 
-def multirun(tmp_path, data_root, *args, timeout=300):
+def multirun(tmp_path, data_root, *args, timeout=300, env=None):
     sweep = tmp_path / "sweep"
     command = train_command(
         "-m", *tiny_overrides(data_root, None), *ONE_EPOCH, f"hydra.sweep.dir={sweep}", *args
     )
     result = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
     return sweep, result
 
@@ -66,6 +74,8 @@ def test_ddp_sweep_trains_each_job_on_two_ranks_with_its_own_value(tiny_data_roo
         "trainer.devices=2",
         "optimizer.lr=0.01,0.05",
         timeout=400,
+        # A cluster's fixed port: every job's ranks meet on it, one job after another.
+        env={"MASTER_PORT": str(free_port())},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     # Exactly the two jobs: the ranks did not re-run the sweep into other folders.

@@ -18,7 +18,8 @@ class SignalAtStep(L.Callback):
     To itself, or with ``group`` to its whole process group (every rank the run started
     and their DataLoader workers, as SLURM signals a job). ``repeat`` more signals follow
     every 10 ms from a thread, while the checkpoint is being saved. Each rank writes its
-    pid to ``<pid_dir>/rank<r>.pid`` when training starts.
+    pid to ``<pid_dir>/rank<r>.pid`` when training starts, and the sender the time of
+    its first signal to ``<pid_dir>/signal.time``.
     """
 
     def __init__(
@@ -49,6 +50,8 @@ class SignalAtStep(L.Callback):
             threading.Thread(target=self._send_again, daemon=True).start()
 
     def _send(self) -> None:
+        if self.pid_dir is not None and not (self.pid_dir / "signal.time").exists():
+            (self.pid_dir / "signal.time").write_text(repr(time.time()))
         if self.group:
             os.killpg(os.getpgid(0), self.number)
         else:

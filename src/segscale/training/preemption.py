@@ -215,6 +215,25 @@ class PreemptionStop(L.Callback):
             self._pending = None
         self._raise_if_stopped()
 
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Close the CPU group on every rank, before the job's process group goes.
+
+        Left open, its keys stay in the rendezvous store, and the next job of a sweep
+        that reuses the store's port (a fixed ``MASTER_PORT``) fails to connect.
+        """
+        self._close_group()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Close the CPU group when the run stops early (a preemption included)."""
+        self._close_group()
+
+    def _close_group(self) -> None:
+        if self._group is not None:
+            self._group, group = None, self._group
+            dist.destroy_process_group(group)
+
     def _raise_if_stopped(self) -> None:
         if self._stop is not None:
             raise self._stop
