@@ -16,6 +16,7 @@ from segscale.errors import ConfigError
 from segscale.training.builders import instantiate_each
 from segscale.training.run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
+from tests.training.record_threads import recorded_threads
 
 GROUPS = [
     "model",
@@ -69,7 +70,11 @@ def test_every_option_composes_and_instantiates(make_config, group, option, tmp_
 
 
 def test_single_device_run_writes_the_run_folder(make_config, tmp_path):
-    summary = train(make_config())
+    threads_before = torch.get_num_threads()
+    summary = train(make_config("training.threads=3", *record_threads(tmp_path / "threads")))
+    # training.threads reached the training process, and the next job starts as before.
+    assert recorded_threads(tmp_path / "threads") == {"rank0": 3}
+    assert torch.get_num_threads() == threads_before
     run = tmp_path / "run"
     assert (run / "checkpoints" / "best.ckpt").is_file()
     assert (run / "checkpoints" / "last.ckpt").is_file()
@@ -94,6 +99,12 @@ def test_ddp_spawn_in_process(make_config, tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 
+def record_threads(folder: Path) -> list[str]:
+    """Overrides that add ``RecordThreads`` to a run's callbacks."""
+    target = "tests.training.record_threads.RecordThreads"
+    return [f"+callbacks.threads._target_={target}", f"+callbacks.threads.folder={folder}"]
+
+
 def cli_overrides(data_root: Path) -> list[str]:
     return [o for o in tiny_overrides(data_root, Path()) if not o.startswith("output_dir=")]
 
@@ -107,6 +118,8 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
             "trainer.devices=2",
             f"hydra.run.dir={run}",
             *cli_overrides(tiny_data_root),
+            "training.threads=3",
+            *record_threads(tmp_path / "threads"),
         ),
         cwd=tmp_path,
         capture_output=True,
@@ -114,7 +127,10 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # exactly one run folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "threads"]  # one run folder
+    # Every rank trains with training.threads threads; rank 0 logs the number.
+    assert recorded_threads(tmp_path / "threads") == {"rank0": 3, "rank1": 3}
+    assert "threads: 3 per training process (training.threads=3)" in result.stdout + result.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["devices"] == ["cpu", "cpu"]
     assert summary["train_patches"] == 2 * 16

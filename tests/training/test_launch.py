@@ -188,28 +188,15 @@ def fake_ranks(monkeypatch):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(launch, "RankProcesses", FakeRanks)
     monkeypatch.setattr(launch, "rank_command", lambda rank, folder, resolved=None: ["train.py"])
-    threads = torch.get_num_threads()
     yield FakeRanks
-    torch.set_num_threads(threads)  # as the test found it, whatever job_ranks did
 
 
-def test_a_ddp_job_gives_the_threads_back_to_the_next_job(fake_ranks, monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
-    torch.set_num_threads(3)
-    with job_ranks("popen", 2, "/runs/a"):
-        assert torch.get_num_threads() == 4
-    assert torch.get_num_threads() == 3
-    with pytest.raises(RuntimeError, match="rank 0 failed"), job_ranks("popen", 2, "/runs/b"):
-        raise RuntimeError("rank 0 failed")
-    assert torch.get_num_threads() == 3
-
-
-def test_ranks_share_the_cores_this_process_may_use(fake_ranks, monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this job's
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
+def test_ranks_inherit_the_threads_this_process_sets(fake_ranks, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # as process_threads sets it
     with job_ranks("popen", 3, "/runs/a"):
-        assert os.environ["OMP_NUM_THREADS"] == "2" and torch.get_num_threads() == 2
+        assert os.environ["LOCAL_RANK"] == "0"
     assert [env["OMP_NUM_THREADS"] for env in fake_ranks.envs] == ["2", "2"]
+    assert "LOCAL_RANK" not in os.environ  # the environment as it was
 
 
 def test_torchrun_restarts_through_a_shared_store_are_warned_of(monkeypatch, caplog):

@@ -30,7 +30,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.devices import (
     available_devices,
-    cpus_available,
     devices_count,
     is_device_list,
     resolve_accelerator,
@@ -196,21 +195,18 @@ def job_ranks(
         finally:
             _destroy_process_group()
         return
-    saved, saved_threads = dict(os.environ), torch.get_num_threads()
-    # The affinity mask, not os.cpu_count(): under SLURM, cgroups or taskset the job may
-    # use only some of the machine's cores, and the ranks share those.
-    threads = max(1, cpus_available() // num_processes)
+    # The ranks inherit this process's environment, OMP_NUM_THREADS included: the
+    # threads each rank computes with (training.threads, set by run.py).
+    saved = dict(os.environ)
     shared = {
         "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
         "MASTER_PORT": os.environ.get("MASTER_PORT", str(free_port())),
         "WORLD_SIZE": str(num_processes),
         "NODE_RANK": "0",
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
     }
     envs = [saved | shared | {"LOCAL_RANK": str(r)} for r in range(1, num_processes)]
     commands = [rank_command(r, output_dir, resolved) for r in range(1, num_processes)]
     os.environ.update(shared | {"LOCAL_RANK": "0"})
-    torch.set_num_threads(int(shared["OMP_NUM_THREADS"]))
     log.info("started ranks 1..%d: %s", num_processes - 1, " ".join(commands[0]))
     ranks = RankProcesses(commands, envs, cwd=os.getcwd())
     try:
@@ -235,8 +231,6 @@ def job_ranks(
         _destroy_process_group()
         os.environ.clear()
         os.environ.update(saved)
-        # The next job of a sequential sweep may run with other devices (or alone).
-        torch.set_num_threads(saved_threads)
 
 
 QUIET_RANK_OVERRIDES = (

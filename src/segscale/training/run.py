@@ -48,6 +48,7 @@ from segscale.training.run_folder import (
     write_launch_record,
 )
 from segscale.training.summary_file import read_summary
+from segscale.training.threads import describe_threads, process_threads, resolve_threads
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,10 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     num_processes = effective.world_size // cfg.trainer.num_nodes
     datamodule = build_datamodule(cfg, effective)
     report = datamodule.check()
+    # Each rank's threads, beside its DataLoader workers, on its share of the cores.
+    workers = datamodule.workers_per_rank(num_processes)
+    thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
+    threads = resolve_threads(thread_setting, num_processes, workers)
     module = build_module(
         cfg,
         datamodule,
@@ -126,11 +131,12 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     # since Lightning reads the rank variables that job_ranks sets.
     resolved = {"ckpt_path": ckpt_path} if ckpt_path else None
     if leader:
+        log.info("%s", describe_threads(thread_setting, threads, num_processes, workers))
         log.info("%s", report.table())
         if not relaunch:  # the run's own, written when it started
             report.write(Path(cfg.output_dir))
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
-    with signals, ranks:
+    with signals, process_threads(threads), ranks:
         trainer = instantiate(
             cfg.trainer,
             devices=devices,
