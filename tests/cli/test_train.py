@@ -366,7 +366,8 @@ def test_a_broken_folder_dataset_stops_the_run_listing_every_file(tmp_path):
         train(cfg)
     message = str(error.value)
     assert "train/images/ok.png: no mask" in message and "orphan.png: no image" in message
-    assert "val/masks/bad.png: mask values 9" in message
+    assert "1 mask(s) hold a value that datamodule/classes does not know" in message
+    assert f"(in {tmp_path / 'data/val/masks'})" in message and "ignore_ids=[9]" in message
     assert not (tmp_path / "run/checkpoints").exists()
 
 

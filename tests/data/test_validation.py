@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segscale.data import validation
+from segscale.data import mask_values, validation
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
@@ -80,12 +80,46 @@ def test_size_mismatch(tmp_path: Path):
     assert "train/masks/t2.png: mask is 32x30 but its image t2.png is 32x32" in message
 
 
-def test_unknown_mask_values(tmp_path: Path):
+def test_unknown_mask_values_are_one_table_not_one_line_per_file(tmp_path: Path):
     root = _dataset(tmp_path)
-    Image.fromarray(np.full((32, 32), 7, np.uint8)).save(root / "val/masks/v1.png")
-    assert "val/masks/v1.png: mask values 7 are not classes (0-2) or the ignore index 255" in (
-        _problems(root)
+    for name in ("t1", "t2", "v1"):
+        split = "val" if name == "v1" else "train"
+        mask = np.full((32, 32), 7, np.uint8)
+        mask[:2] = 9 if name != "v1" else 1  # 9: 64 pixels in each of two files
+        Image.fromarray(mask).save(root / f"{split}/masks/{name}.png")
+    (root / "train/images/t1.png").unlink()
+    lines = _problems(root).splitlines()
+    assert lines[0] == "3 problem(s) in the dataset (datamodule.source):"
+    assert lines[1].endswith("train/masks/t1.png: no image for it in " + str(root / "train/images"))
+    assert lines[2] == (
+        "  2 mask(s) hold 2 values that datamodule/classes does not know "
+        "(it knows class indices 0-2 or the ignore index 255):"
     )
+    assert lines[3].split() == ["value", "pixels", "files", "e.g.", "(in", f"{root})"]
+    assert lines[4].split() == ["7", "1,920", "2", "train/masks/t2.png,", "val/masks/v1.png"]
+    assert lines[5].split() == ["9", "64", "1", "train/masks/t2.png"]
+    assert lines[6].startswith("  What to do: datamodule/classes=auto takes the classes")
+    assert "datamodule.ignore_ids=[7, 9] to ignore these values" in lines[6]
+    assert len(lines) == 7
+
+
+def test_the_table_names_a_few_files_and_the_largest_values(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(mask_values, "MAX_ROWS", 2)
+    root = _dataset(tmp_path)
+    for i in range(5):
+        write_pair(
+            root,
+            "train",
+            f"x{i}",
+            np.zeros((32, 32, 3), np.uint8),
+            np.full((32, 32), 10 + i % 3, np.uint8),
+        )
+    lines = _problems(root).splitlines()
+    assert lines[0].startswith("5 problem(s)") and "3 values" in lines[1]
+    assert lines[3].split()[:3] == ["10", "2,048", "2"]  # the two values with most pixels
+    assert lines[4].split()[:4] == ["11", "2,048", "2", "x1.png,"]
+    assert lines[5] == "    ... and 1 more values (1,024 pixels)"
+    assert "datamodule.ignore_ids=[10, 11, 12]" in lines[6]
 
 
 def test_unknown_colours_in_an_rgb_mask(tmp_path: Path):
@@ -96,7 +130,10 @@ def test_unknown_colours_in_an_rgb_mask(tmp_path: Path):
         rgb = np.array(colours + [[9, 9, 9]] * 253, np.uint8)[indices]
         Image.fromarray(rgb).save(mask)
     message = _problems(root, label_ids=colours)
-    assert "masks/t1.png: mask values (9, 9, 9) are not classes" in message
+    assert "3 mask(s) hold a value that datamodule/classes does not know (it knows the colours" in (
+        message
+    )
+    assert "\n    [9, 9, 9]  " in message and "datamodule.ignore_ids=[[9, 9, 9]]" in message
     assert _validate(root, label_ids=colours, ignore_ids=[[9, 9, 9]]).channels == 3
 
 
@@ -142,7 +179,7 @@ def test_three_different_faults_are_all_reported(tmp_path: Path):
     Image.fromarray(np.zeros((31, 32), np.uint8)).save(root / "val/masks/v1.png")
     message = _problems(root)
     assert message.startswith("3 problem(s) in the dataset (datamodule.source):")
-    assert "t1.png: no mask" in message and "t2.png: mask values 9" in message
+    assert "t1.png: no mask" in message and "1 mask(s) hold a value" in message
     assert "v1.png: mask is 32x31" in message
 
 
@@ -159,10 +196,10 @@ def test_the_pass_is_cached_by_size_and_modification_time(tmp_path: Path, monkey
     assert len(reads) == 3
     np.testing.assert_array_equal(first.class_counts["train"], second.class_counts["train"])
     Image.fromarray(np.full((32, 32), 9, np.uint8)).save(root / "val/masks/v1.png")
-    assert "v1.png: mask values 9" in _problems(root)
+    assert "datamodule.ignore_ids=[9]" in _problems(root)  # the changed file is read again
     assert len(reads) == 4
-    _validate(root, label_ids=[0, 1, 2], ignore_ids=[9])  # other label settings: read afresh
-    assert len(reads) == 7
+    _validate(root, label_ids=[0, 1, 2], ignore_ids=[9])  # other labels: nothing read again
+    assert len(reads) == 4
 
 
 def test_an_image_whose_header_is_past_the_limit_is_listed(tmp_path: Path):

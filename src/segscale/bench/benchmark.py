@@ -49,6 +49,7 @@ from segscale.devices import cpus_available, resolve_accelerator
 from segscale.models.networks import check_input_side
 from segscale.training.builders import build, build_datamodule, build_module
 from segscale.training.config_checks import check_config
+from segscale.training.inferred_classes import resolve_inferred_classes
 
 
 def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
@@ -56,6 +57,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
 
     ``overrides`` are the command line's, passed on to the ``train.py`` runs.
     """
+    resolve_inferred_classes(cfg)  # datamodule/classes=auto: the training masks' classes
     check_config(cfg)
     check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
     check_bench(cfg.bench)

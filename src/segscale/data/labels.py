@@ -40,6 +40,7 @@ class LabelMap:
         self.colour = False
         self.table: dict[LabelId, int] = {}
         self._plain = label_ids is None and not ignore_ids
+        self._ignore_ids = bool(ignore_ids)
         if label_ids is None:
             self.table = {c: c for c in range(num_classes)}
             self.table[ignore_index] = ignore_index
@@ -91,22 +92,16 @@ class LabelMap:
     def codes(self, raw: np.ndarray) -> np.ndarray:
         """One integer per pixel that identifies its mask value (RGB packed into 24 bits)."""
         if self.colour:
-            raw = raw.astype(np.uint32)
-            return (raw[..., 0] << 16) | (raw[..., 1] << 8) | raw[..., 2]
+            return mask_codes(raw)
         return raw.astype(np.int64, copy=False)
 
     def _code(self, value: LabelId) -> int:
         # The table's keys are all RGB triplets or all grey levels (checked in __init__).
-        if not self.colour:
-            return cast(int, value)
-        rgb = cast(tuple[int, int, int], value)
-        return (rgb[0] << 16) | (rgb[1] << 8) | rgb[2]
+        return code_of(value)
 
     def value_of_code(self, code: int) -> LabelId:
         """The mask value (grey level or RGB triplet) that ``codes`` packed into ``code``."""
-        if self.colour:
-            return (code >> 16) & 255, (code >> 8) & 255, code & 255
-        return int(code)
+        return value_of_code(code, self.colour)
 
     def decode(self, raw: np.ndarray) -> np.ndarray:
         """Class indices (H×W uint8) of a decoded mask file; unknown values → ignore_index."""
@@ -122,8 +117,12 @@ class LabelMap:
 
     def unknown(self, codes: np.ndarray) -> list[LabelId]:
         """The mask values among the unique ``codes`` that name no class and are not ignored."""
-        known = set(self._sorted_codes.tolist())
-        return [self.value_of_code(int(c)) for c in codes if int(c) not in known]
+        codes = np.asarray(codes, np.int64)
+        return [self.value_of_code(int(c)) for c in codes[~self.known(codes)]]
+
+    def known(self, codes: np.ndarray) -> np.ndarray:
+        """Per code (``codes``' packing): whether it names a class or is ignored (bool)."""
+        return np.isin(np.asarray(codes, np.int64), self._sorted_codes)
 
     def describe(self) -> dict[str, Any]:
         """The settings that decoding depends on (for cache keys)."""
@@ -131,6 +130,54 @@ class LabelMap:
             "ignore_index": self.ignore_index,
             "table": sorted((str(k), v) for k, v in self.table.items()),
         }
+
+    def describe_known(self) -> str:
+        """The mask values that mean something, in words (for messages)."""
+        if self.is_plain:
+            classes = f"class indices 0-{self.num_classes - 1}"
+        else:
+            kind = "colours" if self.colour else "grey levels"
+            classes = f"the {kind} of datamodule.label_ids"
+        ignored = [] if self.colour else [f"the ignore index {self.ignore_index}"]
+        if self._ignore_ids:
+            ignored.append("datamodule.ignore_ids")
+        return " or ".join([classes, *ignored])
+
+
+def mask_codes(raw: np.ndarray) -> np.ndarray:
+    """One integer per pixel for its mask value: the grey level, or RGB in 24 bits.
+
+    ``raw`` is H×W (grey levels, class indices; int64 codes) or H×W×3 (colours; uint32
+    codes, half the memory for a whole tile), as ``read_mask_values`` gives it.
+    """
+    if raw.ndim == 3:
+        rgb = raw.astype(np.uint32)
+        return (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
+    return raw.astype(np.int64, copy=False)
+
+
+def code_of(value: LabelId) -> int:
+    """The code ``mask_codes`` gives the mask value ``value`` (grey level or RGB triplet)."""
+    if isinstance(value, tuple):
+        return (value[0] << 16) | (value[1] << 8) | value[2]
+    return int(value)
+
+
+def value_of_code(code: int, colour: bool) -> LabelId:
+    """The mask value that ``mask_codes`` packed into ``code`` (RGB for ``colour`` masks)."""
+    if colour:
+        return (code >> 16) & 255, (code >> 8) & 255, code & 255
+    return int(code)
+
+
+def shown_value(value: LabelId) -> str:
+    """A mask value as a config writes it: ``7``, or ``[9, 9, 9]`` for a colour."""
+    return f"[{value[0]}, {value[1]}, {value[2]}]" if isinstance(value, tuple) else str(value)
+
+
+def label_values(entries: Sequence[Any]) -> list[LabelId]:
+    """The mask values of a ``label_ids``/``ignore_ids`` list (entries may hold several)."""
+    return _values_of_list(entries)
 
 
 def _values_of(entry: Any) -> list[LabelId]:

@@ -1,10 +1,18 @@
 """The pass over a dataset before training: every file checked, class frequencies counted.
 
 What a file taught us is cached beside the dataset (``<cache_dir>/validation.json``),
-keyed by the image's and mask's path, size and modification time and by the label
-settings, so a second run re-reads only files that changed. Asked for (class-balanced
+keyed by the image's and mask's path, size and modification time, so a second run
+re-reads only files that changed. The cache holds what does not depend on the label
+settings (sizes, pixel sums, each mask's values and their pixels), so other classes
+(``datamodule/classes``) re-read nothing either, and ``datamodule/classes=auto`` finds
+the training masks' values there (``scan_mask_values``). Asked for (class-balanced
 sampling), the pass also keeps a few pixel locations of each class in each tile
-(``segscale.data.class_locations``), cached with the rest.
+(``segscale.data.class_locations``), cached with the rest for the label settings that
+found them.
+
+Mask values that no class claims are reported in one table (value, pixels, files, a
+few file names; ``MaskValueCensus``) after the list of the other problems, with what
+to do about them.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +30,8 @@ import numpy as np
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.data.class_locations import LocationSampler, TileClassLocations
-from segscale.data.labels import LabelMap
+from segscale.data.labels import LabelMap, mask_codes
+from segscale.data.mask_values import MaskValueCensus
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     READ_ERRORS,
@@ -37,8 +47,11 @@ from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: facts independent of the labels, with each mask's value counts
 _ROWS_PER_CHUNK = 1024  # rows read at a time, so a memory-mapped tile is never loaded whole
+MAX_MASK_VALUES = 1024
+"""Distinct values of one mask kept in the cache (those with the most pixels). A mask of
+classes holds a few; one with more is reported (an image in the mask folder?)."""
 MAX_VALUES = {"uint8": 255.0, "uint16": 65535.0, "float32": 1.0}
 """The value of full intensity for each pixel type (images are scaled by it)."""
 
@@ -122,22 +135,25 @@ def validate_dataset(
 
     Checks: every image has a mask and every mask an image; files are readable and
     their headers declare at most ``max_image_pixels`` (see ``read_image``); image
-    and mask sizes match; masks hold only known class values or the ignore index; all
-    images have the same channel count (``in_channels`` when given) and pixel type; at
-    least one image of each split is at least ``patch_size`` on each side (smaller ones
-    are left out, with a warning).
+    and mask sizes match; masks hold only values of ``labels`` (classes, ignored values);
+    all images have the same channel count (``in_channels`` when given) and pixel type;
+    at least one image of each split is at least ``patch_size`` on each side (smaller
+    ones are left out, with a warning). The message lists each file's problems, then
+    the unknown mask values of all files in one table, with what to do about them.
 
     ``locations_per_class > 0`` also keeps up to that many pixels of each class in
     each tile (``DatasetReport.class_locations``); cached files read before without
-    them (or with another number) are read again once.
+    them (or with another number, or other labels) are read again once.
     """
-    cache = _Cache(source.cache_dir, labels, max_image_pixels, locations_per_class)
+    cache = _Cache(source.cache_dir, max_image_pixels)
     problems: list[FileProblem] = []
+    unknown = MaskValueCensus(colour=labels.colour)
     facts: dict[str, list[tuple[ImageMaskPair, dict[str, Any]]]] = {}
     for split in splits:
         pairs, unpaired = source.scan(split)
         problems += unpaired
-        facts[split] = [(pair, cache.facts(pair)) for pair in pairs]
+        read = [(pair, cache.facts(pair, labels, locations_per_class)) for pair in pairs]
+        facts[split] = [(pair, _with_labels(pair, f, labels, unknown)) for pair, f in read]
         problems += [FileProblem(p.mask, r) for p, f in facts[split] for r in f["mask_problems"]]
         problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]
     cache.save()
@@ -145,10 +161,10 @@ def validate_dataset(
     problems += _kind_problems(readable, in_channels)
     usable = {split: _large_enough(facts[split], patch_size, split) for split in splits}
     for split in splits:
-        if not usable[split] and not problems:
+        if not usable[split] and not problems and not unknown:
             problems.append(_too_small(split, facts[split], patch_size))
-    if problems:
-        raise InvalidDatasetError(_message(problems))
+    if problems or unknown:
+        raise InvalidDatasetError(_message(problems, unknown, labels))
     train = [f for _, f in facts[splits[0]]]
     mean, std = _channel_moments(train)
     locations = {
@@ -169,15 +185,19 @@ def validate_dataset(
 
 def inspect_pair(
     pair: ImageMaskPair,
-    labels: LabelMap,
+    labels: LabelMap | None = None,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     locations_per_class: int = 0,
 ) -> dict[str, Any]:
     """Read one image and mask in row chunks; return sizes, statistics and problems.
 
-    A file whose header declares more than ``max_image_pixels`` is a problem like any
-    unreadable one, found before it is decoded. ``locations_per_class > 0`` also keeps
-    that many pixels of each class (``class_locations``, see ``LocationSampler``).
+    What it returns does not depend on ``labels``: the mask's channels and its distinct
+    values (``mask_codes``) with their pixels (``mask_values``, at most
+    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all). A file whose header
+    declares more than ``max_image_pixels`` is a problem like any unreadable one, found
+    before it is decoded. ``locations_per_class > 0`` with ``labels`` also keeps that
+    many pixels of each class (``class_locations``, see ``LocationSampler``), marked
+    with the labels they were found with.
     """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
     try:
@@ -194,11 +214,11 @@ def inspect_pair(
         facts["mask_problems"].append(f"mask cannot be read: {reason}")
         return facts
     mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
-    if mask_channels != labels.channels:
-        kind = "RGB colours" if labels.colour else "class indices or grey levels"
+    facts["mask_channels"] = mask_channels
+    if mask_channels not in (1, 3):
         facts["mask_problems"].append(
-            f"mask has {mask_channels} channel(s), but datamodule.label_ids expects "
-            f"{labels.channels} ({kind})"
+            f"mask has {mask_channels} channels; expected 1 (class indices or grey levels) "
+            "or 3 (RGB colours)"
         )
         return facts
     if "shape" in facts and list(raw.shape[:2]) != facts["shape"]:
@@ -207,26 +227,50 @@ def inspect_pair(
             f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
         )
     sampler = None
-    if locations_per_class:
+    if labels is not None and locations_per_class and mask_channels == labels.channels:
         sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
     values, counts = _value_counts(raw, labels, sampler)
-    unknown = labels.unknown(values)
-    if unknown:
-        shown = ", ".join(str(v) for v in unknown[:8]) + (" ..." if len(unknown) > 8 else "")
-        facts["mask_problems"].append(
-            f"mask values {shown} are not classes (0-{labels.num_classes - 1}"
-            f"{' via datamodule.label_ids' if not labels.is_plain else ''}) "
-            f"or the ignore index {labels.ignore_index}"
-        )
-    decoded = labels.decode_codes(values)
-    facts["class_counts"] = (
-        np.bincount(decoded, weights=counts, minlength=256)[: labels.num_classes]
-        .astype(np.int64)
-        .tolist()
-    )
-    if sampler is not None:
-        facts["class_locations"] = sampler.facts()
+    kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
+    kept.sort()
+    facts["mask_values"] = np.stack([values[kept], counts[kept]], axis=1).tolist()
+    facts["mask_distinct"] = len(values)
+    if sampler is not None and labels is not None:
+        facts["class_locations"] = {**sampler.facts(), "labels": _labels_key(labels)}
     return facts
+
+
+def scan_mask_values(
+    source: TileSource,
+    split: str = "train",
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+) -> MaskValueCensus:
+    """The values of ``split``'s masks: pixels and files per grey level or RGB colour.
+
+    Read through the validation cache (a dataset validated before is not read again).
+    The masks' kind is that of most of them (grey on a tie); masks of the other kind,
+    and masks that cannot be read, are left out here and reported by
+    ``validate_dataset``. Raises ``InvalidDatasetError`` when no mask of ``split`` can
+    be read at all, listing why.
+    """
+    cache = _Cache(source.cache_dir, max_image_pixels)
+    pairs, problems = source.scan(split)
+    facts = [(pair, cache.facts(pair)) for pair in pairs]
+    cache.save()
+    problems = problems + [FileProblem(p.mask, r) for p, f in facts for r in f["mask_problems"]]
+    readable = [(p, f) for p, f in facts if "mask_values" in f]
+    problems += [FileProblem(p.mask, _too_many_values(f)) for p, f in readable if _is_image(f)]
+    readable = [(p, f) for p, f in readable if not _is_image(f)]
+    if not readable:
+        missing = FileProblem(Path(f"datamodule.source.splits.{split}"), "no readable mask")
+        raise InvalidDatasetError(_message(problems or [missing]))
+    kinds = Counter(f["mask_channels"] for _, f in readable)
+    channels = 3 if kinds[3] > kinds[1] else 1
+    census = MaskValueCensus(colour=channels == 3)
+    for pair, f in readable:
+        if f["mask_channels"] == channels:
+            values = np.asarray(f["mask_values"], np.int64).reshape(-1, 2)
+            census.add(pair.mask, values[:, 0], values[:, 1])
+    return census
 
 
 def check_image_headers(
@@ -274,17 +318,17 @@ def _pixel_sums(image: np.ndarray) -> dict[str, Any]:
 
 
 def _value_counts(
-    raw: np.ndarray, labels: LabelMap, sampler: LocationSampler | None = None
+    raw: np.ndarray, labels: LabelMap | None = None, sampler: LocationSampler | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct mask values (as ``LabelMap.codes``) and how many pixels have each.
+    """The distinct mask values (as ``mask_codes``) and how many pixels have each.
 
-    ``sampler`` is offered each chunk's class indices on the way.
+    ``sampler`` is offered each chunk's class indices (decoded by ``labels``) on the way.
     """
     totals: dict[int, int] = {}
     for start in range(0, raw.shape[0], _ROWS_PER_CHUNK):
         chunk = np.asarray(raw[start : start + _ROWS_PER_CHUNK])
-        codes = labels.codes(chunk)
-        if sampler is not None:
+        codes = mask_codes(chunk)
+        if sampler is not None and labels is not None:
             classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
             sampler.add(classes, start)
         values, counts = np.unique(codes, return_counts=True)
@@ -370,35 +414,126 @@ def _channel_moments(facts: list[dict[str, Any]]) -> tuple[tuple[float, ...], tu
     return tuple((mean / scale).round(6).tolist()), tuple((std / scale).round(6).tolist())
 
 
-def _message(problems: list[FileProblem]) -> str:
-    lines = [f"{len(problems)} problem(s) in the dataset (datamodule.source):"]
+def _with_labels(
+    pair: ImageMaskPair, facts: dict[str, Any], labels: LabelMap, unknown: MaskValueCensus
+) -> dict[str, Any]:
+    """``facts`` read by ``inspect_pair``, with what ``labels`` make of the mask's values.
+
+    Adds the mask's pixels per class (``class_counts``) and its problems under these
+    labels (another kind of mask, too many values); its values that no class claims go
+    to ``unknown``.
+    """
+    facts = {**facts, "mask_problems": list(facts["mask_problems"])}
+    if "mask_values" not in facts:
+        return facts
+    channels = facts["mask_channels"]
+    if channels != labels.channels:
+        kind = "RGB colours" if labels.colour else "class indices or grey levels"
+        facts["mask_problems"].append(
+            f"mask has {channels} channel(s), but datamodule.label_ids expects "
+            f"{labels.channels} ({kind})"
+        )
+        return facts
+    values = np.asarray(facts["mask_values"], np.int64).reshape(-1, 2)
+    codes, counts = values[:, 0], values[:, 1]
+    if _is_image(facts):
+        facts["mask_problems"].append(_too_many_values(facts))
+    else:
+        known = labels.known(codes)
+        if not known.all():
+            unknown.add(pair.mask, codes[~known], counts[~known])
+    decoded = labels.decode_codes(codes)
+    facts["class_counts"] = (
+        np.bincount(decoded, weights=counts, minlength=256)[: labels.num_classes]
+        .astype(np.int64)
+        .tolist()
+    )
+    return facts
+
+
+def _is_image(facts: dict[str, Any]) -> bool:
+    """Whether a mask holds more distinct values than masks of classes do (``facts``)."""
+    return bool(facts["mask_distinct"] > MAX_MASK_VALUES)
+
+
+def _too_many_values(facts: dict[str, Any]) -> str:
+    return (
+        f"mask holds {facts['mask_distinct']} distinct values; a mask of classes holds a "
+        "few (is it an image rather than a mask?)"
+    )
+
+
+def _message(
+    problems: list[FileProblem],
+    unknown: MaskValueCensus | None = None,
+    labels: LabelMap | None = None,
+) -> str:
+    """Every problem: those of single files one per line, then unknown mask values."""
+    files = len(unknown.all_files) if unknown else 0
+    lines = [f"{len(problems) + files} problem(s) in the dataset (datamodule.source):"]
     lines += [f"  {problem.path}: {problem.reason}" for problem in problems]
+    if unknown and labels is not None:
+        lines += _unknown_values(unknown, labels, files)
     return "\n".join(lines)
+
+
+def _unknown_values(unknown: MaskValueCensus, labels: LabelMap, files: int) -> list[str]:
+    """The table of mask values that no class claims, and what to do about them."""
+    option = _classes_option()
+    named = f"datamodule/classes={option}" if option else "datamodule/classes"
+    ignore = f"datamodule.ignore_ids={unknown.override_list()}"
+    what = "a value" if len(unknown) == 1 else f"{len(unknown)} values"
+    lines = [
+        f"  {files} mask(s) hold {what} that {named} does not know "
+        f"(it knows {labels.describe_known()}):",
+        unknown.table(indent=4),
+    ]
+    if option == "auto":
+        lines.append(
+            "  What to do: datamodule/classes=auto took the classes from the training masks, "
+            "and no training mask holds these values: add training masks that do, or set "
+            f"{ignore} to ignore them."
+        )
+    else:
+        lines.append(
+            "  What to do: datamodule/classes=auto takes the classes from the training "
+            "masks; or write a classes file of your own (README.md, 'Your own data'); or "
+            f"set {ignore} to ignore these values."
+        )
+    return lines
+
+
+def _classes_option() -> str | None:
+    """The ``datamodule/classes`` option of the running Hydra job, if any (for messages)."""
+    # Imported here: the data layer needs Hydra only to name the option in a message.
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    choice = HydraConfig.get().runtime.choices.get("datamodule/classes")
+    return str(choice) if choice else None
+
+
+def _labels_key(labels: LabelMap) -> str:
+    """A short key for the label settings that class locations were found with."""
+    settings = {"num_classes": labels.num_classes, **labels.describe()}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class _Cache:
     """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged."""
 
-    def __init__(
-        self,
-        folder: Path,
-        labels: LabelMap,
-        max_image_pixels: int | None,
-        locations_per_class: int = 0,
-    ) -> None:
+    def __init__(self, folder: Path, max_image_pixels: int | None) -> None:
         self.folder = folder
         self.path = folder / "validation.json"
-        settings: list[Any] = [_CACHE_VERSION, labels.describe()]
+        settings: list[Any] = [_CACHE_VERSION]
         # Another limit can turn a refused file into a readable one, or back. The default
         # is left out of the key so that caches written before the limit existed stay
         # valid: at Pillow's own limit a file read then reads the same now.
         if max_image_pixels != DEFAULT_MAX_IMAGE_PIXELS:
             settings.append({"max_image_pixels": max_image_pixels})
         self.settings = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-        self.labels, self.max_image_pixels = labels, max_image_pixels
-        # Not part of the settings key: facts with locations serve a pass without them,
-        # and an entry without (or with another number) is read again on its own.
-        self.locations_per_class = locations_per_class
+        self.max_image_pixels = max_image_pixels
         self.entries: dict[str, Any] = {}
         self.changed = False
         if self.path.is_file():
@@ -409,24 +544,25 @@ class _Cache:
             if stored.get("settings") == self.settings:
                 self.entries = stored.get("pairs", {})
 
-    def facts(self, pair: ImageMaskPair) -> dict[str, Any]:
-        """The pair's facts: from the cache if both files are unchanged, else read afresh."""
+    def facts(
+        self, pair: ImageMaskPair, labels: LabelMap | None = None, locations_per_class: int = 0
+    ) -> dict[str, Any]:
+        """The pair's facts: from the cache if both files are unchanged, else read afresh.
+
+        Class locations (``locations_per_class > 0``) are found with ``labels``: facts
+        with none, another number or other labels are read again (the labels are not
+        part of the settings key, since nothing else depends on them).
+        """
         key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
         stamp = [_stamp(pair.image), _stamp(pair.mask)]
         entry = self.entries.get(key)
-        if entry and entry["stamp"] == stamp and self._has_locations(entry["facts"]):
+        wanted = locations_per_class if labels is not None else 0
+        if entry and entry["stamp"] == stamp and _has_locations(entry["facts"], labels, wanted):
             return entry["facts"]
-        facts = inspect_pair(pair, self.labels, self.max_image_pixels, self.locations_per_class)
+        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted)
         self.entries[key] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
-
-    def _has_locations(self, facts: dict[str, Any]) -> bool:
-        """Whether ``facts`` hold the class locations asked for (or none are asked for)."""
-        if not self.locations_per_class or "class_counts" not in facts:
-            return True  # a mask that could not be read has none to keep
-        kept = facts.get("class_locations") or {}
-        return kept.get("per_class") == self.locations_per_class
 
     def save(self) -> None:
         """Write the cache atomically; a read-only dataset folder just goes uncached."""
@@ -438,6 +574,16 @@ class _Cache:
             )
         except OSError as error:
             log.warning("could not cache the validation in %s: %s", self.folder, error)
+
+
+def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: int) -> bool:
+    """Whether ``facts`` hold the class locations asked for (or none are asked for)."""
+    if not per_class or labels is None or "mask_values" not in facts:
+        return True  # a mask that could not be read has none to keep
+    if facts["mask_channels"] != labels.channels:
+        return True  # nor has one of the wrong kind (a problem the pass reports)
+    kept = facts.get("class_locations") or {}
+    return kept.get("per_class") == per_class and kept.get("labels") == _labels_key(labels)
 
 
 def _stamp(path: Path) -> list[int]:

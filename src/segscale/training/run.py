@@ -31,6 +31,7 @@ from segscale.training.callbacks.periodic_checkpoint import ensure_writable
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.callbacks.trial_pruning import trial_pruning
 from segscale.training.config_checks import check_config
+from segscale.training.inferred_classes import resolve_inferred_classes
 from segscale.training.launch import job_ranks
 from segscale.training.preemption import (
     PreemptionSignals,
@@ -74,6 +75,9 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     relaunch = bool(cfg.get("ckpt_path"))
     if not relaunch:
         check_fresh_folder(cfg.output_dir)  # every rank: torchrun's would wait for rank 0
+    # datamodule/classes=auto: the training masks' classes go into cfg before anything reads
+    # it, so the launch record and check_relaunch compare found classes on every launch.
+    resolve_inferred_classes(cfg, cfg.output_dir if leader else None)
     if leader and not relaunch and not has_launch_record(cfg.output_dir):
         write_launch_record(cfg.output_dir, launch_record(cfg))
     check_relaunch(cfg)  # a change the run cannot take mid-run is refused
