@@ -37,6 +37,7 @@ from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.training.builders import build
 from segscale.training.config_checks import check_config
+from segscale.training.inferred_classes import resolve_inferred_classes
 from segscale.training.launch import TRAIN_COMMAND, quoted_override
 from segscale.training.resume import register_run_dir_resolver
 from segscale.training.summary_file import SUMMARY_FILE, read_summary
@@ -143,6 +144,8 @@ def load(
 ) -> Predictor:
     """The network of a ``train.py`` checkpoint, ready to ``predict`` images.
 
+    Its classes, their colours and the input normalization are the checkpoint's, as in
+    ``predict.py``: there is nothing to repeat from the training config.
     The sliding window is the ``inference`` group of the shipped ``predict`` config,
     the defaults ``predict.py`` uses. ``tile_size``, ``overlap``, ``batch_size`` and
     ``flip_tta`` replace its values; ``overrides`` are overrides of that config as
@@ -199,6 +202,7 @@ def train(
         )
     register_run_dir_resolver()  # hydra.run.dir of conf/train.yaml asks it
     cfg = _compose(config_name, overrides, return_hydra_config=True)
+    resolve_inferred_classes(cfg)  # datamodule/classes=auto: checked as the run will find them
     check_config(cfg)
     run_dir, folder = _run_folders(cfg)
     command = [

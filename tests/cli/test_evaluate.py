@@ -12,18 +12,19 @@ from segscale.data.validation import InvalidDatasetError
 from segscale.errors import ConfigError
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import load_trained
+from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, write_pair
+
+LABEL_IDS = [10, 20, 30]
+"""Grey levels of the classes of ``_labelled``'s masks (99: void)."""
 
 
 def _config(root: Path, ckpt: Path, out: Path, *overrides: str):
+    """No classes given: evaluate.py takes the checkpoint's."""
     return compose_config(
         "evaluate",
         "datamodule=folder",
         f"datamodule.source.root={root}",
-        "+datamodule.source.splits.test=test",
-        "datamodule.num_classes=3",
-        "datamodule.class_names=[class0,class1,class2]",
-        "datamodule.class_colors=null",
         f"ckpt={ckpt}",
         f"output_dir={out}",
         "accelerator=cpu",
@@ -43,10 +44,31 @@ def _dataset(root: Path) -> Path:
     return root
 
 
-def test_a_model_that_predicts_the_truth_scores_iou_one(tmp_path: Path):
+def _labelled(root: Path) -> Path:
+    """``test.txt`` listing images whose masks hold ``LABEL_IDS`` and the void value 99."""
+    rng = np.random.default_rng(1)
+    for name in ("a", "b"):
+        classes = rng.integers(0, 3, (40, 50)).astype(np.uint8)
+        mask = np.asarray(LABEL_IDS, np.uint8)[classes]
+        mask[:4, :6] = 99
+        write_pair(root, "all", name, oracle_image(classes), mask)
+    (root / "test.txt").write_text("a\nb\n")
+    return root
+
+
+def _with_label_ids(ckpt: Path, path: Path) -> Path:
+    """``ckpt`` as train.py writes it for masks of grey levels ``LABEL_IDS``, void 99."""
+    content = load_checkpoint_file(ckpt, "ckpt")
+    content["segscale"] |= {"label_ids": LABEL_IDS, "ignore_ids": [99]}
+    save_checkpoint_file(content, path)
+    return path
+
+
+def test_a_model_that_predicts_the_truth_scores_iou_one(tmp_path: Path, caplog):
     root = _dataset(tmp_path / "data")
-    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")  # no label IDs: an older checkpoint
     metrics = evaluate(_config(root, ckpt, tmp_path / "out", "split=test"))
+    assert "carries no label IDs" in caplog.text and "class indices 0-2" in caplog.text
     assert metrics["GlobalAccuracy"] == 1.0 and metrics["MeanIoU"] == 1.0
     classes = metrics["classes"]
     assert classes["class0"]["IoU"] == classes["class1"]["IoU"] == 1.0
@@ -59,15 +81,66 @@ def test_a_model_that_predicts_the_truth_scores_iou_one(tmp_path: Path):
     assert (tmp_path / "out/class_metrics.csv").is_file()
 
 
-def test_classes_must_match_the_checkpoint_and_the_split_must_exist(tmp_path: Path):
-    root = _dataset(tmp_path / "data")
-    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
-    with pytest.raises(ConfigError, match="differ from the classes the checkpoint"):
-        evaluate(
-            _config(root, ckpt, tmp_path / "out", "split=test", "datamodule.class_names=[x,y,z]")
+def test_the_checkpoint_s_label_ids_need_no_override_and_an_equal_one_changes_nothing(
+    tmp_path: Path,
+):
+    root = _labelled(tmp_path / "data")
+    old_style = oracle_checkpoint(tmp_path / "old.ckpt")
+    ckpt = _with_label_ids(old_style, tmp_path / "oracle.ckpt")
+
+    def metrics(checkpoint: Path, *overrides: str) -> dict:
+        where = ("datamodule.source.images=all/images", "datamodule.source.masks=all/masks")
+        return evaluate(
+            _config(root, checkpoint, tmp_path / "out", "split=test", *where, *overrides)
         )
-    with pytest.raises(ConfigError, match=r"splits.train='train'.*does not exist"):
-        evaluate(_config(root, ckpt, tmp_path / "out", "split=train"))
+
+    own = metrics(ckpt)
+    assert own["MeanIoU"] == 1.0 and own["GlobalAccuracy"] == 1.0
+    repeated = metrics(
+        ckpt,
+        "datamodule.class_names=[class0,class1,class2]",
+        "datamodule.num_classes=3",
+        "datamodule.class_colors=null",
+        "datamodule.ignore_index=255",
+        "datamodule.label_ids=[[10],20,30]",  # another form of the same values
+        "datamodule.ignore_ids=[99,255]",  # 255 is ignored in grey masks anyway
+    )
+    assert repeated == own
+    # an older checkpoint (no label IDs) takes them from the config
+    assert (
+        metrics(old_style, "datamodule.label_ids=[10,20,30]", "datamodule.ignore_ids=[99]") == own
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "given", "stored"),
+    [
+        ("datamodule.class_names=[x,y,z]", "['x', 'y', 'z']", "['class0', 'class1', 'class2']"),
+        ("datamodule/classes=binary", "['background', 'foreground']", "['class0',"),
+        ("datamodule.label_ids=[0,1,2]", "[0, 1, 2]", "[10, 20, 30]"),
+    ],
+)
+def test_a_class_key_that_differs_from_the_checkpoint_s_is_refused_naming_both(
+    tmp_path: Path, override: str, given: str, stored: str
+):
+    ckpt = _with_label_ids(oracle_checkpoint(tmp_path / "old.ckpt"), tmp_path / "new.ckpt")
+    with pytest.raises(ConfigError) as refused:
+        evaluate(_config(tmp_path, ckpt, tmp_path / "out", override))
+    message = str(refused.value)
+    key = "label_ids" if "label_ids" in override else "class_names"
+    assert f"datamodule.{key}={given} differs" in message and stored in message
+    assert str(ckpt) in message
+
+
+def test_a_split_that_is_not_there_names_what_was_looked_for(tmp_path: Path):
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    with pytest.raises(ConfigError, match=r"splits.test='test': neither the folder .*/test "):
+        evaluate(_config(tmp_path, ckpt, tmp_path / "out", "split=test"))
+    synthetic = compose_config(
+        "evaluate", f"ckpt={ckpt}", f"output_dir={tmp_path}", "split=test", "accelerator=cpu"
+    )
+    with pytest.raises(ConfigError, match=r"split='test'.*SyntheticTiles\) has no such split"):
+        evaluate(synthetic)
 
 
 def test_two_processes_count_every_image_once(tmp_path: Path):

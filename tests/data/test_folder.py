@@ -55,10 +55,24 @@ def test_split_lists_name_stems_or_relative_paths(tmp_path: Path):
     assert "no image 'missing'" in problems[0].reason
 
 
+def test_a_split_name_finds_its_folder_or_else_its_list(tmp_path: Path):
+    write_pair(tmp_path, "test", "a", *_blank())
+    write_pair(tmp_path, ".", "b", *_blank())  # root/images, root/masks: for the lists
+    (tmp_path / "test.txt").write_text("b\n")  # the folder comes first
+    (tmp_path / "val.txt").write_text("b\n")
+    source = FolderTiles(str(tmp_path))
+    assert source.has_split("test")  # by default, as train and val
+    assert [p.image.stem for p in source.pairs("test")] == ["a"]
+    assert [p.image.stem for p in source.pairs("val")] == ["b"]
+
+
 def test_missing_root_or_split_is_a_config_error(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"datamodule.source.root=.*is not a folder"):
         FolderTiles(str(tmp_path / "nowhere")).prepare()
-    with pytest.raises(ConfigError, match=r"datamodule.source.splits.val='v'.*does not exist"):
-        FolderTiles(str(tmp_path), splits={"train": "train", "val": "v"}).scan("val")
-    with pytest.raises(ConfigError, match=r"datamodule.source.splits.test is not set"):
+    with pytest.raises(ConfigError, match=r"datamodule.source.splits.val='v.txt'.*does not exist"):
+        FolderTiles(str(tmp_path), splits={"train": "train", "val": "v.txt"}).scan("val")
+    looked_for = rf"neither the folder {tmp_path}/test \(with images/ and masks/\) nor the list"
+    with pytest.raises(ConfigError, match=rf"datamodule.source.splits.test='test': {looked_for}"):
         FolderTiles(str(tmp_path)).scan("test")
+    with pytest.raises(ConfigError, match=r"datamodule.source.splits.test is not set"):
+        FolderTiles(str(tmp_path), splits={"test": None}).scan("test")

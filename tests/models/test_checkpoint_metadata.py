@@ -3,9 +3,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import DIGEST_KEY, content_digest, save_checkpoint_file
+from segscale.models.checkpoint_metadata import mask_label_ids
 from segscale.models.module import SegmentationModule
 from segscale.training.builders import build, build_datamodule, build_module
 from tests.conftest import compose_config, tiny_overrides
@@ -45,6 +48,8 @@ def test_the_loaded_module_computes_what_the_trained_one_did(trained):
     assert loaded.max_value == module.max_value
     assert torch.equal(loaded.mean, module.mean) and torch.equal(loaded.std, module.std)
     assert loaded.inference_metadata == module.inference_metadata
+    meta = loaded.inference_metadata
+    assert meta["label_ids"] is None and meta["ignore_ids"] == []  # class-index masks
 
 
 def test_map_location_moves_the_module(trained):
@@ -73,6 +78,21 @@ def test_hyperparameter_arguments_are_refused(trained, kwargs):
         SegmentationModule.load_from_checkpoint(path, **kwargs)
 
 
+@pytest.mark.parametrize("classes", ["potsdam", "potsdam_rgb", "binary"])
+def test_the_label_ids_stored_are_those_of_the_classes_file(classes: str):
+    data = compose_config("train", f"datamodule/classes={classes}").datamodule
+    labels = LabelMap(data.num_classes, data.ignore_index, data.label_ids, data.ignore_ids)
+    file = OmegaConf.to_container(data, resolve=True)
+    assert mask_label_ids(labels) == (file["label_ids"], file["ignore_ids"])
+
+
+def test_the_label_ids_stored_keep_several_values_per_class_and_ignored_colours():
+    assert mask_label_ids(LabelMap(2, 255, [[1, 2], 3], [7, 255])) == ([[1, 2], 3], [7])
+    assert mask_label_ids(LabelMap(2, 255, None, [9])) == (None, [9])
+    colours = LabelMap(1, 255, [[[1, 2, 3], [4, 5, 6]]], [[0, 0, 0]])
+    assert mask_label_ids(colours) == ([[[1, 2, 3], [4, 5, 6]]], [[0, 0, 0]])
+
+
 def _changed(content: dict) -> dict:
     content["state_dict"]["network.segmentation_head.0.bias"] += 1
     return content  # the digest stays that of the original content
@@ -97,6 +117,11 @@ def _other_network(content: dict) -> dict:
     return _sealed(content)
 
 
+def _bad_label_ids(content: dict) -> dict:
+    content["segscale"]["label_ids"] = "0,255"
+    return _sealed(content)
+
+
 def _sealed(content: dict) -> dict:
     """``content`` with a digest of its own: intact as a file, foreign as a checkpoint."""
     content.pop(DIGEST_KEY, None)
@@ -109,6 +134,7 @@ def _sealed(content: dict) -> dict:
         (_changed, "is damaged"),
         (_undigested, "carries no content digest"),
         (_without_metadata, "is not a segscale checkpoint"),
+        (_bad_label_ids, r"lacks \['label_ids'\]"),
         (_code_as_network, r"_target_='os\.system'"),
         (_other_network, r"does not fit the network"),
     ],

@@ -13,6 +13,7 @@ import segmentation_models_pytorch as smp
 import timm
 import torch
 
+from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_metadata import inference_metadata
 from segscale.models.networks import build_network
@@ -170,7 +171,13 @@ def test_ranks_sharing_a_cache_fetch_once(cache, monkeypatch):
 
 def test_a_checkpoint_never_fetches():
     datamodule = SimpleNamespace(
-        class_names=["a"], class_colors=None, ignore_index=255, mean=[0.5], std=[0.5], max_value=1
+        class_names=["a"],
+        class_colors=None,
+        ignore_index=255,
+        mean=[0.5],
+        std=[0.5],
+        max_value=1,
+        labels=LabelMap(1),
     )
     metadata = inference_metadata({"encoder_weights": "imagenet"}, datamodule)
     assert metadata["model"]["encoder_weights"] is None

@@ -3,6 +3,9 @@
 Full-image sliding-window inference on every labelled image of a split, accumulated
 into one confusion matrix: MATLAB's ``evaluateSemanticSegmentation`` (global and mean
 accuracy, mean and weighted IoU, per-class IoU and Dice) as JSON, CSV and PNG.
+
+The classes, label IDs and normalization are the checkpoint's; a classes file or key
+given that differs from them is refused (``segscale.inference.checkpoint_classes``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from segscale.data.sources import (
 )
 from segscale.data.validation import validate_dataset
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.inference.checkpoint_classes import CLASS_KEYS, use_checkpoint_classes
 from segscale.inference.devices import run_on_devices
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
@@ -42,18 +46,24 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics."""
-    check_types(cfg)
+    """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics.
+
+    The datamodule's class keys are filled in from the checkpoint first (``cfg`` is
+    changed in place); one given otherwise raises ``ConfigError``.
+    """
+    # The class keys hold "checkpoint" until the checkpoint's classes replace them.
+    check_types(cfg, filled_in=[f"datamodule.{key}" for key in CLASS_KEYS])
     trained = load_trained(cfg.ckpt)
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
+    use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
     datamodule = build(cfg.datamodule)
-    if tuple(datamodule.class_names) != trained.class_names:
-        raise ConfigError(
-            f"datamodule.class_names {list(datamodule.class_names)} differ from the classes "
-            f"the checkpoint was trained on {list(trained.class_names)}"
-        )
     if not datamodule.source.has_split(cfg.split):
-        raise ConfigError(f"split={cfg.split!r}: the dataset (datamodule.source) has no such split")
+        raise ConfigError(
+            f"split={cfg.split!r}: the dataset (datamodule.source: "
+            f"{type(datamodule.source).__name__}) has no such split; expected train, val, "
+            "or test where the dataset has one (the embedded synthetic one has train and "
+            "val; a folder dataset's are datamodule.source.splits)"
+        )
     datamodule.source.prepare()
     # Whole images are evaluated, so any size will do (patch_size 1).
     report = validate_dataset(

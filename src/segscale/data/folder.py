@@ -14,13 +14,18 @@ from segscale.errors import ConfigError
 class FolderTiles:
     """Images and masks paired by file stem: ``images/a.png`` ↔ ``masks/a.png``.
 
-    Each entry of ``splits`` (``train``, ``val``, optionally ``test``) is either
+    Each entry of ``splits`` (``train``, ``val``, ``test``) names, under ``root``, either
 
-    - a folder under ``root`` with its own ``images``/``masks`` subfolders
+    - a folder with its own ``images``/``masks`` subfolders
       (``train/images/a.png`` ↔ ``train/masks/a.png``), or
     - a text file (``.txt``) listing the split's images, one per line, as stems or paths
       relative to ``root/images`` (``a``, ``a.png`` or ``zone1/a.tif``), paired with
       ``root/masks`` the same way; blank lines and ``#`` comments are skipped.
+
+    A name without suffix finds either: ``test`` is the folder ``root/test`` or, if
+    there is none, the list ``root/test.txt``. A split is looked for only when it is
+    read (training reads ``train`` and ``val``; ``evaluate.py split=test`` reads
+    ``test``), so a missing test split is no error until then.
 
     Subfolders are followed; the pairing key is the path below ``images``/``masks``
     without its suffix, so an image and its mask may differ in format (``a.jpg`` ↔
@@ -31,7 +36,7 @@ class FolderTiles:
     images: str = "images"
     masks: str = "masks"
     splits: Mapping[str, str | None] = field(
-        default_factory=lambda: {"train": "train", "val": "val", "test": None}
+        default_factory=lambda: {"train": "train", "val": "val", "test": "test"}
     )
 
     @property
@@ -48,7 +53,7 @@ class FolderTiles:
             )
 
     def has_split(self, split: str) -> bool:
-        """Whether ``split`` is configured."""
+        """Whether ``split`` is configured (``scan`` finds its folder or list, or says so)."""
         return bool(self.splits.get(split))
 
     def pairs(self, split: str) -> list[ImageMaskPair]:
@@ -67,16 +72,31 @@ class FolderTiles:
                 f"datamodule.source.splits.{split} is not set; expected a folder under "
                 f"{self.root} (with {self.images}/ and {self.masks}/) or a .txt list"
             )
-        location = Path(self.root) / entry
-        if not location.exists():
-            raise ConfigError(
-                f"datamodule.source.splits.{split}={entry!r}: {location} does not exist; "
-                "expected a folder or a .txt list of image names"
-            )
+        location = self._location(split, entry)
         if location.is_file():
             image_dir, mask_dir = Path(self.root) / self.images, Path(self.root) / self.masks
             return self._pair_listed(location, image_dir, mask_dir)
         return _pair_folders(location / self.images, location / self.masks)
+
+    def _location(self, split: str, entry: str) -> Path:
+        """The folder or list that ``splits[split]`` names (``entry``: its value)."""
+        location = Path(self.root) / entry
+        if location.exists():
+            return location
+        if location.suffix:
+            raise ConfigError(
+                f"datamodule.source.splits.{split}={entry!r}: {location} does not exist; "
+                "expected a folder or a .txt list of image names"
+            )
+        listing = location.with_name(f"{location.name}.txt")
+        if listing.is_file():
+            return listing
+        raise ConfigError(
+            f"datamodule.source.splits.{split}={entry!r}: neither the folder {location} "
+            f"(with {self.images}/ and {self.masks}/) nor the list {listing} exists; "
+            f"expected one of them, or datamodule.source.splits.{split} set to the "
+            "split's folder or .txt list under datamodule.source.root"
+        )
 
     def _pair_listed(
         self, listing: Path, image_dir: Path, mask_dir: Path

@@ -62,7 +62,11 @@ class TileSource(Protocol):
         """Make the files available (generate, unpack, ...); called once per machine."""
 
     def has_split(self, split: str) -> bool:
-        """Whether the dataset has ``split`` (``train``, ``val``, ``test``)."""
+        """Whether the dataset has ``split`` (``train``, ``val``, ``test``).
+
+        True means the split may be asked for: ``scan`` still refuses one whose files
+        are not there, naming what it looked for.
+        """
 
     def pairs(self, split: str) -> list[ImageMaskPair]:
         """Image/mask pairs of a split."""

@@ -9,11 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from segscale.data.labels import class_colours
 from segscale.models.module import SegmentationModule
+
+
+@dataclass(frozen=True)
+class MaskLabels:
+    """What the training masks held: ``datamodule.label_ids`` and ``ignore_ids`` as used.
+
+    ``label_ids`` is ``None`` for class indices, else one entry per class (a grey level,
+    an RGB triplet as a list, or a list of several); plain values, as a config has them.
+    """
+
+    label_ids: list[Any] | None
+    ignore_ids: list[Any]
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,11 @@ class TrainedModel:
     ignore_index: int
     in_channels: int
     max_value: float
+    class_colors: list[list[int]] | None = None
+    """The colours as the training config gave them (``None``: it gave none)."""
+    mask_labels: MaskLabels | None = None
+    """The training masks' label IDs; ``None`` for a checkpoint written before segscale
+    stored them (its masks' encoding is unknown)."""
 
     @property
     def num_classes(self) -> int:
@@ -42,6 +60,13 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
     module = SegmentationModule.load_from_checkpoint(path, key=key)
     meta = module.inference_metadata or {}
     names = module.class_names
+    # Checkpoints from before label IDs were stored lack both keys (check_metadata
+    # accepts that): their masks' encoding is left unknown, not guessed.
+    mask_labels = (
+        MaskLabels(meta["label_ids"], meta["ignore_ids"])
+        if "label_ids" in meta and "ignore_ids" in meta
+        else None
+    )
     return TrainedModel(
         module=module.eval(),
         class_names=names,
@@ -49,4 +74,6 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
         ignore_index=module.ignore_index,
         in_channels=int(meta["model"].get("in_channels", 3)),
         max_value=module.max_value,
+        class_colors=meta["class_colors"],
+        mask_labels=mask_labels,
     )

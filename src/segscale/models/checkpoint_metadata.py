@@ -1,10 +1,11 @@
 """What a checkpoint carries for inference, and the network rebuilt from it.
 
 ``train.py`` stores ``inference_metadata`` in every checkpoint (the resolved ``model``
-config, classes, normalization) as plain values that weights-only loading accepts, so
-a checkpoint can be applied without its training config. The file is read weights-only
-and verified against its digest (``checkpoint_io``), and its weights must fit the
-rebuilt network exactly.
+config, classes, what the mask files hold, normalization) as plain values that
+weights-only loading accepts, so a checkpoint can be applied, and evaluated on
+labelled images, without its training config. The file is read weights-only and
+verified against its digest (``checkpoint_io``), and its weights must fit the rebuilt
+network exactly.
 """
 
 from __future__ import annotations
@@ -21,18 +22,27 @@ from segscale.models.weights import load_network_weights
 
 if TYPE_CHECKING:
     from segscale.data.datamodule import SegmentationDataModule
+    from segscale.data.labels import LabelMap
 
 
 def inference_metadata(
     model_cfg: dict[str, Any], datamodule: SegmentationDataModule
 ) -> dict[str, Any]:
-    """What a checkpoint must carry for inference: network config, classes, normalization."""
+    """What a checkpoint must carry for inference: network config, classes, normalization.
+
+    With the classes go the mask values that mean them (``label_ids``, ``ignore_ids``,
+    as ``mask_label_ids`` gives them), so that ``evaluate.py`` reads labelled images as
+    training did without being told the classes again.
+    """
+    label_ids, ignore_ids = mask_label_ids(datamodule.labels)
     # Plain Python values only (no numpy scalars): weights-only loading refuses others.
     return {
         "model": {**model_cfg, "encoder_weights": None},  # the checkpoint holds the weights
         "class_names": [str(name) for name in datamodule.class_names],
         "class_colors": [[int(v) for v in c] for c in datamodule.class_colors or []] or None,
         "ignore_index": int(datamodule.ignore_index),
+        "label_ids": label_ids,
+        "ignore_ids": ignore_ids,
         "mean": [float(v) for v in datamodule.mean],
         "std": [float(v) for v in datamodule.std],
         "max_value": float(datamodule.max_value),
@@ -49,6 +59,38 @@ METADATA: dict[str, type | tuple[type, ...]] = {
     "max_value": (int, float),
 }
 """What ``inference_metadata`` holds, by type: a checkpoint's is checked against it."""
+
+LATER_METADATA: dict[str, type | tuple[type, ...]] = {
+    "label_ids": (list, type(None)),
+    "ignore_ids": list,
+}
+"""Entries that checkpoints written before segscale stored them lack: checked if present.
+
+Such a checkpoint still loads; its masks' encoding is unknown (``TrainedModel``)."""
+
+
+def mask_label_ids(labels: LabelMap) -> tuple[list[Any] | None, list[Any]]:
+    """``label_ids`` and ``ignore_ids`` as a classes file writes them, from a ``LabelMap``.
+
+    ``label_ids`` is ``None`` when the masks hold class indices; else one entry per class:
+    a grey level, an RGB triplet (a list), or a list of several. ``ignore_ids`` lists the
+    further values that mean "ignore"; the ignore index itself, which a grey mask may
+    always hold, is left out. Read back from the map's table, so that what is stored is
+    what decoding used, whatever form the config gave it in (``${.class_colors}``, say).
+    """
+    per_class: list[list[Any]] = [[] for _ in range(labels.num_classes)]
+    ignored: list[Any] = []
+    for value, index in labels.table.items():
+        plain = [int(v) for v in value] if isinstance(value, tuple) else int(value)
+        if index == labels.ignore_index:
+            if labels.colour or plain != labels.ignore_index:
+                ignored.append(plain)
+        else:
+            per_class[index].append(plain)
+    if not labels.colour and all(values == [k] for k, values in enumerate(per_class)):
+        return None, ignored  # class indices
+    return [values[0] if len(values) == 1 else values for values in per_class], ignored
+
 
 BUILD_NETWORK = f"{build_network.__module__}.{build_network.__qualname__}"
 """The ``_target_`` of the network config that ``train.py`` stores."""
@@ -89,6 +131,11 @@ def check_metadata(meta: Any, path: Path, key: str) -> None:
     """Refuse a checkpoint whose ``segscale`` entry is not what ``train.py`` writes."""
     wrong = (
         [name for name, kind in METADATA.items() if not isinstance(meta.get(name), kind)]
+        + [
+            name
+            for name, kind in LATER_METADATA.items()
+            if name in meta and not isinstance(meta[name], kind)
+        ]
         if isinstance(meta, dict)
         else list(METADATA)
     )

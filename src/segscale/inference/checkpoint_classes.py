@@ -1,0 +1,139 @@
+"""The classes of an evaluation: the checkpoint's, unless the config gives the same ones.
+
+``evaluate.py`` reads labelled images with the classes the checkpoint was trained on:
+their names and number, colours, ignore index and the mask values that mean them
+(``label_ids``, ``ignore_ids``). ``conf/evaluate.yaml`` therefore composes its
+datamodule without a classes file, and its class keys hold ``FROM_CHECKPOINT``
+(``checkpoint``), a value none of them can really take. That is how a value the user
+gave (a classes file, ``datamodule/classes=binary``, or a key on the command line,
+``datamodule.label_ids=[0, 255]``) is told from one left to the checkpoint: ``null``
+could not serve, as it is a real value of ``label_ids`` (class indices) and
+``class_colors`` (a default palette). A given value that means the same as the
+checkpoint's is accepted; one that does not is refused, naming both.
+
+Normalization (``mean``, ``std``, the pixels' full intensity) needs no such care: the
+network rebuilt from the checkpoint applies its own, and the datamodule's are not used.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from segscale.data.class_discovery import is_inferred
+from segscale.data.labels import LabelMap
+from segscale.errors import ConfigError
+from segscale.inference.trained import TrainedModel
+
+log = logging.getLogger(__name__)
+
+FROM_CHECKPOINT = "checkpoint"
+"""A class key's value in ``conf/evaluate.yaml``: take it from the checkpoint."""
+
+CLASS_KEYS = (
+    "class_names",
+    "num_classes",
+    "class_colors",
+    "ignore_index",
+    "label_ids",
+    "ignore_ids",
+)
+"""The keys of ``datamodule`` that the checkpoint's classes fill in."""
+
+
+def use_checkpoint_classes(datamodule: DictConfig, trained: TrainedModel, ckpt: str) -> None:
+    """Set the class keys of ``datamodule`` (in place) to those of the ``trained`` model.
+
+    Raises ``ConfigError`` for a key given a value that differs from the checkpoint's,
+    naming the key, both values and ``ckpt``. A checkpoint written before segscale
+    stored label IDs takes them from the config, else reads masks as class indices, and
+    says so in the log.
+    """
+    given = _given(datamodule)
+    stored = _stored(trained)
+    for key, value in given.items():
+        if key in stored and not _same(key, value, stored):
+            raise ConfigError(
+                f"datamodule.{key}={value!r} differs from the {key} the checkpoint "
+                f"ckpt={ckpt!r} was trained with: {stored[key]!r}; evaluate.py takes the "
+                f"classes from the checkpoint: leave out datamodule/classes and "
+                f"datamodule.{key} (or give the checkpoint's)"
+            )
+    if trained.mask_labels is None and "label_ids" not in given:
+        log.warning(
+            "ckpt=%r carries no label IDs (it was written by an earlier segscale): its "
+            "masks are read as class indices 0-%d (and %d: ignored); if they hold other "
+            "values, give the classes file it was trained with (datamodule/classes=...) "
+            "or datamodule.label_ids",
+            ckpt,
+            trained.num_classes - 1,
+            trained.ignore_index,
+        )
+    values = {"label_ids": None, "ignore_ids": [], **given, **stored}
+    with open_dict(datamodule):
+        for key in CLASS_KEYS:
+            datamodule[key] = values[key]
+
+
+def _given(datamodule: DictConfig) -> dict[str, Any]:
+    """The class keys the config gives a value of its own, as plain resolved values."""
+    # datamodule/classes=auto: the classes the training masks held, which for evaluation
+    # are the checkpoint's (training stored what it found).
+    if is_inferred(datamodule.get("label_ids")):
+        log.info("datamodule/classes=auto: the classes are those the checkpoint found")
+        return {}
+    given: dict[str, Any] = {}
+    for key in CLASS_KEYS:
+        value = datamodule.get(key, FROM_CHECKPOINT)
+        if not _is(value, FROM_CHECKPOINT):
+            # resolved: potsdam_rgb's label_ids is ${.class_colors}
+            is_node = OmegaConf.is_config(value)
+            given[key] = OmegaConf.to_container(value, resolve=True) if is_node else value
+    names = given.get("class_names")
+    if isinstance(names, list):  # names as training stored them: [1, 2] are "1", "2"
+        given["class_names"] = [str(name) for name in names]
+    return given
+
+
+def _is(value: Any, marker: str) -> bool:
+    """Whether a config value is the string ``marker`` (a list or a number never is)."""
+    return isinstance(value, str) and value == marker
+
+
+def _stored(trained: TrainedModel) -> dict[str, Any]:
+    """The class keys as the checkpoint holds them (no label IDs in older ones)."""
+    stored: dict[str, Any] = {
+        "num_classes": trained.num_classes,
+        "class_names": list(trained.class_names),
+        "class_colors": trained.class_colors,
+        "ignore_index": trained.ignore_index,
+    }
+    if trained.mask_labels is not None:
+        stored["label_ids"] = trained.mask_labels.label_ids
+        stored["ignore_ids"] = trained.mask_labels.ignore_ids
+    return stored
+
+
+def _same(key: str, value: Any, stored: dict[str, Any]) -> bool:
+    """Whether ``value`` of ``key`` means what the checkpoint's does.
+
+    Label IDs are compared by the decoding they give (``LabelMap``), so that one class
+    index per class equals ``null``, and ``[255]`` as ignore IDs equals ``[]`` when 255
+    is the ignore index of grey masks anyway; every other key by value.
+    """
+    if value == stored[key]:
+        return True
+    if key not in ("label_ids", "ignore_ids"):
+        return False
+    label_ids = value if key == "label_ids" else stored["label_ids"]
+    ignore_ids = value if key == "ignore_ids" else stored["ignore_ids"]
+    try:
+        decoding = LabelMap(stored["num_classes"], stored["ignore_index"], label_ids, ignore_ids)
+    except (ConfigError, TypeError, ValueError):  # a value that cannot be the checkpoint's
+        return False
+    trained = LabelMap(
+        stored["num_classes"], stored["ignore_index"], stored["label_ids"], stored["ignore_ids"]
+    )
+    return decoding.table == trained.table
