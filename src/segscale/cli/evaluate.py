@@ -90,7 +90,7 @@ def evaluate(cfg: DictConfig) -> dict:
     )
     confusion = torch.from_numpy(counts)
     output = Path(cfg.output_dir)
-    write_evaluation(output, confusion, trained.class_names)
+    write_evaluation(output, confusion, trained.class_names, f"Confusion matrix, split={cfg.split}")
     metrics = evaluation_report(confusion, trained.class_names)
     log.info("%s", json.dumps({k: v for k, v in metrics.items() if k != "classes"}))
     return metrics

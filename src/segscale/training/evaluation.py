@@ -13,12 +13,18 @@ from segscale.models.metrics import evaluation_report
 from segscale.training.plots import plot_confusion_matrix
 
 
-def write_evaluation(folder: Path, confusion: torch.Tensor, class_names: Sequence[str]) -> None:
+def write_evaluation(
+    folder: Path,
+    confusion: torch.Tensor,
+    class_names: Sequence[str],
+    title: str = "Confusion matrix",
+) -> None:
     """Write ``evaluation_report`` and the confusion matrix into ``folder``.
 
     ``metrics.json`` (data-set and per-class metrics), ``class_metrics.csv`` (accuracy,
     IoU, Dice per class), ``confusion_matrix.csv`` (rows: true class, columns:
-    predicted) and ``confusion_matrix.png``.
+    predicted) and ``confusion_matrix.png`` (headed ``title``, in % of each true
+    class's pixels).
     """
     names = list(class_names)
     folder.mkdir(parents=True, exist_ok=True)
@@ -33,4 +39,4 @@ def write_evaluation(folder: Path, confusion: torch.Tensor, class_names: Sequenc
     )
     rows = [[name, *row] for name, row in zip(names, confusion.tolist(), strict=True)]
     write_csv_atomically(folder / "confusion_matrix.csv", ["true \\ predicted", *names], rows)
-    plot_confusion_matrix(confusion.cpu().numpy(), names, folder / "confusion_matrix.png")
+    plot_confusion_matrix(confusion.cpu().numpy(), names, folder / "confusion_matrix.png", title)
