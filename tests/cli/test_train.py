@@ -131,6 +131,8 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     # Every rank trains with training.threads threads; rank 0 logs the number.
     assert recorded_threads(tmp_path / "threads") == {"rank0": 3, "rank1": 3}
     assert "threads: 3 per training process (training.threads=3)" in result.stdout + result.stderr
+    assert "💡 Tip" not in result.stdout + result.stderr and "LeafSpec" not in result.stderr
+    assert "💡 Tip" not in result.stdout + result.stderr and "LeafSpec" not in result.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["devices"] == ["cpu", "cpu"]
     assert summary["train_patches"] == 2 * 16

@@ -49,6 +49,7 @@ from segscale.training.run_folder import (
     write_launch_record,
 )
 from segscale.training.summary_file import read_summary
+from segscale.training.third_party_noise import ThirdPartyNoiseFilter, third_party_noise_filtered
 from segscale.training.threads import describe_threads, process_threads, resolve_threads
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     # Preemption signals are noted from before the ranks start until training ends.
     signals = PreemptionSignals(cfg.training.preemption_signals, cfg.training.preemption_exit_s)
     stop = PreemptionStop(signals, cfg.output_dir)
-    callbacks = [*instantiate_each(cfg.get("callbacks")), summary, stop]
+    callbacks = [*instantiate_each(cfg.get("callbacks")), summary, stop, ThirdPartyNoiseFilter()]
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
         callbacks.append(pruning)
     if relaunch:
@@ -140,7 +141,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         if not relaunch:  # the run's own, written when it started
             report.write(Path(cfg.output_dir))
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
-    with signals, process_threads(threads), ranks:
+    with signals, process_threads(threads), ranks, third_party_noise_filtered():
         trainer = instantiate(
             cfg.trainer,
             devices=devices,

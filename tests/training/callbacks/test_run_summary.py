@@ -2,7 +2,10 @@ import json
 
 import pytest
 
+from segscale.training.callbacks.learning_rate_monitor import LearningRateMonitor
+from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.run import train
+from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
@@ -21,3 +24,16 @@ def test_the_fine_tuning_settings_are_in_the_summary(make_config):
         make_config("training.freeze_encoder_epochs=1", "training.encoder_lr_factor=0.1")
     )
     assert summary["fine_tuning"] == {"encoder_lr_factor": 0.1, "freeze_encoder_epochs": 1}
+
+
+def test_the_summary_reports_the_rate_of_the_last_step_and_keeps_rates_out_of_metrics(tmp_path):
+    monitor = LearningRateMonitor(logging_interval="step")
+    trainer = scheduled_fit(tmp_path, RunSummary(str(tmp_path)), monitor)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 0.0  # the schedule's next step's
+    assert summary["learning_rate"] == RATES[0]
+    assert summary["final_learning_rate"] == pytest.approx(RATES[-1])  # the last step's
+    # The monitor logged every step (metrics.csv), but its values are not run metrics.
+    logged = (tmp_path / "metrics.csv").read_text()
+    assert "lr-SGD" in logged and "lr-SGD" in trainer.callback_metrics
+    assert set(summary["metrics"]) == {"train/loss", "val/loss"}

@@ -2,6 +2,7 @@ import logging
 
 from segscale.training.callbacks.verbose_log import VerboseLog
 from segscale.training.run import train
+from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
@@ -18,3 +19,13 @@ def test_verbose_log_prints_every_n_iterations(make_config, caplog):
     validation_rows = [line for line in lines[1:] if line.split("|")[5].strip()]
     assert [int(r.split("|")[2]) for r in validation_rows] == [4, 8]
     assert all(len(line.split("|")) == 10 for line in lines)
+
+
+def test_each_row_shows_the_rate_its_iteration_trained_with(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="segscale.training.callbacks")
+    scheduled_fit(tmp_path, VerboseLog(frequency=1))
+    rows = [r.getMessage().split("|") for r in caplog.records if r.getMessage().startswith("| ")]
+    rates = [(int(row[2]), float(row[8])) for row in rows[1:]]
+    # Iterations 1-3 at 0.03, 0.02, 0.01 (MATLAB's semantics), and the validation row after
+    # iteration 3 at its rate: not the 0.0 the schedule leaves for a step after the last.
+    assert rates == [(1, RATES[0]), (2, RATES[1]), (3, RATES[2]), (3, RATES[2])]

@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
@@ -26,6 +27,15 @@ class RunSummary(L.Callback):
     validation and the sanity check are excluded. The summary records the final
     metrics, the checkpoints, and the effective values read back from the running
     objects: world size, per-device and global batch, learning rate.
+
+    Learning rates: ``learning_rate`` is the base rate the schedule multiplies and
+    ``final_learning_rate`` the rate the last optimizer step of this launch used (of the
+    first parameter group, the decoder's). Not the optimizer's rate when training ends:
+    Lightning steps a per-step schedule after every optimizer step, so that one is the
+    rate of a next step that never comes (0 at the end of a ``poly`` schedule). The
+    learning-rate monitor's values (``lr-SGD``, ...) are left out of ``metrics``: the
+    monitor records them on logging steps only, so the last one may be several steps
+    old; ``metrics.csv`` has them all.
     """
 
     def __init__(
@@ -48,6 +58,7 @@ class RunSummary(L.Callback):
         self._fit_start = self._train_start = self._val_start = 0.0
         self._val_s = 0.0
         self._started_at = ""
+        self.last_step_rate: float | None = None  # the learning rate of the last optimizer step
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the wall clock."""
@@ -71,6 +82,12 @@ class RunSummary(L.Callback):
     ) -> None:
         """Count this batch's patches on every rank."""
         self.patches += batch["image"].shape[0] * trainer.world_size
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        """Note the learning rate this optimizer step uses (a number on the host: no sync)."""
+        self.last_step_rate = float(optimizer.param_groups[0]["lr"])
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Pause the training clock."""
@@ -134,7 +151,6 @@ class RunSummary(L.Callback):
             "global_batch_size": sum(batch_sizes) or None,
             # The base rate the schedule multiplies; LambdaLR keeps it as "initial_lr".
             "learning_rate": optimizer.param_groups[0].get("initial_lr") if optimizer else None,
-            "final_learning_rate": optimizer.param_groups[0]["lr"] if optimizer else None,
         }
 
     def summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
@@ -146,10 +162,12 @@ class RunSummary(L.Callback):
         checkpoint = trainer.checkpoint_callback
         best = getattr(checkpoint, "best_model_path", None) or None
         last = getattr(checkpoint, "last_model_path", None) or None
+        rates = monitored_rates(trainer)
+        metrics = trainer.callback_metrics.items()
         return {
             "status": "finished",
             "error": None,
-            "metrics": {k: _number(v) for k, v in sorted(trainer.callback_metrics.items())},
+            "metrics": {k: _number(v) for k, v in sorted(metrics) if k not in rates},
             "best_checkpoint": best,
             "best_score": _number(getattr(checkpoint, "best_model_score", None)),
             "last_checkpoint": last,
@@ -157,6 +175,8 @@ class RunSummary(L.Callback):
             "output_network": self.output_network,
             "output_checkpoint": best if self.output_network == "best-validation" else last,
             **self.effective_values(trainer),
+            # None if this launch took no optimizer step (say, a resume of a finished run).
+            "final_learning_rate": self.last_step_rate,
             "scaling": self.scaling,
             # training.encoder_lr_factor and training.freeze_encoder_epochs
             "fine_tuning": self.fine_tuning,
@@ -173,6 +193,20 @@ class RunSummary(L.Callback):
             "started_at": self._started_at,
             "finished_at": _now(),
         }
+
+
+def monitored_rates(trainer: L.Trainer) -> set[str]:
+    """The keys the trainer's learning-rate monitors put into its callback metrics.
+
+    Rates, momenta and weight decays of every parameter group (``lr-SGD``,
+    ``lr-SGD/encoder``, ``lr-SGD-momentum``, ...), as each monitor named them.
+    """
+    keys: set[str] = set()
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, LearningRateMonitor):
+            keys |= {*callback.lrs, *callback.last_momentum_values}
+            keys |= set(callback.last_weight_decay_values)
+    return keys
 
 
 def _now() -> str:

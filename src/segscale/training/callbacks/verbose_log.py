@@ -21,6 +21,12 @@ class VerboseLog(L.Callback):
     loss, validation accuracy and loss (on the rows right after a validation), and the
     learning rate. Rows go to the log (console and ``train.log``), on rank 0 only.
     ``frequency`` 0 turns the table off.
+
+    As in MATLAB, a row's learning rate is the one its iteration trained with, read
+    as the iteration starts: Lightning steps a per-step schedule before
+    ``on_train_batch_end``, where the optimizer already holds the next iteration's
+    rate (0 after the last step of a ``poly`` schedule). A validation row shows the
+    rate of the iteration it follows.
     """
 
     HEADER = (
@@ -36,12 +42,19 @@ class VerboseLog(L.Callback):
             )
         self.frequency = frequency
         self._start = 0.0
+        self._rate: float | None = None  # the learning rate of the current iteration
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the clock and print the header."""
         self._start = time.perf_counter()
         if self.frequency and trainer.is_global_zero:
             log.info(self.HEADER)
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Note the learning rate this iteration trains with (a number on the host: no sync)."""
+        self._rate = current_learning_rate(trainer)
 
     def on_train_batch_end(
         self,
@@ -77,5 +90,9 @@ class VerboseLog(L.Callback):
             f"| {trainer.current_epoch + 1:5d} | {trainer.global_step:9d} | {clock:>12} "
             f"| {cell('train/acc', 14, True)} | {cell('val/acc', 14, True)} "
             f"| {cell('train/loss', 15)} | {cell('val/loss', 15)} "
-            f"| {current_learning_rate(trainer):13.4e} |"
+            f"| {self.learning_rate(trainer):13.4e} |"
         )
+
+    def learning_rate(self, trainer: L.Trainer) -> float:
+        """The rate of the current iteration; the optimizer's before the first one."""
+        return current_learning_rate(trainer) if self._rate is None else self._rate

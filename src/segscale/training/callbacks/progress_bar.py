@@ -1,0 +1,50 @@
+"""The progress bar, with the training loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import TQDMProgressBar as LightningTQDMProgressBar
+
+from segscale.models.module import logs_this_step
+
+
+class TQDMProgressBar(LightningTQDMProgressBar):
+    """Lightning's TQDM progress bar, showing ``train/loss`` beside ``val/mIoU``.
+
+    The module logs the training loss only on logging steps and not to the progress bar:
+    Lightning would read a progress-bar value on the host after every step, a host sync
+    each. This bar reads the loss of each logging step once, when that step ends (a
+    logger reads it then anyway), and shows the last one read.
+    """
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False):
+        super().__init__(refresh_rate, process_position, leave)
+        self.loss: float | None = None  # the training loss of the last logging step
+        self._logs = False  # whether the step now running logs its loss
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Note whether this step logs its loss (as the module decides it), on rank 0."""
+        self._logs = self.is_enabled and logs_this_step(trainer)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Read the loss of a logging step, then update the bar."""
+        value = trainer.callback_metrics.get("train/loss") if self._logs else None
+        if value is not None:
+            self.loss = float(value)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        """Lightning's progress-bar values, the training loss first."""
+        metrics = super().get_metrics(trainer, pl_module)
+        return metrics if self.loss is None else {"train/loss": self.loss, **metrics}
