@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from segscale.bench.timing import StepTimer, Timing, summarize_steps, synchronize
 from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
+from segscale.training.third_party_noise import third_party_noise_filtered
 
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 FULL_PRECISION = ("32-true", "32")
@@ -221,7 +222,7 @@ def lightning_steps(
     level = quiet.level
     quiet.setLevel(logging.WARNING)  # not the trainer's start-up lines, once per round
     try:
-        with warnings.catch_warnings():
+        with third_party_noise_filtered(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             warnings.filterwarnings("ignore", message=".*no `val_dataloader`.*")
             trainer = L.Trainer(
