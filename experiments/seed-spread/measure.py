@@ -30,9 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 def run(seed: int, folder: Path, overrides: list[str]) -> dict[str, Any]:
     """Train with ``seed`` into ``folder``; its per-epoch and final val mIoU."""
     command = [sys.executable, str(REPO / "train.py"), f"seed={seed}", *overrides]
-    subprocess.run(
-        [*command, f"hydra.run.dir={folder}"], cwd=REPO, check=True, capture_output=True
-    )
+    subprocess.run([*command, f"hydra.run.dir={folder}"], cwd=REPO, check=True, capture_output=True)
     summary = json.loads((folder / "summary.json").read_text())
     with (folder / "metrics.csv").open() as rows:
         epochs = [float(r["val/mIoU"]) for r in csv.DictReader(rows) if r.get("val/mIoU")]
