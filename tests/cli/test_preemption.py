@@ -165,7 +165,8 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
     tiny_data_root, tmp_path, reference
 ):
     run, pids = tmp_path / "run", tmp_path / "pids"
-    ddp = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2"]
+    # One thread per rank: two ranks of two threads would oversubscribe the 2 cores.
+    ddp = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2", "training.threads=1"]
     # SIGUSR2 (SLURM's warning under submitit) to rank 1 only, after step 5: rank 0
     # learns it from the agreement, and both stop after step 6.
     stopped = preempt(
