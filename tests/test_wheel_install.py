@@ -13,7 +13,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from contextlib import ExitStack
 from pathlib import Path
+from tempfile import TemporaryFile
 
 import numpy as np
 import pytest
@@ -92,13 +94,51 @@ def _environment() -> dict[str, str]:
 
 
 def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        command, cwd=cwd, env=_environment(), capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-    assert result.returncode == 0, (
-        f"{command} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    )
+    (result,) = _run_together((command, cwd))
     return result
+
+
+def _run_together(*commands: tuple[list[str], Path]) -> list[subprocess.CompletedProcess]:
+    """Run independent ``(command, cwd)`` at once; each must exit 0.
+
+    Each console script spends most of its time importing, on one core: side by side,
+    two of them take about the time of one on CI's two cores. Their output goes to files
+    (a full pipe would stall a process until its turn to be read).
+    """
+    with ExitStack() as stack:
+        outputs = [
+            (stack.enter_context(TemporaryFile("w+")), stack.enter_context(TemporaryFile("w+")))
+            for _ in commands
+        ]
+        started = [
+            subprocess.Popen(
+                command, cwd=cwd, env=_environment(), stdout=out, stderr=err, text=True
+            )
+            for (command, cwd), (out, err) in zip(commands, outputs, strict=True)
+        ]
+        try:
+            for process in started:
+                process.wait(timeout=TIMEOUT_S)
+        finally:
+            for process in started:
+                if process.poll() is None:  # no process left behind, whatever failed
+                    process.kill()
+                    process.wait()
+        results = []
+        for process, (out, err) in zip(started, outputs, strict=True):
+            out.seek(0)
+            err.seek(0)
+            results.append(
+                subprocess.CompletedProcess(
+                    process.args, process.returncode, out.read(), err.read()
+                )
+            )
+    for result in results:
+        assert result.returncode == 0, (
+            f"{result.args} exited {result.returncode}\n{result.stdout[-3000:]}\n"
+            f"{result.stderr[-5000:]}"
+        )
+    return results
 
 
 def test_the_installed_wheel_trains_predicts_and_evaluates_from_anywhere(tmp_path: Path):
@@ -109,14 +149,6 @@ def test_the_installed_wheel_trains_predicts_and_evaluates_from_anywhere(tmp_pat
     elsewhere.mkdir()
     bin_dir = venv / "bin"
 
-    module_file, config_dir, plugins_file, version, path = json.loads(
-        _run([str(bin_dir / "python"), "-c", _WHERE], cwd=elsewhere).stdout
-    )
-    for installed in (module_file, config_dir, plugins_file):
-        assert Path(installed).is_relative_to(purelib), installed
-    assert version == "0.1.0"
-    assert not any(Path(entry).is_relative_to(REPO / "src") for entry in path if entry), path
-
     myconf = tmp_path / "myconf"
     (myconf / "experiment").mkdir(parents=True)
     (myconf / "experiment" / "mine.yaml").write_text(PRESET)
@@ -124,31 +156,43 @@ def test_the_installed_wheel_trains_predicts_and_evaluates_from_anywhere(tmp_pat
     run = tmp_path / "run"
     train = [str(bin_dir / "segscale-train"), *data, *TRAIN_OVERRIDES, "experiment=mine"]
 
-    # The search path override finds the user's preset: --cfg job prints the config only.
-    searched = _run(
-        [train[0], "--cfg", "job", *train[1:], f"hydra.searchpath=[file://{myconf}]"], elsewhere
+    # Three independent commands at once: where the modules come from; the search path
+    # override finding the user's preset (--cfg job prints the config only); and a
+    # training with Hydra's options before the overrides (argparse takes no option after
+    # them).
+    where, searched, _ = _run_together(
+        ([str(bin_dir / "python"), "-c", _WHERE], elsewhere),
+        ([train[0], "--cfg", "job", *train[1:], f"hydra.searchpath=[file://{myconf}]"], elsewhere),
+        ([train[0], "--config-dir", str(myconf), *train[1:], f"hydra.run.dir={run}"], elsewhere),
     )
+    module_file, config_dir, plugins_file, version, path = json.loads(where.stdout)
+    for installed in (module_file, config_dir, plugins_file):
+        assert Path(installed).is_relative_to(purelib), installed
+    assert version == "0.1.0"
+    assert not any(Path(entry).is_relative_to(REPO / "src") for entry in path if entry), path
+
     assert "seed: 7" in searched.stdout and "max_epochs: 1" in searched.stdout
 
-    # Hydra's options go before the overrides (argparse takes no option after them).
-    _run([train[0], "--config-dir", str(myconf), *train[1:], f"hydra.run.dir={run}"], elsewhere)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["epochs"] == 1
     assert "seed: 7" in (run / ".hydra" / "config.yaml").read_text()
     best = run / "checkpoints" / "best.ckpt"
     assert best.is_file()
 
+    # Prediction and evaluation only read the checkpoint and the data: at once too.
     images = sorted((tmp_path / "data").rglob("val/images/*.png"))
     assert images
     predict = [str(bin_dir / "segscale-predict"), f"ckpt={best}", f"input={images[0].parent}"]
-    _run([*predict, "accelerator=cpu", f"hydra.run.dir={tmp_path / 'predicted'}"], elsewhere)
+    evaluate = [str(bin_dir / "segscale-evaluate"), f"ckpt={best}", *data, "accelerator=cpu"]
+    _run_together(
+        ([*predict, "accelerator=cpu", f"hydra.run.dir={tmp_path / 'predicted'}"], elsewhere),
+        ([*evaluate, f"hydra.run.dir={tmp_path / 'evaluated'}"], elsewhere),
+    )
     for image in images:
         mask = np.asarray(Image.open(tmp_path / "predicted" / f"{image.stem}.png"))
         assert mask.shape == (192, 192) and mask.max() < 6
         assert (tmp_path / "predicted" / f"{image.stem}_overlay.png").is_file()
 
-    evaluate = [str(bin_dir / "segscale-evaluate"), f"ckpt={best}", *data, "accelerator=cpu"]
-    _run([*evaluate, f"hydra.run.dir={tmp_path / 'evaluated'}"], cwd=elsewhere)
     metrics = json.loads((tmp_path / "evaluated" / "metrics.json").read_text())
     assert 0 <= metrics["MeanIoU"] <= 1
     assert (tmp_path / "evaluated" / "confusion_matrix.csv").is_file()

@@ -22,9 +22,11 @@ SAME_STEPS = [
     "datamodule.augmentation.translate_x=[0,0]",
     "datamodule.augmentation.translate_y=[0,0]",
     "+model.decoder_aspp_dropout=0.0",
-    "datamodule.patches_per_image=16",  # 32 patches an epoch: 4 steps of 8
+    "datamodule.patches_per_image=8",  # 16 patches an epoch: 2 steps of 8
     "trainer.max_epochs=2",
 ]
+PATCHES = 16
+"""Patches an epoch: 2 tiles × 8."""
 
 
 def final_weights(
@@ -33,7 +35,7 @@ def final_weights(
     """The floating-point weights after training in the run folder ``run`` (one per run)."""
     summary = train(make_config(*SAME_STEPS, *overrides, f"output_dir={run}"))
     assert summary["global_batch_size"] == global_batch
-    assert summary["steps"] == 2 * -(-32 // global_batch)
+    assert summary["steps"] == 2 * -(-PATCHES // global_batch)
     state = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=True)
     return {k: v for k, v in state["state_dict"].items() if v.is_floating_point()}
 

@@ -16,27 +16,28 @@ from pathlib import Path
 import pytest
 import torch
 
+from segscale.cli.train import main
 from segscale.training.preemption import EXIT_PREEMPTED
 from segscale.training.run import train
 from tests.conftest import compose_config, tiny_overrides, train_command
+from tests.in_process import run_in_process
 
-# 2 epochs of 8 steps of 4 patches; float64 and no random geometry, so that two ranks
-# with batch 2 take the same steps as one process with batch 4 (tests/cli/test_equivalence).
+# 2 epochs of 4 steps of 4 patches (tiny_overrides' 2 tiles × 8 patches); float64 and no
+# random geometry, so that two ranks with batch 2 take the same steps as one process with
+# batch 4 (tests/cli/test_equivalence). A signal after step 5 comes mid-epoch. The same
+# threads in every one-process run, with or without a DataLoader worker: a sum split
+# over 1 or 2 threads rounds differently (5.6e-12 apart after 16 steps, measured).
 EXACT = [
     "trainer.precision=64-true",
     "datamodule.augmentation.rotation=[0,0]",
     "datamodule.augmentation.translate_x=[0,0]",
     "datamodule.augmentation.translate_y=[0,0]",
     "+model.decoder_aspp_dropout=0.0",
-    "datamodule.patches_per_image=16",
     "callbacks.validation_report=null",
     "callbacks.training_progress=null",
-    # The same threads in every one-process run, with or without a DataLoader worker
-    # (training.threads=auto counts the workers): a sum split over 1 or 2 threads rounds
-    # differently, 5.6e-12 apart after 16 steps.
     "training.threads=2",
 ]
-STEPS = 16
+STEPS = 8
 SIGNAL_AT = "+callbacks.signal._target_=tests.training.signal_at_step.SignalAtStep"
 
 
@@ -107,15 +108,23 @@ def _group_alive(group: int) -> bool:
     return True
 
 
-def resume(data_root: Path, run: Path, *overrides: str) -> subprocess.CompletedProcess:
-    command = train_command(
+def resume(
+    data_root: Path, run: Path, *overrides: str, own_process: bool = False
+) -> subprocess.CompletedProcess:
+    """Resume the run in ``run``: in this process (no 9 s of imports) unless ``own_process``.
+
+    A DDP run needs its own: its rank 1 runs the program of ``__main__``.
+    """
+    args = [
         *tiny_overrides(data_root, None),
         *EXACT,
         *overrides,
         f"hydra.run.dir={run}",
         "ckpt_path=auto",
-    )
-    return subprocess.run(command, capture_output=True, text=True, timeout=240)
+    ]
+    if not own_process:
+        return run_in_process(main, *args, cwd=run.parent)
+    return subprocess.run(train_command(*args), capture_output=True, text=True, timeout=240)
 
 
 def assert_preempted_at(run: Path, stopped: subprocess.CompletedProcess, step: int, name: str):
@@ -165,7 +174,6 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
     tiny_data_root, tmp_path, reference
 ):
     run, pids = tmp_path / "run", tmp_path / "pids"
-    # One thread per rank: two ranks of two threads would oversubscribe the 2 cores.
     ddp = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2", "training.threads=1"]
     # SIGUSR2 (SLURM's warning under submitit) to rank 1 only, after step 5: rank 0
     # learns it from the agreement, and both stop after step 6.
@@ -178,7 +186,7 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
     assert_preempted_at(run, stopped, 6, "SIGUSR2")
     rank1 = int((pids / "rank1.pid").read_text())
     assert not Path(f"/proc/{rank1}").exists(), "rank 1 outlived rank 0"
-    resumed = resume(tiny_data_root, run, *ddp)
+    resumed = resume(tiny_data_root, run, *ddp, own_process=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # Two ranks with batch 2 are one process with batch 4, to float64's rounding.
     assert_resumed_as_reference(run, reference, tolerance=1e-6)

@@ -3,24 +3,34 @@
 import csv
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from segscale.cli.train import main
+from segscale.training import launch
 from segscale.training.launch import free_port
 from tests.conftest import REPO, tiny_overrides, train_command
+from tests.in_process import run_in_process
 
 ONE_EPOCH = ["trainer.max_epochs=1", "callbacks.validation_report.num_samples=0"]
 
 
-def multirun(tmp_path, data_root, *args, timeout=300, env=None):
+def multirun(tmp_path, data_root, *args, timeout=300, env=None, own_process=False):
+    """``python train.py -m`` in ``tmp_path``: the sweep folder and the process's result.
+
+    In this process (no 9 s of imports) unless ``own_process``: the ranks of a DDP job
+    run the program of ``__main__``, which must then be train.py (and rank 0 would be
+    this process). For the parallel launcher's jobs, see ``jobs_run_train_py``.
+    """
     sweep = tmp_path / "sweep"
-    command = train_command(
-        "-m", *tiny_overrides(data_root, None), *ONE_EPOCH, f"hydra.sweep.dir={sweep}", *args
-    )
+    args = ("-m", *tiny_overrides(data_root, None), *ONE_EPOCH, f"hydra.sweep.dir={sweep}", *args)
+    if not own_process:
+        return sweep, run_in_process(main, *args, cwd=tmp_path, env=env)
     result = subprocess.run(
-        command,
+        train_command(*args),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -29,6 +39,17 @@ def multirun(tmp_path, data_root, *args, timeout=300, env=None):
         env={**os.environ, **(env or {})},
     )
     return sweep, result
+
+
+def jobs_run_train_py(monkeypatch) -> None:
+    """The parallel launcher starts its jobs as train.py, as under ``python train.py -m``.
+
+    It starts each job with the program of ``__main__``: in a sweep run in this process
+    (``multirun``), that would be pytest. Replaced where it is defined: Hydra re-executes
+    the plugin modules when it scans them, and they import it anew.
+    """
+    program = [sys.executable, str(REPO / "train.py")]
+    monkeypatch.setattr(launch, "program_command", lambda: program)
 
 
 def job_folders(sweep):
@@ -76,6 +97,7 @@ def test_ddp_sweep_trains_each_job_on_two_ranks_with_its_own_value(tiny_data_roo
         timeout=400,
         # A cluster's fixed port: every job's ranks meet on it, one job after another.
         env={"MASTER_PORT": str(free_port())},
+        own_process=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     # Exactly the two jobs: the ranks did not re-run the sweep into other folders.

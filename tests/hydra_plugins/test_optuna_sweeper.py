@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 from hydra_plugins.segscale_plugins.optuna_sweeper import OptunaSweeper, was_pruned
 from segscale.errors import ConfigError
 from segscale.training.callbacks.trial_pruning import TrialPruned
-from tests.cli.test_sweeps import job_folders, multirun
+from tests.cli.test_sweeps import job_folders, jobs_run_train_py, multirun
 from tests.conftest import compose_for_plugins
 from tests.hydra_plugins.test_parallel_launcher import timed_jobs
 
@@ -23,19 +23,19 @@ def study_of(sweep, name="train"):
 
 @pytest.mark.slow
 def test_a_stopped_search_resumes_to_n_trials_in_all(tiny_data_root, tmp_path):
-    sweep, result = multirun(tmp_path, tiny_data_root, *SPACE, "hydra.sweeper.n_trials=2")
+    sweep, result = multirun(tmp_path, tiny_data_root, *SPACE, "hydra.sweeper.n_trials=1")
     assert result.returncode == 0, result.stderr[-3000:]
-    # Stopped while trial 2 was running: the study holds it as RUNNING.
+    # Stopped while trial 1 was running: the study holds it as RUNNING.
     interrupted = study_of(sweep).ask()
     interrupted.suggest_float("optimizer.lr", 0.005, 0.05)
-    sweep, result = multirun(tmp_path, tiny_data_root, *SPACE, "hydra.sweeper.n_trials=3")
+    sweep, result = multirun(tmp_path, tiny_data_root, *SPACE, "hydra.sweeper.n_trials=2")
     assert result.returncode == 0, result.stderr[-3000:]
     trials = study_of(sweep).get_trials()
-    assert [(t.number, t.state) for t in trials] == [(n, TrialState.COMPLETE) for n in range(3)]
-    assert trials[2].params == interrupted.params  # the interrupted trial was run again
-    assert job_folders(sweep) == ["0", "1", "2"]
+    assert [(t.number, t.state) for t in trials] == [(n, TrialState.COMPLETE) for n in range(2)]
+    assert trials[1].params == interrupted.params  # the interrupted trial was run again
+    assert job_folders(sweep) == ["0", "1"]
     assert (sweep / "optimization_results.yaml").is_file()
-    assert (sweep / "sweep_summary.md").read_text().count("| completed |") == 3
+    assert (sweep / "sweep_summary.md").read_text().count("| completed |") == 2
 
 
 def test_a_failed_trial_is_recorded_and_the_search_goes_on(tiny_data_root, tmp_path):
@@ -110,7 +110,10 @@ def test_a_pruned_job_is_known_by_its_exception_or_its_summary(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_trial_in_a_bad_region_is_pruned_before_its_last_epoch(tiny_data_root, tmp_path):
+def test_a_trial_in_a_bad_region_is_pruned_before_its_last_epoch(
+    tiny_data_root, tmp_path, monkeypatch
+):
+    jobs_run_train_py(monkeypatch)
     # The sampler's seed makes trial 0 lr=0.05 and trial 1 the far too small lr=1e-7; the
     # median pruner compares trial 1's first validation with trial 0's.
     sweep, result = multirun(

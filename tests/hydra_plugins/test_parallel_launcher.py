@@ -12,14 +12,15 @@ import torch
 from hydra_plugins.segscale_plugins.parallel_launcher import ParallelLauncher
 from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
-from tests.cli.test_sweeps import multirun
+from tests.cli.test_sweeps import jobs_run_train_py, multirun
 from tests.conftest import compose_for_plugins
 
 
 @pytest.mark.slow
 def test_two_cpu_jobs_run_at_once_and_a_failing_job_does_not_stop_the_others(
-    tiny_data_root, tmp_path
+    tiny_data_root, tmp_path, monkeypatch
 ):
+    jobs_run_train_py(monkeypatch)
     # Job 2 asks for patches larger than the images: it fails, 0 and 1 complete.
     sweep, result = multirun(
         tmp_path,

@@ -6,10 +6,12 @@ import subprocess
 import pytest
 import torch
 
+from segscale.cli.train import main
 from segscale.errors import ConfigError
 from segscale.models.nonfinite import check_policy, describe
 from segscale.training.run import train
 from tests.conftest import tiny_overrides, train_command
+from tests.in_process import run_in_process
 
 # Tiny runs have 4 steps an epoch: step 5 is in the second epoch, after one validation.
 NAN_AT_STEP_5 = [
@@ -30,19 +32,18 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
     tiny_data_root, tmp_path, devices, per_epoch
 ):
     run = tmp_path / "run"
-    result = subprocess.run(
-        train_command(
-            *tiny_overrides(tiny_data_root, None),
-            f"hydra.run.dir={run}",
-            "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
-            f"+callbacks.poison.step={per_epoch + 1}",  # the second step of the second epoch
-            *devices,
-        ),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = [
+        *tiny_overrides(tiny_data_root, None),
+        f"hydra.run.dir={run}",
+        "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
+        f"+callbacks.poison.step={per_epoch + 1}",  # the second step of the second epoch
+        *devices,
+    ]
+    if devices:  # DDP: rank 1 runs the program of __main__, which must be train.py
+        command = train_command(*args)
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    else:  # train.py's entry point in this process: no 9 s of imports
+        result = run_in_process(main, *args, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 3, output[-3000:]
     assert "Traceback" not in output
