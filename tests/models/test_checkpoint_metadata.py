@@ -66,7 +66,9 @@ def test_map_location_cuda(trained):
     module, path = trained
     loaded = SegmentationModule.load_from_checkpoint(path, map_location="cuda")
     assert {p.device.type for p in loaded.parameters()} == {"cuda"}
-    with torch.no_grad():
+    # cuDNN runs float32 convolutions in TF32 by default (10-bit mantissa: 6.7e-3 apart
+    # from the CPU here, measured on an H200); in full float32 the CPU's tolerance holds.
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         on_gpu = loaded.eval()(_images().cuda()).cpu()
         torch.testing.assert_close(on_gpu, module(_images()), rtol=1e-3, atol=1e-3)
 

@@ -1,4 +1,5 @@
 from segscale.training.run import train
+from tests.training.record_dtype import recorded_dtypes
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
@@ -35,10 +36,17 @@ def test_validation_frequency_in_iterations(make_config, tmp_path):
     assert [int(r["step"]) for r in rows if r["val/mIoU"]] == [2, 5]  # after iterations 3 and 6
 
 
-def test_mixed_precision_and_channels_last_train(make_config):
+def test_mixed_precision_and_channels_last_train(make_config, tmp_path):
+    dtypes = tmp_path / "dtypes.json"
     summary = train(
         make_config(
-            "trainer.precision=bf16-mixed", "training.channels_last=true", "trainer.max_epochs=1"
+            "trainer.precision=bf16-mixed",
+            "training.channels_last=true",
+            "trainer.max_epochs=1",
+            "+callbacks.dtype._target_=tests.training.record_dtype.RecordOutputDtype",
+            f"+callbacks.dtype.path={dtypes}",
         )
     )
     assert summary["steps"] == 4 and summary["metrics"]["train/loss"] > 0
+    # The network computed in bfloat16 inside the training step (autocast was on).
+    assert recorded_dtypes(dtypes) == ["torch.bfloat16"]

@@ -156,6 +156,9 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             shared = sharing(alone, together)
         rates = {n: rank_data_rate(pipeline.loader[w], n, w, cpus) for n, w in rank_workers.items()}
         one = next((r for r in measured["measured"] if r["devices"] == 1 and r["timing"]), None)
+        if one:  # bench's step against a real train.py run's steady step, same config
+            compute["run_step_s"] = one["timing"]["mean_s"]
+            compute["step_vs_run"] = lightning.mean_s / one["timing"]["mean_s"]
         inputs = ModelInputs(
             bare,
             lightning,

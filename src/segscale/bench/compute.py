@@ -15,7 +15,6 @@ import copy
 import logging
 import resource
 import statistics
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from segscale.bench.timing import StepTimer, Timing, summarize_steps, synchronize
+from segscale.bench.timing import StepClock, StepTimer, Timing, summarize_steps
 from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
 from segscale.training.third_party_noise import third_party_noise_filtered
@@ -143,22 +142,24 @@ def bare_steps(
     device: torch.device,
     steps: int,
 ) -> list[Phases]:
-    """Train ``module`` on ``batch`` for ``steps`` steps in plain PyTorch; clock each phase."""
+    """Train ``module`` on ``batch`` for ``steps`` steps in plain PyTorch; clock each phase.
+
+    The phases are clocked as the steps run, pipelined as in a real training loop
+    (``StepClock``: no synchronization between steps or phases on a GPU).
+    """
     module = module.to(device).train()
     optimizer, scaler = optimizer_and_scaler(module, precision, device)
-    phases: list[Phases] = []
+    clock = StepClock(device)
+    clock.mark()
     for _ in range(steps):
-        start = time.perf_counter()
         loss = forward_loss(module, batch, precision, device)
-        synchronize(device)
-        forward = time.perf_counter()
+        clock.mark()
         scaler.scale(loss).backward()
-        synchronize(device)
-        backward = time.perf_counter()
+        clock.mark()
         apply_gradients(optimizer, scaler)
-        synchronize(device)
-        phases.append((forward - start, backward - forward, time.perf_counter() - backward))
-    return phases
+        clock.mark()
+    seconds = clock.seconds()
+    return [(seconds[i], seconds[i + 1], seconds[i + 2]) for i in range(0, len(seconds), 3)]
 
 
 def bare_result(windows: list[list[Phases]], warmup_s: float, peak_mb: float) -> BareLoopResult:

@@ -57,6 +57,13 @@ def table(results: dict[str, Any]) -> str:
                 f"optimizer {1000 * bare['optimizer_s']:.1f})",
             ),
             ("Lightning / bare", f"{compute['framework_ratio']:.3f}"),
+            (
+                "step of a train.py run (1 device)",
+                f"{1000 * compute['run_step_s']:.1f} ms; bench's step / the run's: "
+                f"{compute['step_vs_run']:.3f}"
+                if compute.get("run_step_s")
+                else "not measured",
+            ),
             ("peak memory", f"{compute['peak_memory_mb']:.0f} MB ({compute['memory_kind']})"),
             ("parameters", f"{compute['parameters'] / 1e6:.2f} M"),
             (

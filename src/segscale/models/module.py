@@ -21,7 +21,7 @@ from segscale.errors import ConfigError
 from segscale.models.checkpoint_metadata import read_trained_network
 from segscale.models.losses import SegmentationLoss
 from segscale.models.metrics import scores_from_confusion
-from segscale.models.nonfinite import NonFiniteError, check_policy, describe
+from segscale.models.nonfinite import NonFiniteError, PendingVerdict, check_policy, describe
 from segscale.models.optim import (
     Schedule,
     check_gradient_threshold,
@@ -110,7 +110,9 @@ class SegmentationModule(L.LightningModule):
         check_policy(on_nonfinite)
         self.on_nonfinite = on_nonfinite
         self.skipped_steps = 0
-        self._nonfinite: torch.Tensor | None = None  # this step's verdict, on the device
+        self._nonfinite: torch.Tensor | None = None  # this step's loss verdict, on the device
+        self._pending: PendingVerdict | None = None  # the last step's, read at the next
+        self.stopped_at_step: int | None = None  # the non-finite step that stopped the run
         self._buffers_before: list[torch.Tensor] = []  # batch-norm statistics, under skip
         self.network, self.optimizer_factory = network, optimizer
         self.schedule = schedule or Schedule("none")
@@ -269,7 +271,11 @@ class SegmentationModule(L.LightningModule):
         self.val_loss.reset()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store ``inference_metadata`` (for predict.py and evaluate.py) and the skip count."""
+        """Store ``inference_metadata`` (for predict.py and evaluate.py) and the skip count.
+
+        Refuses (``_raise_if_pending``) to save weights that a non-finite step changed.
+        """
+        self._raise_if_pending()
         if self.inference_metadata is not None:
             checkpoint["segscale"] = self.inference_metadata
         checkpoint["segscale_skipped_steps"] = self.skipped_steps
@@ -289,47 +295,76 @@ class SegmentationModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Stop or skip a non-finite step; clip the gradients (MATLAB's GradientThreshold).
 
-        The gradients here are all-reduced (the same on every rank) and unscaled.
+        The gradients here are all-reduced (the same on every rank) and unscaled. The
+        verdict is computed on the device from the gradients as they are, before
+        clipping (which would turn an infinite gradient into NaN weights, or clamp it into
+        a finite one). Under ``stop`` it is read one step later (``_raise_if_pending``),
+        so that the host never waits for the step it has just queued.
         """
         parameters = list(self.network.parameters())
+        self._raise_if_pending()
         try:
-            if self._nonfinite is not None and self._step_is_nonfinite(parameters):
-                self._refuse_step(optimizer, parameters)
-                return
+            if self._nonfinite is not None:
+                verdict = self._step_verdict(parameters)
+                if self.on_nonfinite == "skip":
+                    loss, gradient = verdict.tolist()  # the host must know now, to skip
+                    if loss or gradient:
+                        self._refuse_step("loss" if loss else "gradient", parameters)
+                        return
+                else:
+                    self._pending = PendingVerdict.of(verdict, self.trainer.global_step)
         finally:
             self._nonfinite, self._buffers_before = None, []  # the next step starts afresh
         clip_gradients(parameters, self.gradient_threshold, self.gradient_threshold_method)
 
-    def _step_is_nonfinite(self, parameters: list[nn.Parameter]) -> bool:
-        """Whether the loss, or without clipping the gradients, are not finite.
+    def _step_verdict(self, parameters: list[nn.Parameter]) -> torch.Tensor:
+        """Two flags on the device: the loss, and any gradient, is not finite.
 
-        One host sync per step, on a flag computed in the forward pass: by now the
-        backward pass is queued behind it, so the device does not wait for the host. It
-        is the training step's only one (tests/training/test_host_syncs.py counts them).
-        Under 16-mixed the gradient scaler already skips steps with non-finite
-        gradients (that is how it finds its scale), so only the loss counts there.
+        Under 16-mixed the gradient scaler already skips steps with non-finite gradients
+        (that is how it finds its scale), so only the loss counts there.
         """
-        flag = self._nonfinite
-        assert flag is not None  # on_before_optimizer_step calls this only with a verdict
-        if math.isinf(self.gradient_threshold) and self.trainer.precision != "16-mixed":
+        loss = self._nonfinite
+        assert loss is not None  # on_before_optimizer_step calls this only with a verdict
+        gradient = torch.zeros_like(loss)
+        if self.trainer.precision != "16-mixed":
             gradients = [p.grad for p in parameters if p.grad is not None]
             if gradients:
                 # The largest magnitude: finite exactly when every element is (an L2
                 # norm of large finite gradients could overflow).
                 largest = torch.nn.utils.get_total_norm(gradients, norm_type=math.inf)
-                flag = flag | ~torch.isfinite(largest)
-        return bool(flag.item())
+                gradient = ~torch.isfinite(largest.to(loss.device))
+        return torch.stack([loss, gradient])
 
-    def _refuse_step(
-        self, optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter]
-    ) -> None:
-        """Raise ``NonFiniteError`` (``stop``), or make this step change nothing (``skip``)."""
-        nonfinite = self._nonfinite
-        assert nonfinite is not None  # on_before_optimizer_step calls this only with a verdict
-        what = "loss" if bool(nonfinite.item()) else "gradient"
-        message = self._describe_nonfinite(what)
-        if self.on_nonfinite == "stop":
-            raise NonFiniteError(f"training stopped: {message}")
+    def _raise_if_pending(self) -> None:
+        """Raise ``NonFiniteError`` if the step before this one was not finite (``stop``).
+
+        Called at the next optimizer step, before validation, before a checkpoint is
+        written and when training ends, so that weights a non-finite step changed are
+        never validated, saved or reported. The one host read per step, of a flag the
+        device computed a whole step ago (tests/training/test_host_syncs.py counts it).
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        loss, gradient = pending.read()
+        if loss or gradient:
+            self.stopped_at_step = pending.step
+            what = "loss" if loss else "gradient"
+            raise NonFiniteError(
+                f"training stopped: {self._describe_nonfinite(what, pending.step)}"
+            )
+
+    def on_validation_start(self) -> None:
+        """Validate no weights that a non-finite step changed (``_raise_if_pending``)."""
+        self._raise_if_pending()
+
+    def on_train_end(self) -> None:
+        """Report no weights that the last step left non-finite (``_raise_if_pending``)."""
+        self._raise_if_pending()
+
+    def _refuse_step(self, what: str, parameters: list[nn.Parameter]) -> None:
+        """Make this step, whose ``what`` is not finite, change nothing (``skip``)."""
+        message = self._describe_nonfinite(what, self.trainer.global_step)
         # An optimizer leaves parameters without a gradient untouched (no momentum, no
         # weight decay); the batch-norm statistics go back to before the forward pass.
         for parameter in parameters:
@@ -340,11 +375,11 @@ class SegmentationModule(L.LightningModule):
         if self.trainer.is_global_zero:
             log.warning("skipped a step (training.on_nonfinite=skip): %s", message)
 
-    def _describe_nonfinite(self, what: str) -> str:
+    def _describe_nonfinite(self, what: str, step: int | None = None) -> str:
         optimizers = self.trainer.optimizers
         return describe(
             what,
-            self.trainer.global_step,
+            self.trainer.global_step if step is None else step,
             self.trainer.current_epoch,
             float(optimizers[0].param_groups[0]["lr"]) if optimizers else math.nan,
             str(self.trainer.precision),

@@ -9,6 +9,9 @@ logged and counted; never silent.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import torch
 
 from segscale.errors import ConfigError
 
@@ -46,3 +49,37 @@ def describe(what: str, step: int, epoch: int, learning_rate: float, precision: 
         f"the {what} is not finite (NaN or inf) at step {step} (epoch {epoch}){rate}. "
         f"Likely causes: {'; '.join(causes)}."
     )
+
+
+@dataclass(frozen=True)
+class PendingVerdict:
+    """A step's non-finite flags (loss, gradient) on their way to the host.
+
+    On a GPU the flags are copied into pinned host memory behind the step's own work,
+    and an event marks when they have arrived: reading them a step later waits for that
+    event only, not for everything queued since, so the host never stalls the device
+    (a plain ``.item()`` would wait for the whole queue, the next step's backward pass
+    included). On the CPU the flags are simply the tensor.
+    """
+
+    flags: torch.Tensor
+    step: int  # the optimizer step they belong to
+    arrived: torch.cuda.Event | None = None
+
+    @classmethod
+    def of(cls, verdict: torch.Tensor, step: int) -> PendingVerdict:
+        """Start moving ``verdict`` (two booleans on the device) of ``step`` to the host."""
+        if verdict.device.type != "cuda":
+            return cls(verdict, step)
+        host = torch.empty(verdict.shape, dtype=verdict.dtype, pin_memory=True)
+        host.copy_(verdict, non_blocking=True)
+        arrived = torch.cuda.Event()
+        arrived.record()
+        return cls(host, step, arrived)
+
+    def read(self) -> tuple[bool, bool]:
+        """Whether the loss, and whether a gradient, was not finite."""
+        if self.arrived is not None:
+            self.arrived.synchronize()
+        loss, gradient = self.flags.tolist()
+        return bool(loss), bool(gradient)

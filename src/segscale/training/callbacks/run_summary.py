@@ -181,7 +181,8 @@ class RunSummary(L.Callback):
             # training.encoder_lr_factor and training.freeze_encoder_epochs
             "fine_tuning": self.fine_tuning,
             "epochs": trainer.current_epoch,
-            "steps": trainer.global_step,
+            # Steps whose updates stand: a non-finite step stops the run a step later.
+            "steps": _trusted_steps(trainer, pl_module),
             # Steps skipped for a non-finite loss or gradient (training.on_nonfinite=skip).
             "skipped_steps": getattr(pl_module, "skipped_steps", 0),
             "train_patches": self.patches,
@@ -219,3 +220,9 @@ def _number(value: Any) -> float | None:
         return None
     number = float(value.item() if isinstance(value, torch.Tensor) else value)
     return number if math.isfinite(number) else None  # JSON has no NaN or Infinity
+
+
+def _trusted_steps(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
+    """Optimizer steps taken, up to the non-finite step that stopped the run if one did."""
+    stopped_at = getattr(pl_module, "stopped_at_step", None)
+    return trainer.global_step if stopped_at is None else int(stopped_at)

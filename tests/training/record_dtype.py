@@ -1,0 +1,45 @@
+"""A callback that records the floating-point type the network computes in while training.
+
+Under ``trainer.precision=bf16-mixed`` the network's output inside the training step must
+be bfloat16 (autocast active), under ``16-mixed`` float16, and float32 under ``32-true``:
+a run that finished with a positive loss shows none of this.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class RecordOutputDtype(L.Callback):
+    """Records the dtype of the network's output in training; writes them to ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.dtypes: set[torch.dtype] = set()
+        self._hook: Any = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Hook the network's forward pass."""
+
+        def record(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> None:
+            if module.training:
+                self.dtypes.add(output.dtype)
+
+        self._hook = pl_module.network.register_forward_hook(record)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Remove the hook; write the dtypes seen (``["torch.bfloat16"]``, ...)."""
+        if self._hook is not None:
+            self._hook.remove()
+        if trainer.is_global_zero:
+            self.path.write_text(json.dumps(sorted(str(d) for d in self.dtypes)))
+
+
+def recorded_dtypes(path: Path) -> list[str]:
+    """The dtypes a ``RecordOutputDtype`` wrote to ``path``."""
+    return json.loads(path.read_text())
