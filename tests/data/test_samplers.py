@@ -47,14 +47,19 @@ def test_global_batches_match_one_process(batch_sizes):
             assert set(single) <= set(together)
 
 
-def test_the_batches_done_are_left_out_when_an_epoch_starts():
-    done = [0]
-    sampler = EpochShardSampler(20, [2, 2], 1, seed=3, batches_done=lambda: done[0])
-    full = list(sampler)
-    done[0] = 2  # asked at the start of the iteration, not when the sampler was made
-    assert list(sampler) == full[2:]
-    done[0] = 0
-    assert list(sampler) == full
+def test_the_epoch_and_batches_done_are_asked_when_an_epoch_starts():
+    where = [(0, 0)]
+    sampler = EpochShardSampler(20, [2, 2], 1, seed=3, position=lambda: where[0])
+    first = list(sampler)
+    sampler.set_epoch(5)  # the position's epoch counts, not set_epoch's
+    assert list(sampler) == first
+    where[0] = (1, 2)  # asked at the start of the iteration, not when the sampler was made
+    sampler.set_epoch(1)
+    resumed = list(sampler)
+    where[0] = (1, 0)
+    second = list(sampler)
+    assert resumed == second[2:] and {e for e, _ in keys(sampler)} == {1}
+    assert second != first
 
 
 def test_split_in_proportion_keeps_the_total():

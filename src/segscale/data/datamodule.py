@@ -202,17 +202,19 @@ class SegmentationDataModule(L.LightningDataModule):
         if train_set is None:  # len(None) would raise this TypeError too
             raise TypeError("no training set: call setup('fit') first")
         sampler = EpochShardSampler(
-            len(train_set), batch_sizes, rank, self.shuffle, self.seed, self._batches_done
+            len(train_set), batch_sizes, rank, self.shuffle, self.seed, self._epoch_position
         )
         return self._loader(train_set, batch_sampler=sampler, num_workers=num_workers)
 
-    def _batches_done(self) -> int:
-        """Batches of the current epoch the trainer has trained (after a resume: > 0)."""
+    def _epoch_position(self) -> tuple[int, int] | None:
+        """The trainer's epoch and the batches of it trained already (after a resume: > 0)."""
         trainer = self.trainer
+        if trainer is None:  # a loader used on its own: the sampler's set_epoch says
+            return None
         # inf until Lightning has the loader's length, which is before any epoch starts
-        if trainer is None or not math.isfinite(trainer.num_training_batches):
-            return 0
-        return batches_done_in_epoch(
+        if not math.isfinite(trainer.num_training_batches):
+            return trainer.current_epoch, 0
+        return trainer.current_epoch, batches_done_in_epoch(
             trainer.global_step,
             trainer.current_epoch,
             int(trainer.num_training_batches),

@@ -42,12 +42,16 @@ class EpochShardSampler(Sampler[list[Key]]):
     batch. The last step splits what is left in the same proportions; a rank
     that would get none of it gets one fresh padding index (``dataset_len``,
     ``dataset_len + 1``, ...), since DDP needs the same number of steps on every rank.
-    So the ranks' shards are disjoint and never repeat. Call ``set_epoch`` before each
-    epoch (Lightning does). ``batches_done``, asked when an epoch's iteration starts,
-    says how many of its batches were trained already; the iteration leaves them out,
-    so a resumed run continues the interrupted epoch where it stopped. (Asked then, not
-    when the sampler is made: Lightning makes the training loader before it restores a
-    checkpoint, to count the steps a schedule needs, and keeps it.)
+    So the ranks' shards are disjoint and never repeat.
+
+    ``position``, asked when an epoch's iteration starts, gives the epoch and how many
+    of its batches were trained already; the iteration leaves those out, so a resumed
+    run continues the interrupted epoch where it stopped. (Asked then, not when the
+    sampler is made: Lightning makes the training loader before it restores a
+    checkpoint, to count the steps a schedule needs, and keeps it. Nor through
+    ``set_epoch``: Lightning calls it on a loader's sampler, never on its batch
+    sampler.) Where there is no ``position`` (or it gives ``None``: no trainer),
+    ``set_epoch`` selects the epoch and no batch is skipped.
     """
 
     def __init__(
@@ -57,7 +61,7 @@ class EpochShardSampler(Sampler[list[Key]]):
         rank: int = 0,
         shuffle: str = "every-epoch",
         seed: int = 0,
-        batches_done: Callable[[], int] | None = None,
+        position: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
         if not 0 <= rank < len(batch_sizes):
             raise ValueError(f"rank must be in [0, {len(batch_sizes)}), got {rank}")
@@ -69,10 +73,10 @@ class EpochShardSampler(Sampler[list[Key]]):
             )
         self.dataset_len, self.batch_sizes, self.rank = dataset_len, list(batch_sizes), rank
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
-        self.batches_done = batches_done
+        self.position = position
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose keys the next iteration yields."""
+        """Select the epoch whose keys the next iteration yields (without ``position``)."""
         self.epoch = epoch
 
     def __len__(self) -> int:
@@ -91,12 +95,14 @@ class EpochShardSampler(Sampler[list[Key]]):
             position += global_batch
 
     def __iter__(self) -> Iterator[list[Key]]:
-        patch_epoch = self.epoch if self.shuffle == "every-epoch" else 0
+        where = self.position() if self.position else None
+        epoch, done = where if where is not None else (self.epoch, 0)
+        patch_epoch = epoch if self.shuffle == "every-epoch" else 0
         if self.shuffle == "never":
             order = np.arange(self.dataset_len)
         else:
             order = np.random.default_rng([self.seed, patch_epoch]).permutation(self.dataset_len)
-        skip = min(self.batches_done(), len(self)) if self.batches_done else 0
+        skip = min(done, len(self))
         for step, (start, size) in enumerate(self.steps()):
             if step < skip:
                 continue
@@ -110,5 +116,13 @@ class EpochShardSampler(Sampler[list[Key]]):
 def batches_done_in_epoch(
     global_step: int, epoch: int, batches_per_epoch: int, accumulate: int
 ) -> int:
-    """Batches of epoch ``epoch`` already trained when a run restarts at ``global_step``."""
-    return max(0, global_step * accumulate - epoch * batches_per_epoch)
+    """Batches of epoch ``epoch`` already trained when its iteration starts at ``global_step``.
+
+    Every epoch takes ``ceil(batches_per_epoch / accumulate)`` optimizer steps (Lightning
+    steps on an epoch's last, partial window too), and a run stops only between optimizer
+    steps, so the steps past the earlier epochs' are whole windows of ``accumulate``
+    batches of this one: 0 when an epoch starts, more when a run resumes inside it.
+    """
+    steps_per_epoch = math.ceil(batches_per_epoch / accumulate)
+    steps_in_epoch = global_step - epoch * steps_per_epoch
+    return min(batches_per_epoch, max(0, steps_in_epoch * accumulate))
