@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from segscale.cli.train import main
 from segscale.training.run import train
+from tests.conftest import tiny_overrides
+from tests.in_process import run_in_process
 from tests.training.record_batches import recorded
 
 FAST = [
@@ -51,3 +54,31 @@ def test_accumulated_epochs_train_every_batch_and_validate(make_config, tmp_path
     assert steps == [0, 1, 1, 2, 3, 3, 4, 4, 5, 6]  # the global step after each batch
     assert [(v["validated"], v["step"]) for v in validations] == [(0, 3), (1, 6)]
     assert summary["steps"] == 6 and summary["epochs"] == 2
+
+
+def test_a_last_partial_batch_is_left_out(make_config, tmp_path):
+    # 2 tiles × 5 patches in batches of 3: 3 full batches and 1 patch left over, which
+    # as a batch of its own stopped DeepLabV3+'s batch norm with a traceback.
+    summary, batches, validations = trained(
+        make_config,
+        tmp_path / "run",
+        "datamodule.patches_per_image=5",
+        "datamodule.batch_size=3",
+        "trainer.max_epochs=1",
+    )
+    assert [len(b["keys"]) for b in batches] == [3, 3, 3]
+    assert summary["steps"] == 3 and len(validations) == 1
+
+
+def test_an_epoch_without_a_full_batch_is_refused(tiny_data_root, tmp_path):
+    done = run_in_process(
+        main,
+        *tiny_overrides(tiny_data_root, tmp_path / "run"),
+        "datamodule.patches_per_image=1",
+        "datamodule.batch_size=4",
+    )
+    output = done.stdout + done.stderr  # the log's ERROR line
+    assert done.returncode == 2, output[-3000:]
+    assert "an epoch of 2 training patches (datamodule.patches_per_image=1 × 2 images) " in output
+    assert "holds no full global batch of 4 (datamodule.batch_size × devices)" in output
+    assert "Traceback" not in output

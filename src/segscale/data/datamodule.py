@@ -27,6 +27,7 @@ from segscale.data.sources import (
 )
 from segscale.data.validation import DatasetReport, validate_dataset
 from segscale.devices import cpus_available
+from segscale.errors import ConfigError
 
 MAX_AUTO_WORKERS = 8
 """``num_workers: auto`` never starts more workers than this per rank: each holds a copy
@@ -204,6 +205,13 @@ class SegmentationDataModule(L.LightningDataModule):
         sampler = EpochShardSampler(
             len(train_set), batch_sizes, rank, self.shuffle, self.seed, self._epoch_position
         )
+        if len(sampler) == 0:  # Lightning would skip training without a word
+            raise ConfigError(
+                f"an epoch of {len(train_set)} training patches (datamodule.patches_per_image="
+                f"{self.patches_per_image} × {len(train_set.tiles)} images) holds no full "
+                f"global batch of {sum(batch_sizes)} (datamodule.batch_size × devices): "
+                "draw more patches per image or lower the batch"
+            )
         return self._loader(train_set, batch_sampler=sampler, num_workers=num_workers)
 
     def _epoch_position(self) -> tuple[int, int] | None:

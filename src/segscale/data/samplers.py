@@ -39,10 +39,10 @@ class EpochShardSampler(Sampler[list[Key]]):
     Step ``k`` takes the next ``sum(batch_sizes)`` positions of the order, and rank
     ``r`` takes its contiguous slice of them, so the ranks' batches of step ``k``
     together hold exactly the patches of batch ``k`` of one process with the global
-    batch. The last step splits what is left in the same proportions; a rank
-    that would get none of it gets one fresh padding index (``dataset_len``,
-    ``dataset_len + 1``, ...), since DDP needs the same number of steps on every rank.
-    So the ranks' shards are disjoint and never repeat.
+    batch, and the ranks' shards are disjoint and never repeat. An epoch is the full
+    global batches its patches make: the few left over are not trained that epoch, as
+    MATLAB's ``trainNetwork`` discards the last partial mini-batch (a batch of one
+    patch stops a network with batch norm, and every rank takes the same steps).
 
     ``position``, asked when an epoch's iteration starts, gives the epoch and how many
     of its batches were trained already; the iteration leaves those out, so a resumed
@@ -80,19 +80,7 @@ class EpochShardSampler(Sampler[list[Key]]):
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return math.ceil(self.dataset_len / sum(self.batch_sizes))
-
-    def steps(self) -> Iterator[tuple[int, int]]:
-        """``(start, size)`` of this rank's slice of the order, for each step of an epoch."""
-        global_batch, position = sum(self.batch_sizes), 0
-        for step in range(len(self)):
-            if step < len(self) - 1:
-                sizes = self.batch_sizes
-            else:  # what is left, and one padding patch for a rank that would get none
-                left = split_in_proportion(self.dataset_len - position, self.batch_sizes)
-                sizes = [max(1, size) for size in left]
-            yield position + sum(sizes[: self.rank]), sizes[self.rank]
-            position += global_batch
+        return self.dataset_len // sum(self.batch_sizes)
 
     def __iter__(self) -> Iterator[list[Key]]:
         where = self.position() if self.position else None
@@ -102,15 +90,11 @@ class EpochShardSampler(Sampler[list[Key]]):
             order = np.arange(self.dataset_len)
         else:
             order = np.random.default_rng([self.seed, patch_epoch]).permutation(self.dataset_len)
-        skip = min(done, len(self))
-        for step, (start, size) in enumerate(self.steps()):
-            if step < skip:
-                continue
-            # Positions past the end of the order are the fresh padding indices.
-            yield [
-                (patch_epoch, int(order[p]) if p < self.dataset_len else p)
-                for p in range(start, start + size)
-            ]
+        global_batch, size = sum(self.batch_sizes), self.batch_sizes[self.rank]
+        start = sum(self.batch_sizes[: self.rank])  # this rank's slice of each global batch
+        for step in range(min(done, len(self)), len(self)):
+            first = step * global_batch + start
+            yield [(patch_epoch, int(order[p])) for p in range(first, first + size)]
 
 
 def batches_done_in_epoch(
