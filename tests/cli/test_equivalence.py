@@ -35,7 +35,7 @@ def final_weights(
     """The floating-point weights after training in the run folder ``run`` (one per run)."""
     summary = train(make_config(*SAME_STEPS, *overrides, f"output_dir={run}"))
     assert summary["global_batch_size"] == global_batch
-    assert summary["steps"] == 2 * -(-PATCHES // global_batch)
+    assert summary["steps"] == 2 * (PATCHES // global_batch)  # a partial batch is left out
     state = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=True)
     return {k: v for k, v in state["state_dict"].items() if v.is_floating_point()}
 

@@ -8,25 +8,32 @@ def keys(sampler):
     return [key for batch in sampler for key in batch]
 
 
-@pytest.mark.parametrize("length", [12, 13, 2])
+@pytest.mark.parametrize("length", [12, 13, 17])
 @pytest.mark.parametrize("batch_sizes", [[4], [2, 2], [2, 2, 2], [3, 1], [2, 1, 1]])
-def test_ranks_draw_disjoint_shards_in_equal_steps(length, batch_sizes):
+def test_ranks_draw_disjoint_shards_of_full_global_batches(length, batch_sizes):
     shards = []
     for rank in range(len(batch_sizes)):
         sampler = EpochShardSampler(length, batch_sizes, rank, shuffle="every-epoch", seed=1)
         sampler.set_epoch(4)
         batches = list(sampler)
-        assert len(batches) == len(sampler)  # every rank takes the same number of steps
-        assert all(batches) and all(epoch == 4 for epoch, _ in keys(sampler))
+        assert len(batches) == len(sampler) == length // sum(batch_sizes)
+        # Every step is a full global batch: a last, partial one is left out.
+        assert [len(b) for b in batches] == [batch_sizes[rank]] * len(sampler)
+        assert all(epoch == 4 for epoch, _ in keys(sampler))
         shards.append([index for _, index in keys(sampler)])
     flat = [i for s in shards for i in s]
-    assert len(flat) == len(set(flat))
-    assert set(range(length)) <= set(flat)
-    # Padding only tops up a last step that would leave a rank without a patch.
-    padding = set(flat) - set(range(length))
-    assert len(padding) < len(batch_sizes)
-    if length % sum(batch_sizes) == 0:
-        assert not padding
+    assert len(flat) == len(set(flat)) == len(sampler) * sum(batch_sizes)
+    assert set(flat) <= set(range(length))
+
+
+def test_the_patches_left_over_differ_each_epoch():
+    sampler = EpochShardSampler(10, [3], shuffle="every-epoch", seed=2)
+    left_over = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        left_over.append(set(range(10)) - {i for _, i in keys(sampler)})
+    assert all(len(s) == 1 for s in left_over) and len({min(s) for s in left_over}) > 1
+    assert len(EpochShardSampler(3, [2, 2])) == 0
 
 
 @pytest.mark.parametrize("batch_sizes", [[2, 2], [3, 1], [1, 2, 1]])
@@ -39,22 +46,23 @@ def test_global_batches_match_one_process(batch_sizes):
     ]
     assert all(len(r) == len(one) for r in ranks)
     for step, single in enumerate(one):
-        together = sorted(k for r in ranks for k in r[step])
-        if step < len(one) - 1:
-            assert sorted(single) == together
-            assert [len(r[step]) for r in ranks] == batch_sizes
-        else:  # what is left, topped up if a rank would get no patch
-            assert set(single) <= set(together)
+        assert sorted(single) == sorted(k for r in ranks for k in r[step])
+        assert [len(r[step]) for r in ranks] == batch_sizes
 
 
-def test_the_batches_done_are_left_out_when_an_epoch_starts():
-    done = [0]
-    sampler = EpochShardSampler(20, [2, 2], 1, seed=3, batches_done=lambda: done[0])
-    full = list(sampler)
-    done[0] = 2  # asked at the start of the iteration, not when the sampler was made
-    assert list(sampler) == full[2:]
-    done[0] = 0
-    assert list(sampler) == full
+def test_the_epoch_and_batches_done_are_asked_when_an_epoch_starts():
+    where = [(0, 0)]
+    sampler = EpochShardSampler(20, [2, 2], 1, seed=3, position=lambda: where[0])
+    first = list(sampler)
+    sampler.set_epoch(5)  # the position's epoch counts, not set_epoch's
+    assert list(sampler) == first
+    where[0] = (1, 2)  # asked at the start of the iteration, not when the sampler was made
+    sampler.set_epoch(1)
+    resumed = list(sampler)
+    where[0] = (1, 0)
+    second = list(sampler)
+    assert resumed == second[2:] and {e for e, _ in keys(sampler)} == {1}
+    assert second != first
 
 
 def test_split_in_proportion_keeps_the_total():

@@ -27,6 +27,7 @@ from segscale.data.sources import (
 )
 from segscale.data.validation import DatasetReport, validate_dataset
 from segscale.devices import cpus_available
+from segscale.errors import ConfigError
 
 MAX_AUTO_WORKERS = 8
 """``num_workers: auto`` never starts more workers than this per rank: each holds a copy
@@ -202,17 +203,26 @@ class SegmentationDataModule(L.LightningDataModule):
         if train_set is None:  # len(None) would raise this TypeError too
             raise TypeError("no training set: call setup('fit') first")
         sampler = EpochShardSampler(
-            len(train_set), batch_sizes, rank, self.shuffle, self.seed, self._batches_done
+            len(train_set), batch_sizes, rank, self.shuffle, self.seed, self._epoch_position
         )
+        if len(sampler) == 0:  # Lightning would skip training without a word
+            raise ConfigError(
+                f"an epoch of {len(train_set)} training patches (datamodule.patches_per_image="
+                f"{self.patches_per_image} × {len(train_set.tiles)} images) holds no full "
+                f"global batch of {sum(batch_sizes)} (datamodule.batch_size × devices): "
+                "draw more patches per image or lower the batch"
+            )
         return self._loader(train_set, batch_sampler=sampler, num_workers=num_workers)
 
-    def _batches_done(self) -> int:
-        """Batches of the current epoch the trainer has trained (after a resume: > 0)."""
+    def _epoch_position(self) -> tuple[int, int] | None:
+        """The trainer's epoch and the batches of it trained already (after a resume: > 0)."""
         trainer = self.trainer
+        if trainer is None:  # a loader used on its own: the sampler's set_epoch says
+            return None
         # inf until Lightning has the loader's length, which is before any epoch starts
-        if trainer is None or not math.isfinite(trainer.num_training_batches):
-            return 0
-        return batches_done_in_epoch(
+        if not math.isfinite(trainer.num_training_batches):
+            return trainer.current_epoch, 0
+        return trainer.current_epoch, batches_done_in_epoch(
             trainer.global_step,
             trainer.current_epoch,
             int(trainer.num_training_batches),

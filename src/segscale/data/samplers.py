@@ -39,15 +39,19 @@ class EpochShardSampler(Sampler[list[Key]]):
     Step ``k`` takes the next ``sum(batch_sizes)`` positions of the order, and rank
     ``r`` takes its contiguous slice of them, so the ranks' batches of step ``k``
     together hold exactly the patches of batch ``k`` of one process with the global
-    batch. The last step splits what is left in the same proportions; a rank
-    that would get none of it gets one fresh padding index (``dataset_len``,
-    ``dataset_len + 1``, ...), since DDP needs the same number of steps on every rank.
-    So the ranks' shards are disjoint and never repeat. Call ``set_epoch`` before each
-    epoch (Lightning does). ``batches_done``, asked when an epoch's iteration starts,
-    says how many of its batches were trained already; the iteration leaves them out,
-    so a resumed run continues the interrupted epoch where it stopped. (Asked then, not
-    when the sampler is made: Lightning makes the training loader before it restores a
-    checkpoint, to count the steps a schedule needs, and keeps it.)
+    batch, and the ranks' shards are disjoint and never repeat. An epoch is the full
+    global batches its patches make: the few left over are not trained that epoch, as
+    MATLAB's ``trainNetwork`` discards the last partial mini-batch (a batch of one
+    patch stops a network with batch norm, and every rank takes the same steps).
+
+    ``position``, asked when an epoch's iteration starts, gives the epoch and how many
+    of its batches were trained already; the iteration leaves those out, so a resumed
+    run continues the interrupted epoch where it stopped. (Asked then, not when the
+    sampler is made: Lightning makes the training loader before it restores a
+    checkpoint, to count the steps a schedule needs, and keeps it. Nor through
+    ``set_epoch``: Lightning calls it on a loader's sampler, never on its batch
+    sampler.) Where there is no ``position`` (or it gives ``None``: no trainer),
+    ``set_epoch`` selects the epoch and no batch is skipped.
     """
 
     def __init__(
@@ -57,7 +61,7 @@ class EpochShardSampler(Sampler[list[Key]]):
         rank: int = 0,
         shuffle: str = "every-epoch",
         seed: int = 0,
-        batches_done: Callable[[], int] | None = None,
+        position: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
         if not 0 <= rank < len(batch_sizes):
             raise ValueError(f"rank must be in [0, {len(batch_sizes)}), got {rank}")
@@ -69,46 +73,40 @@ class EpochShardSampler(Sampler[list[Key]]):
             )
         self.dataset_len, self.batch_sizes, self.rank = dataset_len, list(batch_sizes), rank
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
-        self.batches_done = batches_done
+        self.position = position
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose keys the next iteration yields."""
+        """Select the epoch whose keys the next iteration yields (without ``position``)."""
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return math.ceil(self.dataset_len / sum(self.batch_sizes))
-
-    def steps(self) -> Iterator[tuple[int, int]]:
-        """``(start, size)`` of this rank's slice of the order, for each step of an epoch."""
-        global_batch, position = sum(self.batch_sizes), 0
-        for step in range(len(self)):
-            if step < len(self) - 1:
-                sizes = self.batch_sizes
-            else:  # what is left, and one padding patch for a rank that would get none
-                left = split_in_proportion(self.dataset_len - position, self.batch_sizes)
-                sizes = [max(1, size) for size in left]
-            yield position + sum(sizes[: self.rank]), sizes[self.rank]
-            position += global_batch
+        return self.dataset_len // sum(self.batch_sizes)
 
     def __iter__(self) -> Iterator[list[Key]]:
-        patch_epoch = self.epoch if self.shuffle == "every-epoch" else 0
+        where = self.position() if self.position else None
+        epoch, done = where if where is not None else (self.epoch, 0)
+        patch_epoch = epoch if self.shuffle == "every-epoch" else 0
         if self.shuffle == "never":
             order = np.arange(self.dataset_len)
         else:
             order = np.random.default_rng([self.seed, patch_epoch]).permutation(self.dataset_len)
-        skip = min(self.batches_done(), len(self)) if self.batches_done else 0
-        for step, (start, size) in enumerate(self.steps()):
-            if step < skip:
-                continue
-            # Positions past the end of the order are the fresh padding indices.
-            yield [
-                (patch_epoch, int(order[p]) if p < self.dataset_len else p)
-                for p in range(start, start + size)
-            ]
+        global_batch, size = sum(self.batch_sizes), self.batch_sizes[self.rank]
+        start = sum(self.batch_sizes[: self.rank])  # this rank's slice of each global batch
+        for step in range(min(done, len(self)), len(self)):
+            first = step * global_batch + start
+            yield [(patch_epoch, int(order[p])) for p in range(first, first + size)]
 
 
 def batches_done_in_epoch(
     global_step: int, epoch: int, batches_per_epoch: int, accumulate: int
 ) -> int:
-    """Batches of epoch ``epoch`` already trained when a run restarts at ``global_step``."""
-    return max(0, global_step * accumulate - epoch * batches_per_epoch)
+    """Batches of epoch ``epoch`` already trained when its iteration starts at ``global_step``.
+
+    Every epoch takes ``ceil(batches_per_epoch / accumulate)`` optimizer steps (Lightning
+    steps on an epoch's last, partial window too), and a run stops only between optimizer
+    steps, so the steps past the earlier epochs' are whole windows of ``accumulate``
+    batches of this one: 0 when an epoch starts, more when a run resumes inside it.
+    """
+    steps_per_epoch = math.ceil(batches_per_epoch / accumulate)
+    steps_in_epoch = global_step - epoch * steps_per_epoch
+    return min(batches_per_epoch, max(0, steps_in_epoch * accumulate))

@@ -173,6 +173,10 @@ class PreemptionStop(L.Callback):
         batch_idx: int,
     ) -> None:
         """After a step: stop here if the ranks agreed that a signal came."""
+        # Only between optimizer steps: a checkpoint inside a gradient-accumulation
+        # window loses the window's gradients, and Lightning resumes after its batches.
+        if not _steps_optimizer(trainer, batch_idx):
+            return
         number = self._agreed()
         if not number:
             return
@@ -259,6 +263,15 @@ class PreemptionStop(L.Callback):
                 flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True
             )
         return agreed
+
+
+def _steps_optimizer(trainer: L.Trainer, batch_idx: int) -> bool:
+    """Whether Lightning steps the optimizer after batch ``batch_idx`` of the epoch.
+
+    It does after every ``accumulate_grad_batches`` batches, and after an epoch's last.
+    """
+    done = batch_idx + 1
+    return done % trainer.accumulate_grad_batches == 0 or done >= trainer.num_training_batches
 
 
 class _NoLightningSignalHandlers(_SignalConnector):

@@ -1,0 +1,61 @@
+"""A preemption signal inside a gradient-accumulation window stops the run after the
+window's optimizer step, so that the resumed run trains each batch once, in its window.
+
+The preempted run is a process of its own (the signal is real); the resume runs
+train.py's entry point in this process. ``RecordBatches`` records both launches.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from segscale.cli.train import main
+from segscale.training.preemption import EXIT_PREEMPTED
+from tests.conftest import tiny_overrides, train_command
+from tests.in_process import run_in_process
+from tests.training.record_batches import recorded
+
+# 2 tiles × 5 patches in batches of 2: one epoch of 5 batches in windows of 2 (3 steps).
+WINDOWS = [
+    "datamodule.patches_per_image=5",
+    "datamodule.batch_size=2",
+    "datamodule.patch_size=32",
+    "trainer.accumulate_grad_batches=2",
+    "trainer.max_epochs=1",
+    "callbacks.validation_report=null",
+    "callbacks.training_progress=null",
+    "+callbacks.record._target_=tests.training.record_batches.RecordBatches",
+]
+
+
+@pytest.mark.slow
+def test_a_signal_inside_an_accumulation_window_stops_after_its_step(tiny_data_root, tmp_path):
+    run = tmp_path / "run"
+    args = [
+        *tiny_overrides(tiny_data_root, None),
+        *WINDOWS,
+        f"+callbacks.record.folder={tmp_path}/record",
+        f"hydra.run.dir={run}",
+        "ckpt_path=auto",
+    ]
+    # SIGTERM after batch 0, the first of the first window (global step 0).
+    signal_at = [
+        "+callbacks.signal._target_=tests.training.signal_at_step.SignalAtStep",
+        "+callbacks.signal.step=0",
+    ]
+    stopped = subprocess.run(
+        train_command(*args, *signal_at), capture_output=True, text=True, timeout=300
+    )
+    assert stopped.returncode == EXIT_PREEMPTED, stopped.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop"]["step"] == 1  # after the window's step, not inside the window
+    resumed = run_in_process(main, *args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    batches, _ = recorded(tmp_path / "record")
+    assert [b["batch"] for b in batches] == [0, 1, 2, 3, 4]
+    assert [b["step"] for b in batches] == [0, 1, 1, 2, 3]  # windows of 2, then of 1
+    patches = [tuple(key) for b in batches for key in b["keys"]]
+    assert len(patches) == len(set(patches)) == 10  # each patch of the epoch once
+    assert json.loads((run / "summary.json").read_text())["steps"] == 3
