@@ -115,7 +115,9 @@ class Predictor:
         if isinstance(image, np.ndarray):
             return self._checked_array(image)
         if isinstance(image, (str, os.PathLike)):
-            return read_input_image(Path(image), self.in_channels, self.max_image_pixels)
+            return read_input_image(
+                Path(image), self.in_channels, self.max_image_pixels, self.max_value
+            )
         raise TypeError(
             f"image must be a numpy array or the path of an image file, got {type(image).__name__}"
         )

@@ -62,27 +62,40 @@ def available_devices(accelerator: str) -> int:
     return 1
 
 
-def check_devices(devices: Any, accelerator: str) -> None:
-    """Raise ``ConfigError`` unless ``trainer.devices`` names devices this machine has."""
+def check_devices(devices: Any, accelerator: str, prefix: str = "trainer.") -> None:
+    """Raise ``ConfigError`` unless ``devices`` names devices this machine has.
+
+    ``prefix`` is where the two keys sit, for messages: ``trainer.`` for ``train.py``,
+    nothing for ``predict.py`` and ``evaluate.py``.
+    """
     kind = resolve_accelerator(accelerator)
     listed = is_device_list(devices)
+    devices_key, accelerator_key = f"{prefix}devices", f"{prefix}accelerator"
     if kind != "cuda":
         if listed:
             raise ConfigError(
-                f"trainer.devices={shown_devices(devices)} lists device indices, "
+                f"{devices_key}={shown_devices(devices)} lists device indices, "
                 "which only GPUs have; "
-                f"with trainer.accelerator={accelerator} ({kind}) give a count of processes, "
-                "e.g. trainer.devices=2"
+                f"with {accelerator_key}={accelerator} ({kind}) give a count of processes, "
+                f"e.g. {devices_key}=2"
             )
         return
     available = torch.cuda.device_count()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    if available == 0:
+        # Not the count's fault: no GPU at all (no driver, none in CUDA_VISIBLE_DEVICES).
+        raise ConfigError(
+            f"{accelerator_key}={accelerator}: no GPU is visible to this process "
+            f"(torch.cuda.is_available() is {torch.cuda.is_available()}, "
+            f"CUDA_VISIBLE_DEVICES={visible}); to run on the CPU give "
+            f"{accelerator_key}=cpu (or auto, which takes a GPU when there is one)"
+        )
     wanted = list(devices) if listed else []
     missing = [i for i in wanted if i >= available]
-    count = devices_count(devices, available)
+    count = devices_count(devices, available, devices_key)
     if missing or count > available:
         raise ConfigError(
-            f"trainer.devices={shown_devices(devices)} asks for GPU(s) this machine "
+            f"{devices_key}={shown_devices(devices)} asks for GPU(s) this machine "
             "does not have: it "
             f"has {available} (indices 0..{available - 1}; CUDA_VISIBLE_DEVICES={visible} "
             "numbers them from 0)"

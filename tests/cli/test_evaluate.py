@@ -4,16 +4,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from segscale.cli.evaluate import evaluate, image_confusion
+from segscale.cli.evaluate import main as evaluate_main
+from segscale.cli.train import main as train_main
 from segscale.data.labels import LabelMap
 from segscale.data.sources import ImageMaskPair
 from segscale.data.validation import InvalidDatasetError
-from segscale.errors import ConfigError
+from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import load_trained
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, write_pair
+from tests.in_process import run_in_process
 
 LABEL_IDS = [10, 20, 30]
 """Grey levels of the classes of ``_labelled``'s masks (99: void)."""
@@ -179,3 +183,141 @@ def test_a_bad_window_value_names_the_key(tmp_path: Path):
     # the window is built through build(), which lets our ConfigError through
     with pytest.raises(ConfigError, match=r"inference.overlap=1.5 is not allowed"):
         evaluate(_config(root, ckpt, tmp_path / "out", "split=test", "inference.overlap=1.5"))
+
+
+def _trained_on(ckpt: Path, source: dict, path: Path) -> Path:
+    """``ckpt`` as train.py writes it after training on ``source`` (its data_source)."""
+    content = load_checkpoint_file(ckpt, "ckpt")
+    content["segscale"]["data_source"] = source
+    save_checkpoint_file(content, path)
+    return path
+
+
+def _folder_source(root: Path) -> dict:
+    """``datamodule=folder datamodule.source.root=root`` as a checkpoint records it."""
+    return {
+        "_target_": "segscale.data.folder.FolderTiles",
+        "root": str(root),
+        "images": "images",
+        "masks": "masks",
+        "splits": {"train": "train", "val": "val", "test": "test"},
+    }
+
+
+def test_without_data_named_the_checkpoint_s_own_data_are_evaluated(tmp_path: Path, caplog):
+    caplog.set_level("INFO")
+    root = _dataset(tmp_path / "data")
+    oracle = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    ckpt = _trained_on(oracle, _folder_source(root), tmp_path / "folder.ckpt")
+    # what `python evaluate.py ckpt=... split=test` composes: the synthetic default
+    cfg = compose_config(
+        "evaluate",
+        f"ckpt={ckpt}",
+        f"output_dir={tmp_path / 'out'}",
+        "split=test",
+        "accelerator=cpu",
+        "inference.tile_size=32",
+    )
+    metrics = evaluate(cfg, data_given=False)
+    assert metrics["MeanIoU"] == 1.0  # the folder's images, not generated tiles
+    assert "evaluating the data ckpt was trained on: FolderTiles(root=" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "given"),
+    [
+        (("datamodule.source.num_val=1",), "SyntheticTiles("),  # the synthetic set, named
+        (("datamodule=folder", "datamodule.source.root={tmp}/other"), "FolderTiles(root='/other'"),
+    ],
+)
+def test_data_named_that_differ_from_the_checkpoint_s_are_refused_naming_both(
+    tmp_path: Path, overrides: tuple, given: str
+):
+    root = _dataset(tmp_path / "data")
+    ckpt = _trained_on(
+        oracle_checkpoint(tmp_path / "oracle.ckpt"), _folder_source(root), tmp_path / "f.ckpt"
+    )
+    named = [o.format(tmp=tmp_path) for o in overrides]
+    common = (f"ckpt={ckpt}", f"output_dir={tmp_path / 'out'}", "accelerator=cpu")
+    with pytest.raises(ConfigError) as refused:
+        evaluate(compose_config("evaluate", *common, *named))
+    message = str(refused.value)
+    assert f"datamodule.source is {given}" in message.replace(str(tmp_path), "")
+    assert f"trained on FolderTiles(root={str(root)!r}" in message
+    assert "other_data=true" in message
+
+
+def test_other_data_true_evaluates_the_data_named(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    other = _dataset(tmp_path / "other")
+    ckpt = _trained_on(
+        oracle_checkpoint(tmp_path / "oracle.ckpt"), _folder_source(root), tmp_path / "f.ckpt"
+    )
+    cfg = _config(other, ckpt, tmp_path / "out", "split=test", "other_data=true")
+    assert evaluate(cfg)["MeanIoU"] == 1.0
+
+
+def test_a_checkpoint_s_data_of_a_source_not_shipped_are_not_rebuilt(tmp_path: Path):
+    source = {"_target_": "builtins.exec", "root": "print('ran')"}
+    ckpt = _trained_on(oracle_checkpoint(tmp_path / "o.ckpt"), source, tmp_path / "x.ckpt")
+    cfg = compose_config("evaluate", f"ckpt={ckpt}", f"output_dir={tmp_path}", "accelerator=cpu")
+    with pytest.raises(ConfigError, match=r"_target_='builtins.exec', which evaluate.py does not"):
+        evaluate(cfg, data_given=False)
+
+
+@pytest.mark.slow
+def test_evaluate_py_alone_evaluates_the_folder_a_trained_checkpoint_learnt_on(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    for name in ("a", "b"):  # train/val splits for the training run
+        for split in ("train", "val"):
+            write_pair(root, split, name, *_pair_of(root, name))
+    common = ["datamodule.patch_size=32", "datamodule.patches_per_image=2"]
+    run = tmp_path / "run"
+    trained = run_in_process(
+        train_main,
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        *common,
+        "datamodule.batch_size=2",
+        "datamodule.num_workers=0",
+        "model.encoder_weights=null",
+        "model.encoder=resnet18",
+        "trainer.max_epochs=1",
+        "trainer.accelerator=cpu",
+        f"output_dir={run}",
+        f"hydra.run.dir={run}",
+        cwd=tmp_path,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    ckpt = run / "checkpoints/last.ckpt"
+    out = tmp_path / "evaluated"
+    args = (f"ckpt={ckpt}", "accelerator=cpu", "inference.tile_size=32", f"hydra.run.dir={out}")
+    result = run_in_process(evaluate_main, *args, "split=test", cwd=tmp_path, program="evaluate.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "evaluating the data ckpt was trained on: FolderTiles(" in result.stdout + result.stderr
+    assert (out / "metrics.json").is_file()
+    refused = run_in_process(
+        evaluate_main, *args, "datamodule.source.num_val=1", cwd=tmp_path, program="evaluate.py"
+    )
+    assert refused.returncode == EXIT_BAD_INPUT, refused.stderr[-3000:]
+    output = refused.stdout + refused.stderr
+    assert "Traceback" not in output and "datamodule.source is SyntheticTiles(" in output
+
+
+def _pair_of(root: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The test split's image and mask ``name``, as arrays."""
+    image = np.asarray(Image.open(root / "test/images" / f"{name}.png"))
+    return image, np.asarray(Image.open(root / "test/masks" / f"{name}.png"))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32])
+def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path: Path, dtype):
+    mask = np.random.default_rng(0).integers(0, 2, (40, 40)).astype(np.uint8)
+    image = oracle_image(mask).astype(dtype)
+    write_pair(tmp_path / "data", "test", "a", image, mask, ".tif", ".png")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")  # trained on uint8 (max_value 255)
+    with pytest.raises(ConfigError) as refused:
+        evaluate(_config(tmp_path / "data", ckpt, tmp_path / "out", "split=test"))
+    name = np.dtype(dtype).name
+    assert f"test/images/a.tif: its pixels are {name}, ckpt=" in str(refused.value)
+    assert "takes uint8 pixels (full intensity 255)" in str(refused.value)

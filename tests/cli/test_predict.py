@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import rasterio
 import tifffile
+import torch
 from PIL import Image
 
 from segscale.cli.predict import (
@@ -14,10 +15,13 @@ from segscale.cli.predict import (
     predict,
     run_prediction,
 )
+from segscale.cli.predict import main as predict_main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_TAGS
+from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
 from tests.data.declared_size import png_declaring
+from tests.in_process import run_in_process
 from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
 
 
@@ -79,7 +83,8 @@ def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Pa
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("input={tmp}/nothing.png", "input=.*is not an image, a folder or a .txt list"),
+        ("input={tmp}/nothing.png", "input=.*nothing.png' does not exist; expected an image"),
+        ("input={tmp}/notes.md", "input=.*is not an image, a folder or a .txt list"),
         ("ckpt={tmp}/missing.ckpt", r"ckpt=.*no such file; expected a .ckpt"),
         ("ckpt={tmp}/in/wide.png", "ckpt=.*cannot be read as weights"),
         ("format=jpg", "format='jpg' is not allowed"),
@@ -89,6 +94,7 @@ def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Pa
 )
 def test_bad_input_names_the_key(tmp_path: Path, override: str, message: str):
     _images(tmp_path / "in")
+    (tmp_path / "notes.md").write_text("not an image")
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     cfg = _config(
         f"ckpt={ckpt}",
@@ -318,3 +324,88 @@ def test_predict_of_an_image_without_georeferencing_writes_todays_files(
     reference.flush()
     del reference
     assert mask.read_bytes() == (tmp_path / "reference.tif").read_bytes()
+
+
+def test_a_dangling_link_as_input_is_said_to_lead_nowhere(tmp_path: Path):
+    (tmp_path / "scene.tif").symlink_to(tmp_path / "gone.tif")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    cfg = _config(f"ckpt={ckpt}", f"input={tmp_path / 'scene.tif'}", f"output_dir={tmp_path}")
+    with pytest.raises(ConfigError, match=r"is a link to .*gone.tif, which does not exist"):
+        predict(cfg)
+
+
+def test_inputs_whose_outputs_would_share_a_name_are_refused_before_anything_is_written(
+    tmp_path: Path,
+):
+    truths = _images(tmp_path / "in")
+    Image.fromarray(oracle_image(truths["wide"])).save(tmp_path / "in" / "wide_overlay.png")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    common = (f"ckpt={ckpt}", f"input={tmp_path / 'in'}", "inference.tile_size=32")
+    result = run_in_process(
+        predict_main,
+        *common,
+        "accelerator=cpu",
+        f"hydra.run.dir={tmp_path / 'out'}",
+        program="predict.py",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_BAD_INPUT and "Traceback" not in output
+    assert (
+        f"{tmp_path / 'in/wide.png'} and {tmp_path / 'in/wide_overlay.png'} would both " in output
+    )
+    assert "'wide_overlay'" in output and "overlay=false" in output
+    assert not list((tmp_path / "out").glob("*.png"))
+    written = predict(_config(*common, "overlay=false", f"output_dir={tmp_path / 'masks'}"))
+    assert sorted(p.name for p in written) == ["tall.png", "wide.png", "wide_overlay.png"]
+
+
+def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path: Path):
+    truths = _images(tmp_path / "in")
+    image = oracle_image(truths["wide"])
+    tifffile.imwrite(tmp_path / "in" / "deep.tif", image.astype(np.uint16) * 257)
+    tifffile.imwrite(tmp_path / "in" / "float.tif", image.astype(np.float32) / 255)
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")  # trained on uint8: max_value 255
+    cfg = _config(f"ckpt={ckpt}", f"input={tmp_path / 'in'}", f"output_dir={tmp_path / 'out'}")
+    with pytest.raises(UnreadableImageError) as refused:
+        predict(cfg)
+    message = str(refused.value)
+    expected = "the network of ckpt takes uint8 pixels (full intensity 255); convert the image"
+    assert f"deep.tif: its pixels are uint16, {expected}" in message
+    assert f"float.tif: its pixels are float32, {expected}" in message
+    assert "wide.png" not in message and not (tmp_path / "out").exists()
+
+
+def test_a_float_image_with_nan_pixels_is_refused(tmp_path: Path):
+    content = load_checkpoint_file(oracle_checkpoint(tmp_path / "o.ckpt"), "ckpt")
+    content["segscale"]["max_value"] = 1.0  # a network trained on float images
+    save_checkpoint_file(content, tmp_path / "float.ckpt")
+    image = np.full((20, 20, 3), 0.5, np.float32)
+    image[3, 4, 1] = np.nan
+    tifffile.imwrite(tmp_path / "nan.tif", image)
+    cfg = _config(
+        f"ckpt={tmp_path / 'float.ckpt'}",
+        f"input={tmp_path / 'nan.tif'}",
+        f"output_dir={tmp_path / 'out'}",
+        "inference.tile_size=32",
+    )
+    with pytest.raises(ConfigError, match=r"nan.tif: has NaN or infinite pixels"):
+        predict(cfg)
+
+
+def test_accelerator_gpu_without_a_gpu_says_so_and_how_to_use_the_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _images(tmp_path / "in")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    cfg = compose_config(
+        "predict",
+        "accelerator=gpu",
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+    )
+    with pytest.raises(ConfigError) as refused:
+        predict(cfg)
+    message = str(refused.value)
+    assert message.startswith("accelerator=gpu: no GPU is visible to this process")
+    assert "give accelerator=cpu" in message and "indices" not in message

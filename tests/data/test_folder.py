@@ -76,3 +76,30 @@ def test_missing_root_or_split_is_a_config_error(tmp_path: Path):
         FolderTiles(str(tmp_path)).scan("test")
     with pytest.raises(ConfigError, match=r"datamodule.source.splits.test is not set"):
         FolderTiles(str(tmp_path), splits={"test": None}).scan("test")
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["folders", "list"])
+def test_a_jpeg_mask_a_dangling_link_and_a_folder_named_png_are_said_to_be_what_they_are(
+    tmp_path: Path, listed: bool
+):
+    write_pair(tmp_path, "train", "t1", *_blank(), mask_suffix=".jpg")  # a JPEG mask
+    write_pair(tmp_path, "train", "t2", *_blank())
+    (tmp_path / "train/images/t2.png").unlink()
+    (tmp_path / "train/images/t2.png").mkdir()  # a folder named like an image
+    write_pair(tmp_path, "train", "t3", *_blank())
+    (tmp_path / "train/masks/t3.png").unlink()
+    (tmp_path / "train/masks/t3.png").symlink_to(tmp_path / "gone.png")  # dangling
+    write_pair(tmp_path, "train", "t4", *_blank())
+    splits = {"train": "train"}
+    if listed:  # the same files through a list under root/images and root/masks
+        for kind in ("images", "masks"):
+            (tmp_path / "train" / kind).rename(tmp_path / kind)
+        (tmp_path / "train.txt").write_text("t1\nt2\nt3\nt4\n")
+        splits = {"train": "train.txt"}
+    pairs, problems = FolderTiles(str(tmp_path), splits=splits).scan("train")
+    assert [p.image.name for p in pairs] == ["t4.png"]
+    reasons = {p.path.name: p.reason for p in problems}
+    assert reasons["t1.jpg"].startswith("a JPG mask; masks must be PNG/TIF/TIFF")
+    assert reasons["t2.png"] == "a folder, not an image file; rename or move it"
+    assert reasons["t3.png"] == f"a link to {tmp_path / 'gone.png'}, which does not exist"
+    assert len(problems) == 3  # the partners are not also "no mask/image for it"

@@ -6,6 +6,9 @@ accuracy, mean and weighted IoU, per-class IoU and Dice) as JSON, CSV and PNG.
 
 The classes, label IDs and normalization are the checkpoint's; a classes file or key
 given that differs from them is refused (``segscale.inference.checkpoint_classes``).
+So are the data, unless the command line names others (``datamodule=...``,
+``datamodule.source...``): those must be the checkpoint's, or ``other_data=true``
+(``segscale.inference.checkpoint_data``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import cast
 import hydra
 import numpy as np
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
@@ -31,10 +36,12 @@ from segscale.data.sources import (
     read_image,
     read_mask_values,
 )
-from segscale.data.validation import validate_dataset
+from segscale.data.validation import pixel_type_mismatch, validate_dataset
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.checkpoint_classes import CLASS_KEYS, use_checkpoint_classes
+from segscale.inference.checkpoint_data import use_checkpoint_data
 from segscale.inference.devices import run_on_devices
+from segscale.inference.inputs import check_pixels
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
@@ -45,17 +52,23 @@ from segscale.training.evaluation import write_evaluation
 log = logging.getLogger(__name__)
 
 
-def evaluate(cfg: DictConfig) -> dict:
+def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics.
 
     The datamodule's class keys are filled in from the checkpoint first (``cfg`` is
-    changed in place); one given otherwise raises ``ConfigError``.
+    changed in place); one given otherwise raises ``ConfigError``. ``data_given``: the
+    caller named the data (``datamodule.source``); if not, those the checkpoint was
+    trained on replace the composed ones (``use_checkpoint_data``).
     """
     # The class keys hold "checkpoint" until the checkpoint's classes replace them.
     check_types(cfg, filled_in=[f"datamodule.{key}" for key in CLASS_KEYS])
     trained = load_trained(cfg.ckpt)
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
+    other_data = cfg.get("other_data", False)
+    if not isinstance(other_data, bool):
+        raise ConfigError(f"other_data={other_data!r} is not allowed: expected true or false")
+    use_checkpoint_data(cfg.datamodule, trained, str(cfg.ckpt), data_given, other_data)
     datamodule = build(cfg.datamodule)
     if not datamodule.source.has_split(cfg.split):
         raise ConfigError(
@@ -76,6 +89,10 @@ def evaluate(cfg: DictConfig) -> dict:
         max_image_pixels=datamodule.max_image_pixels,
     )
     pairs = report.pairs[cfg.split]
+    # Every image has the report's pixel type (validation refuses a mix): one check.
+    mismatch = pixel_type_mismatch(report.dtype, trained.max_value, f"ckpt={str(cfg.ckpt)!r}")
+    if mismatch and pairs:
+        raise ConfigError(f"split={cfg.split}: {pairs[0].image}: {mismatch}")
     window = build(cfg.inference)
     log.info("evaluating %s on %d %s image(s)", cfg.ckpt, len(pairs), cfg.split)
     counts = run_on_devices(
@@ -139,15 +156,26 @@ def image_confusion(
         counts[:] += np.bincount(pairs, minlength=classes * classes)
 
     image = read_image(pair.image, max_image_pixels)
+    check_pixels(pair.image, image, trained.max_value)
     window.predict(trained.module, image, classes, device, on_band=count)
     return torch.from_numpy(counts.reshape(classes, classes))
+
+
+def names_data(overrides: list[str]) -> bool:
+    """Whether command-line ``overrides`` choose the data: ``datamodule=...`` or its source.
+
+    Other ``datamodule`` keys (``max_image_pixels``, the classes) leave the data to the
+    checkpoint.
+    """
+    keys = [o.key_or_group for o in OverridesParser.create().parse_overrides(list(overrides))]
+    return any(key == "datamodule" or key.startswith("datamodule.source") for key in keys)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     """Entry point of ``evaluate.py``."""
     try:
-        evaluate(cfg)
+        evaluate(cfg, data_given=names_data(HydraConfig.get().overrides.task))
     except ConfigError as error:
         log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT)

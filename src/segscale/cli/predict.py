@@ -37,7 +37,9 @@ from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.devices import run_on_devices
 from segscale.inference.inputs import (
     UnreadableImageError,
+    check_output_names,
     input_images,
+    output_stems,
     read_input_georeference,
     read_input_image,
 )
@@ -74,8 +76,10 @@ def predict(cfg: DictConfig) -> list[Path]:
 def run_prediction(cfg: DictConfig) -> PredictionRun:
     """Check every input's header, then predict the readable images.
 
-    Every input is opened first, without decoding (``check_image_headers``: size limit
-    ``max_image_pixels``, channel count, PNG checksums). Problems raise one
+    Inputs whose outputs would share a name are refused (``check_output_names``). Every
+    input is opened first, without decoding (``check_image_headers``: size limit
+    ``max_image_pixels``, channel count, pixel type against the checkpoint's, PNG
+    checksums). Problems raise one
     ``UnreadableImageError`` listing every bad file, before anything is predicted or
     written; an image that fails only while it is decoded stops the run the same way,
     naming it. With ``skip_unreadable`` such files are logged and left out instead.
@@ -90,8 +94,9 @@ def run_prediction(cfg: DictConfig) -> PredictionRun:
     trained = load_trained(cfg.ckpt)
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     images = input_images(cfg.input)
+    check_output_names(images, cfg.overlay)
     unreadable = check_image_headers(
-        images, trained.in_channels, "the network of ckpt", cfg.max_image_pixels
+        images, trained.in_channels, "the network of ckpt", cfg.max_image_pixels, trained.max_value
     )
     _refuse_or_skip(unreadable, cfg, "nothing was predicted")
     skipped = {problem.path for problem in unreadable}
@@ -172,13 +177,13 @@ def predict_image(
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
     ``max_image_pixels``); nothing is written then.
     """
-    image = read_input_image(path, trained.in_channels, cfg.max_image_pixels)
+    image = read_input_image(path, trained.in_channels, cfg.max_image_pixels, trained.max_value)
     geo = read_input_georeference(path)  # the outputs lie where the input lies
     height, width = image.shape[:2]
-    outputs = [BandImage(output / path.stem, (height, width), cfg.format, trained.colours, geo)]
-    if cfg.overlay:
-        name = output / f"{path.stem}_overlay"
-        outputs.append(BandImage(name, (height, width, 3), cfg.format, None, geo))
+    mask_stem, *overlay_stem = output_stems(path, cfg.overlay)
+    outputs = [BandImage(output / mask_stem, (height, width), cfg.format, trained.colours, geo)]
+    for stem in overlay_stem:
+        outputs.append(BandImage(output / stem, (height, width, 3), cfg.format, None, geo))
 
     def write(y0: int, labels: np.ndarray) -> None:
         outputs[0].write(y0, labels)

@@ -102,8 +102,9 @@ class FolderTiles:
         self, listing: Path, image_dir: Path, mask_dir: Path
     ) -> tuple[list[ImageMaskPair], list[FileProblem]]:
         problems: list[FileProblem] = []
-        images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems)
-        masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems)
+        explained: set[str] = set()
+        images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems, explained)
+        masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems, explained)
         pairs = []
         for number, line in enumerate(listing.read_text().splitlines(), 1):
             name = line.split("#", 1)[0].strip()
@@ -111,6 +112,8 @@ class FolderTiles:
                 continue
             key = str(Path(name).with_suffix("")) if Path(name).suffix else name
             where = f"{listing}:{number}"
+            if key in explained and (key not in images or key not in masks):
+                continue  # its unusable image or mask is listed already
             if key not in images:
                 problems.append(FileProblem(Path(where), f"no image {name!r} in {image_dir}"))
             elif key not in masks:
@@ -129,36 +132,61 @@ def _pair_folders(image_dir: Path, mask_dir: Path) -> tuple[list[ImageMaskPair],
     ]
     if problems:
         return [], problems
-    images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems)
-    masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems)
+    explained: set[str] = set()
+    images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems, explained)
+    masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems, explained)
     pairs = [ImageMaskPair(images[k], masks[k]) for k in sorted(images) if k in masks]
     problems += [
         FileProblem(images[k], f"no mask for it in {mask_dir}")
         for k in sorted(images)
-        if k not in masks
+        if k not in masks and k not in explained
     ]
     problems += [
         FileProblem(masks[k], f"no image for it in {image_dir}")
         for k in sorted(masks)
-        if k not in images
+        if k not in images and k not in explained
     ]
     return pairs, problems
 
 
 def _files_by_key(
-    folder: Path, suffixes: tuple[str, ...], problems: list[FileProblem]
+    folder: Path, suffixes: tuple[str, ...], problems: list[FileProblem], explained: set[str]
 ) -> dict[str, Path]:
     """Files under ``folder`` with one of ``suffixes``, by relative path without suffix.
 
     A second file with the same key (``a.png`` and ``a.tif``) is ambiguous: it is added
-    to ``problems`` and left out.
+    to ``problems`` and left out. So is an entry named like an image that cannot be
+    used (``_unusable``), with what it is; its key goes into ``explained``, so that its
+    partner is not also reported as unpaired.
     """
     found: dict[str, Path] = {}
     for path in sorted(folder.rglob("*")):
-        if path.suffix.lower() in suffixes and path.is_file() and not path.name.startswith("."):
-            key = str(path.relative_to(folder).with_suffix(""))
-            if key in found:
-                problems.append(FileProblem(path, f"same name as {found[key].name}; keep one"))
-            else:
-                found[key] = path
+        if path.name.startswith(".") or path.suffix.lower() not in IMAGE_SUFFIXES:
+            continue
+        key = str(path.relative_to(folder).with_suffix(""))
+        reason = _unusable(path, suffixes)
+        if reason:
+            problems.append(FileProblem(path, reason))
+            explained.add(key)
+        elif key in found:
+            problems.append(FileProblem(path, f"same name as {found[key].name}; keep one"))
+        else:
+            found[key] = path
     return found
+
+
+def _unusable(path: Path, suffixes: tuple[str, ...]) -> str | None:
+    """Why ``path``, named like an image, is no file of ``suffixes``; ``None`` if it is one."""
+    if path.is_symlink() and not path.exists():
+        return f"a link to {path.readlink()}, which does not exist"
+    if path.is_dir():
+        return "a folder, not an image file; rename or move it"
+    if not path.is_file():
+        return "not a regular file (a device, a pipe or a socket)"
+    if path.suffix.lower() not in suffixes:  # an image format masks may not have
+        return (
+            f"a {path.suffix.lstrip('.').upper()} mask; masks must be "
+            f"{'/'.join(s.lstrip('.').upper() for s in suffixes)} (lossy compression "
+            "changes the label values)"
+        )
+    return None

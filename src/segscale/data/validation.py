@@ -56,6 +56,24 @@ MAX_VALUES = {"uint8": 255.0, "uint16": 65535.0, "float32": 1.0}
 """The value of full intensity for each pixel type (images are scaled by it)."""
 
 
+def pixel_type_mismatch(dtype: str, max_value: float, expected_by: str) -> str | None:
+    """Why pixels of ``dtype`` do not suit what ``expected_by`` takes; ``None`` if they do.
+
+    ``max_value`` is the full intensity that ``expected_by`` scales pixels by (a
+    checkpoint's): 255 means 8-bit images, 65535 16-bit, 1.0 float. Another pixel type
+    would be normalized on the wrong scale (16-bit pixels into an 8-bit network read as
+    up to 257 times full intensity).
+    """
+    if MAX_VALUES.get(dtype) == max_value:
+        return None
+    known = [name for name, value in MAX_VALUES.items() if value == max_value]
+    wanted = f"{known[0]} pixels" if known else "pixels"
+    return (
+        f"its pixels are {dtype}, {expected_by} takes {wanted} (full intensity "
+        f"{max_value:g}); convert the image to {known[0] if known else 'that type'}"
+    )
+
+
 class InvalidDatasetError(ConfigError):
     """The dataset has files that cannot be used; the message lists every one."""
 
@@ -278,12 +296,14 @@ def check_image_headers(
     in_channels: int,
     channels_from: str,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    max_value: float | None = None,
 ) -> list[FileProblem]:
     """Every image of ``paths`` that cannot be used, judged by its header alone.
 
     Nothing is decoded (see ``read_image_header``): each file is opened, its declared
     size checked against ``max_image_pixels``, its channels against ``in_channels``
-    (``channels_from`` says whose number that is, for the message), and a PNG's chunk
+    (``channels_from`` says whose number that is, for the message), its pixel type
+    against ``max_value`` if given (``pixel_type_mismatch``), and a PNG's chunk
     checksums are verified. A file that passes may still fail while being decoded (a
     truncated JPEG body).
     """
@@ -302,6 +322,14 @@ def check_image_headers(
                     path, f"has {header.channels} channels, {channels_from} takes {in_channels}"
                 )
             )
+            continue
+        mismatch = (
+            None
+            if max_value is None
+            else pixel_type_mismatch(header.dtype, max_value, channels_from)
+        )
+        if mismatch:
+            problems.append(FileProblem(path, mismatch))
     return problems
 
 

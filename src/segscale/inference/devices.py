@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from lightning.fabric import Fabric
 
-from segscale.devices import available_devices, devices_count
+from segscale.devices import available_devices, check_devices, devices_count
 
 T = TypeVar("T")
 
@@ -23,7 +23,11 @@ def run_on_devices(
     writes one output folder. ``work`` may all-reduce through ``fabric``; what it returns
     must pickle by value (numpy, lists, paths; not tensors, which a spawned rank would
     hand back as shared memory that dies with it).
+
+    Devices this machine lacks are refused first (``ConfigError`` naming ``accelerator``
+    or ``devices``), before Lightning would fail on them with a message of its own.
     """
+    check_devices(devices, accelerator, prefix="")
     count = devices_count(devices, available_devices(accelerator), key="devices")
     strategy = "ddp_spawn" if count > 1 else "auto"
     fabric = Fabric(accelerator=accelerator, devices=devices, strategy=strategy)

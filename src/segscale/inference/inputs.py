@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
+from segscale.data.validation import pixel_type_mismatch
 from segscale.errors import ConfigError
 from segscale.inference.georeference import Georeference, read_georeference
 
@@ -20,7 +21,7 @@ def input_images(value: str) -> list[Path]:
 
     A list names one image path per line (relative to the list's folder or absolute);
     blank lines and ``#`` comments are skipped. Outputs are named by file stem, so two
-    inputs with the same stem are refused.
+    inputs with the same stem are refused (``check_output_names`` refuses the rest).
     """
     path = Path(value)
     if path.is_dir():
@@ -30,6 +31,13 @@ def input_images(value: str) -> list[Path]:
         images = [path.parent / line for line in lines if line]
     elif path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
         images = [path]
+    elif not path.exists():
+        # exists() follows links: a dangling one is named as such
+        what = f"is a link to {path.readlink()}, which " if path.is_symlink() else ""
+        raise ConfigError(
+            f"input={value!r} {what}does not exist; expected an image, a folder or "
+            "a .txt list of image paths"
+        )
     else:
         raise ConfigError(
             f"input={value!r} is not an image, a folder or a .txt list; expected one of "
@@ -46,11 +54,44 @@ def input_images(value: str) -> list[Path]:
     return images
 
 
-def read_input_image(path: Path, in_channels: int, max_image_pixels: int | None) -> np.ndarray:
+OVERLAY_SUFFIX = "_overlay"
+"""What an overlay's name adds to its image's stem: ``scene.png`` → ``scene_overlay.png``."""
+
+
+def output_stems(image: Path, overlay: bool) -> list[str]:
+    """The names (without suffix) of the files written for ``image``: mask, then overlay."""
+    return [image.stem, image.stem + OVERLAY_SUFFIX] if overlay else [image.stem]
+
+
+def check_output_names(images: list[Path], overlay: bool, key: str = "input") -> None:
+    """Refuse inputs whose outputs would share a name, before anything is written.
+
+    With overlays, ``scene.tif`` and ``scene_overlay.tif`` would both write
+    ``scene_overlay.<format>``: the second's mask over the first's overlay.
+    """
+    writer: dict[str, Path] = {}
+    for image in images:
+        for stem in output_stems(image, overlay):
+            if stem in writer and writer[stem] != image:
+                raise ConfigError(
+                    f"{key}: {writer[stem]} and {image} would both write the output "
+                    f"{stem!r} (a mask is named for its image, an overlay adds "
+                    f"{OVERLAY_SUFFIX!r}); rename one of them, or give overlay=false"
+                )
+            writer[stem] = image
+
+
+def read_input_image(
+    path: Path, in_channels: int, max_image_pixels: int | None, max_value: float | None = None
+) -> np.ndarray:
     """The pixels (H×W×C) of the image file ``path``, for a network of ``in_channels``.
 
+    With ``max_value`` (the checkpoint's full intensity) the pixel type must be the one
+    the network was trained on, and float pixels finite.
+
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
-    ``max_image_pixels``), and ``ConfigError`` if its channels are not the network's.
+    ``max_image_pixels``), and ``ConfigError`` if its channels or pixels are not the
+    network's.
     """
     try:
         image = read_image(path, max_image_pixels)
@@ -61,7 +102,29 @@ def read_input_image(path: Path, in_channels: int, max_image_pixels: int | None)
         raise ConfigError(
             f"{path}: has {image.shape[2]} channels, the network of ckpt takes {in_channels}"
         )
+    if max_value is not None:
+        check_pixels(path, image, max_value)
     return image
+
+
+def check_pixels(path: Path, image: np.ndarray, max_value: float) -> None:
+    """Raise ``ConfigError`` naming ``path`` unless ``image`` suits a network of ``max_value``.
+
+    The pixel type must be the training images' (``pixel_type_mismatch``); float pixels
+    must also be finite, as a NaN spreads through every tile it touches. Their range is
+    not checked: training took float pixels as they came.
+    """
+    mismatch = pixel_type_mismatch(image.dtype.name, max_value, "the network of ckpt")
+    if mismatch:
+        raise ConfigError(f"{path}: {mismatch}")
+    if image.dtype.kind == "f" and not _all_finite(image):
+        raise ConfigError(f"{path}: has NaN or infinite pixels; expected finite values")
+
+
+def _all_finite(image: np.ndarray) -> bool:
+    """Whether every pixel is finite, checked in bands (the image may be memory-mapped)."""
+    rows = max(1, (1 << 24) // max(1, image.shape[1] * image.shape[2]))
+    return all(np.isfinite(image[y : y + rows]).all() for y in range(0, image.shape[0], rows))
 
 
 def read_input_georeference(path: Path) -> Georeference | None:

@@ -45,6 +45,9 @@ class TrainedModel:
     mask_labels: MaskLabels | None = None
     """The training masks' label IDs; ``None`` for a checkpoint written before segscale
     stored them (its masks' encoding is unknown)."""
+    data_source: dict[str, Any] | None = None
+    """The training run's ``datamodule.source`` (resolved, ``root`` absolute); ``None``
+    for a checkpoint written before segscale stored it."""
 
     @property
     def num_classes(self) -> int:
@@ -76,4 +79,5 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
         max_value=module.max_value,
         class_colors=meta["class_colors"],
         mask_labels=mask_labels,
+        data_source=meta.get("data_source"),
     )

@@ -63,6 +63,7 @@ METADATA: dict[str, type | tuple[type, ...]] = {
 LATER_METADATA: dict[str, type | tuple[type, ...]] = {
     "label_ids": (list, type(None)),
     "ignore_ids": list,
+    "data_source": dict,  # the training datamodule.source (added by training.builders)
 }
 """Entries that checkpoints written before segscale stored them lack: checked if present.
 

@@ -7,6 +7,7 @@ config means the same thing everywhere (DESIGN.md §3).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, cast
 
 from hydra.errors import InstantiationException
@@ -105,8 +106,22 @@ def build_module(
             ignore_index=datamodule.ignore_index,
             class_frequencies=report.frequencies("train").tolist(),
         ),
-        inference_metadata=inference_metadata(model_cfg, datamodule),
+        inference_metadata=inference_metadata(model_cfg, datamodule)
+        # what the network was trained on: evaluate.py's data by default
+        | {"data_source": data_source_record(cfg.datamodule.source)},
     )
+
+
+def data_source_record(source: DictConfig) -> dict[str, Any]:
+    """``datamodule.source`` as a checkpoint stores it: resolved plain values, ``root`` absolute.
+
+    An absolute ``root`` finds the data from any working directory, as evaluating does.
+    """
+    plain = OmegaConf.to_container(source, resolve=True)
+    assert isinstance(plain, dict)  # a config node of keys
+    if isinstance(plain.get("root"), str):
+        plain["root"] = str(Path(plain["root"]).absolute())
+    return {str(key): value for key, value in plain.items()}
 
 
 def fine_tuning(cfg: DictConfig) -> dict[str, Any]:
