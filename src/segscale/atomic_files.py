@@ -1,14 +1,34 @@
-"""Files that appear whole or not at all, with the permissions of any other file."""
+"""Files that appear whole or not at all, with the permissions of any other file.
+
+A file is written into a hidden temporary beside it (``.<name>.<random>.tmp``) and
+renamed over it once complete. A writer that is killed (SIGKILL, a node lost) leaves
+its temporary behind; ``remove_stale_temporaries`` deletes those of a folder that no
+live writer holds (``write_atomically`` holds an ``flock`` on its temporary while it
+writes), so a large network's half-written checkpoints do not pile up.
+"""
 
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import io
+import logging
 import os
+import re
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+TEMPORARY_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+"""The names ``temporary_beside`` gives (``tempfile.mkstemp``'s 8 random characters)."""
+
+NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
+"""What ``flock`` raises on a file system without it (Lustre without ``-o flock``, ...)."""
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -22,8 +42,11 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
     temporary = temporary_beside(path)
     try:
         with open(temporary, "wb") as stream:
+            # Held until the file is in place: a live writer's temporary is not stale.
+            _lock_if_possible(stream.fileno(), fcntl.LOCK_EX)
             write(stream)
-        return move_into_place(temporary, path)
+            stream.flush()
+            return move_into_place(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
@@ -48,7 +71,8 @@ def temporary_beside(path: str | Path) -> Path:
 def move_into_place(temporary: str | Path, path: str | Path) -> Path:
     """Flush ``temporary`` to disk and rename it to ``path``; return ``path``.
 
-    A rename within one folder is atomic. The file gets the permissions a plain
+    A rename within one folder is atomic; the folder is flushed after it, so that the
+    new name survives a power loss too. The file gets the permissions a plain
     ``open(path, "w")`` would give it (the process's umask), not the owner-only ones of
     a temporary file.
     """
@@ -56,7 +80,66 @@ def move_into_place(temporary: str | Path, path: str | Path) -> Path:
         os.fsync(stream.fileno())
     os.chmod(temporary, 0o666 & ~current_umask())
     os.replace(temporary, path)
+    _fsync_folder(Path(path).parent)
     return Path(path)
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the temporaries (``temporary_beside``'s names) that no live writer holds.
+
+    Only ``folder`` itself is searched. A temporary is stale when its ``flock`` can be
+    taken: ``write_atomically`` holds it while writing, and the kernel releases it when
+    the writer dies, however it dies. On a file system without ``flock`` nothing is
+    deleted (a live writer could not be told from a dead one). Returns what was deleted.
+    """
+    removed: list[Path] = []
+    try:
+        candidates = [p for p in Path(folder).iterdir() if TEMPORARY_NAME.match(p.name)]
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for path in candidates:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # gone already, a link, or not ours to open
+            continue
+        try:
+            if _lock_if_possible(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, missing=False):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        except BlockingIOError:
+            continue  # a live writer holds it
+        finally:
+            os.close(fd)
+    if removed:
+        log.info("removed %d temporaries of writes that never finished in %s", len(removed), folder)
+    return removed
+
+
+def _lock_if_possible(fd: int, operation: int, missing: bool = True) -> bool:
+    """``flock(fd, operation)``; on a file system without locks, return ``missing``."""
+    try:
+        fcntl.flock(fd, operation)
+    except OSError as error:
+        if error.errno not in NO_FLOCK:
+            raise
+        return missing
+    return True
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries (a rename into it) to disk, where the system allows it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # a folder that cannot be opened for reading: nothing more to do
+        return
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        # Some file systems (and platforms) cannot fsync a folder.
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
 
 
 def write_text_atomically(path: str | Path, text: str) -> Path:
@@ -76,7 +159,19 @@ def write_csv_atomically(
 
 
 def current_umask() -> int:
-    """The process's file-creation mask (read by setting it and setting it back)."""
+    """The process's file-creation mask, read without changing it.
+
+    Linux reports it in ``/proc/self/status``; elsewhere it can only be read by setting
+    it and setting it back, which for that instant applies to every thread of the process.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("Umask:"):
+                        return int(line.split()[1], 8)
+        except OSError:  # no /proc (a container without it): the portable way below
+            pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

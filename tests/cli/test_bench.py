@@ -3,6 +3,7 @@ import re
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from segscale.bench.benchmark import bench
 from segscale.bench.interconnects import INTERCONNECTS
@@ -12,6 +13,7 @@ from segscale.cli.bench import main
 from segscale.data import datamodule as datamodule_module
 from segscale.errors import ConfigError
 from segscale.training.builders import build, build_datamodule
+from segscale.training.resume import register_run_dir_resolver
 from tests.conftest import compose_config, tiny_overrides
 from tests.in_process import run_in_process
 
@@ -132,3 +134,26 @@ def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
     # 2 ranks × (2 workers + their main process) on 4 cores: two thirds of the rate each.
     assert rank_data_rate(300.0, 2, 2, 4) == pytest.approx(200.0)
     assert rank_data_rate(300.0, 1, 2, 4) == 300.0
+
+
+@pytest.fixture
+def no_run_dir_resolver():
+    """A process that has not imported train.py: no ``segscale.run_dir`` resolver yet."""
+    OmegaConf.clear_resolver("segscale.run_dir")
+    yield
+    register_run_dir_resolver()
+
+
+def test_bare_bench_py_composes_its_config_and_picks_its_own_folder(
+    tiny_data_root: Path, tmp_path: Path, no_run_dir_resolver
+):
+    # No hydra.run.dir: train.yaml's (under bench.yaml) names the folder, in the cwd.
+    # A bad bench value then stops bench() at its first check, seconds in (a whole
+    # bench, even with QUICK, takes minutes on a busy machine).
+    overrides = [*tiny_overrides(tiny_data_root, None), *QUICK, "bench.windows=0"]
+    done = run_in_process(main, *overrides, cwd=tmp_path, program="bench.py")
+    output = done.stdout + done.stderr
+    assert "Unsupported interpolation" not in output
+    assert done.returncode == 2 and "bench.windows=0 is not allowed" in output, output[-3000:]
+    (folder,) = (tmp_path / "outputs" / "bench").iterdir()
+    assert "bench.windows=0 is not allowed" in (folder / "bench.log").read_text()

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 from segscale.cli.train import main
 from segscale.errors import ConfigError
 from segscale.training.run import train
+from segscale.training.run_folder import RunFolderLock
 from tests.conftest import tiny_overrides, train_command
 from tests.in_process import run_in_process
 
@@ -110,3 +112,14 @@ def test_resuming_into_another_architecture_names_the_keys(make_config, tmp_path
     assert f"ckpt_path='{last}' holds another network" in message
     assert "missing: network.decoder." in message and "unexpected: network.decoder." in message
     assert "more)" in message
+
+
+def test_a_refused_run_writes_nothing_into_the_live_runs_log(tiny_data_root, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("the live run's log\n")
+    with RunFolderLock(run):  # the live run, here this process (the lock is exclusive in it too)
+        refused = launch(tiny_data_root, run)
+    assert refused.returncode == 2
+    assert f"in use by another run (pid {os.getpid()}" in refused.stdout + refused.stderr
+    assert (run / "train.log").read_text() == "the live run's log\n"

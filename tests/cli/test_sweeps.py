@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from segscale.cli.train import main
 from segscale.training import launch
 from segscale.training.launch import free_port
+from segscale.training.run_folder import RunFolderLock
 from tests.conftest import REPO, tiny_overrides, train_command
 from tests.in_process import run_in_process
 
@@ -117,3 +118,29 @@ def test_a_sweep_over_a_missing_key_stops_before_any_job(tiny_data_root, tmp_pat
     assert result.returncode != 0
     assert "no_such" in result.stderr
     assert not sweep.exists() or job_folders(sweep) == []
+
+
+def test_a_second_sweep_into_a_live_sweeps_folder_is_refused(tiny_data_root, tmp_path):
+    sweep = tmp_path / "sweep"
+    # The live sweep, here this process (the lock is exclusive within it too).
+    with RunFolderLock(sweep, what="sweep", key="hydra.sweep.dir"):
+        _, result = multirun(tmp_path, tiny_data_root, "optimizer.lr=0.01,0.05")
+        assert job_folders(sweep) == []  # no job of the second sweep started
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert f"{sweep} is in use by another sweep (pid {os.getpid()}" in output
+    assert "hydra.sweep.dir" in output and "Traceback" not in output
+
+
+def test_an_optuna_search_into_a_live_sweeps_folder_is_refused(tiny_data_root, tmp_path):
+    sweep = tmp_path / "sweep"
+    space = [
+        "hparams_search=optuna",
+        "hydra.sweeper.params=null",
+        "optimizer.lr=interval(0.005,0.05)",
+    ]
+    with RunFolderLock(sweep, what="sweep", key="hydra.sweep.dir"):
+        _, result = multirun(tmp_path, tiny_data_root, *space, "hydra.sweeper.n_trials=1")
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert "is in use by another sweep" in output and not (sweep / "optuna.db").exists()

@@ -8,13 +8,18 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from segscale.cli import evaluate as evaluate_py
+from segscale.cli import export as export_py
+from segscale.cli import predict as predict_py
+from segscale.cli import train as train_py
 from segscale.cli.evaluate import evaluate
 from segscale.cli.predict import predict
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import save_checkpoint_file
 from segscale.training.builders import build_datamodule, build_module
 from segscale.training.run import train
-from tests.conftest import REPO, compose_config, folder_dataset, oracle_checkpoint
+from tests.conftest import REPO, compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
+from tests.in_process import run_in_process
 from tests.models.test_weights import WritesAFile
 
 
@@ -104,3 +109,25 @@ def test_a_checkpoint_whose_metadata_calls_other_code_is_refused(tmp_path, targe
     with pytest.raises(ConfigError, match=rf"its network config names _target_='{target}'"):
         predict(cfg)
     assert not marker.exists()
+
+
+def test_every_tool_says_a_text_file_is_not_a_checkpoint(tiny_data_root, tmp_path):
+    text = tmp_path / "metrics.ckpt"
+    text.write_text("epoch,loss\n0,1.2\n")  # torch.load: IndexError, pop from empty list
+    image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
+    runs = {
+        "train.py": (
+            train_py.main,
+            [*tiny_overrides(tiny_data_root, None), f"ckpt_path={text}"],
+            "ckpt_path",
+        ),
+        "predict.py": (predict_py.main, [f"ckpt={text}", f"input={image}"], "ckpt"),
+        "evaluate.py": (evaluate_py.main, [f"ckpt={text}"], "ckpt"),
+        "export.py": (export_py.main, [f"ckpt={text}"], "ckpt"),
+    }
+    for program, (main, args, key) in runs.items():
+        folder = [f"hydra.run.dir={tmp_path / program}"]
+        done = run_in_process(main, *args, *folder, cwd=tmp_path, program=program)
+        output = done.stdout + done.stderr
+        assert done.returncode == 2 and "Traceback" not in output, (program, output[-2000:])
+        assert f"{key}={str(text)!r} is not a checkpoint" in output, (program, output[-2000:])

@@ -1,12 +1,15 @@
+import errno
 import os
 import stat
 
 import pytest
 import torch
 
+from segscale import atomic_files
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import (
     DIGEST_KEY,
+    CheckpointWriteError,
     SafeCheckpointIO,
     load_checkpoint_file,
     save_checkpoint_file,
@@ -75,4 +78,64 @@ def test_a_changed_value_is_refused_and_a_checkpoint_without_digest_too(tmp_path
     del content[DIGEST_KEY]
     torch.save(content, path)
     with pytest.raises(ConfigError, match=r"ckpt_path='.*x\.ckpt' carries no content digest"):
+        load_checkpoint_file(path, "ckpt_path")
+
+
+def failing_writes(monkeypatch, error: BaseException, after: int = 100_000) -> None:
+    """Writes into a new file fail once ``after`` bytes are written (a full disk, a signal)."""
+    real_open = open
+
+    class Failing:
+        def __init__(self, file):
+            self.file, self.written = file, 0
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.file.close()
+
+        def write(self, data):
+            self.written += len(data)
+            if self.written > after:
+                raise error
+            return self.file.write(data)
+
+    def fake_open(path, mode="r", *args, **kwargs):
+        file = real_open(path, mode, *args, **kwargs)
+        return Failing(file) if mode == "wb" else file
+
+    monkeypatch.setattr(atomic_files, "open", fake_open, raising=False)
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp_path, monkeypatch):
+    path = tmp_path / "best.ckpt"
+    save_checkpoint_file({"step": 1}, path)
+    failing_writes(monkeypatch, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    with pytest.raises(CheckpointWriteError) as raised:
+        save_checkpoint_file(big_checkpoint(), path)
+    assert str(raised.value) == (
+        f"the checkpoint {path} could not be written: the disk is full; its previous "
+        "version, if any, is kept"
+    )
+    monkeypatch.undo()
+    assert load_checkpoint_file(path, "ckpt") == {"step": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["best.ckpt"]
+
+
+def test_an_interrupted_write_says_so_and_names_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    failing_writes(monkeypatch, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt, match=f"write of the checkpoint {path} was interrupted"):
+        save_checkpoint_file(big_checkpoint(), path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_text_file_is_not_a_checkpoint(tmp_path):
+    path = tmp_path / "notes.ckpt"
+    path.write_text("epoch,loss\n0,1.2\n")  # metrics.csv, say: torch.load raised IndexError
+    with pytest.raises(ConfigError, match=r"ckpt_path='.*notes\.ckpt' is not a checkpoint"):
         load_checkpoint_file(path, "ckpt_path")

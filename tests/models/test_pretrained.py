@@ -15,6 +15,7 @@ import torch
 
 from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
+from segscale.models import pretrained
 from segscale.models.checkpoint_metadata import inference_metadata
 from segscale.models.networks import build_network
 from segscale.models.pretrained import named_weights, names_a_file, weights_names
@@ -189,3 +190,29 @@ def test_the_matlab_preset_starts_from_imagenet_weights():
     assert list(cfg.datamodule.mean) == list(cfg.datamodule.std) == [0.5, 0.5, 0.5]
     named = named_weights(cfg.model.encoder, cfg.model.encoder_weights)
     assert str(named.files) == "smp-hub/inceptionresnetv2.imagenet"
+
+
+def test_without_flock_the_fetch_takes_a_soft_lock(cache, monkeypatch):
+    state = random_state(smp.encoders.get_encoder("resnet18"))
+
+    def download(repo_id, filename, revision=None, **kwargs):
+        path = hub_file(cache, repo_id, filename, revision)
+        held = list((cache / ".locks").glob("*.soft.lock"))
+        assert held, "fetched without holding the soft lock"
+        if filename == "config.json":
+            path.write_text("{}")
+        else:
+            safetensors.torch.save_file(state, path)
+        return str(path)
+
+    class NoFlock(pretrained.FileLock):
+        """filelock's lock where flock fails with ENOSYS (releases without a fallback)."""
+
+        def acquire(self, *args, **kwargs):
+            raise NotImplementedError("FileSystem does not appear to support flock")
+
+    monkeypatch.setattr(smp.encoders, "hf_hub_download", download)
+    monkeypatch.setattr(pretrained, "FileLock", NoFlock)
+    network = build_network(num_classes=3, encoder_weights="imagenet")
+    assert torch.equal(network.encoder.conv1.weight, state["conv1.weight"])
+    assert not list((cache / ".locks").glob("*.soft.lock"))  # released

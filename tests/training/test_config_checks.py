@@ -1,9 +1,11 @@
 import pytest
 from omegaconf import OmegaConf
 
+from segscale.cli.train import main
 from segscale.devices import devices_count
 from segscale.errors import ConfigError
 from segscale.training.config_checks import check_config
+from tests.in_process import run_in_process
 
 
 @pytest.mark.parametrize(
@@ -65,3 +67,28 @@ def test_freezing_needs_its_callback(make_config):
     check_config(make_config("callbacks=none"))
     with pytest.raises(ConfigError, match=r"callbacks\.encoder_freeze\.epochs=2 differs"):
         check_config(make_config("callbacks.encoder_freeze.epochs=2"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["datamodule=folder"],
+            "datamodule.source.root is not set: give it on the command line, e.g. "
+            "datamodule.source.root=/path/to/data",
+        ),
+        (
+            ["datamodule=folder", "datamodule.source.splits.train={images: a, masks: b}"],
+            "datamodule.source.splits.train={'images': 'a', 'masks': 'b'} is not allowed: "
+            "expected a folder under datamodule.source.root holding images/ and masks/",
+        ),
+    ],
+)
+def test_train_py_names_an_unset_or_misshapen_folder_source(tmp_path, overrides, message):
+    root = [] if overrides == ["datamodule=folder"] else [f"datamodule.source.root={tmp_path}"]
+    done = run_in_process(
+        main, *overrides, *root, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in output, output[-2000:]
+    assert message in output

@@ -12,7 +12,8 @@ where it stopped: run the same command with ``hydra.sweep.dir=<that folder>``.
 ``n_trials`` counts the study's trials, old and new; a trial that was running when the
 search stopped is run again under its own number, its unfinished folder kept beside
 it. A trial whose job fails (or returns no number) is recorded as failed and the search
-goes on. One search process per study.
+goes on. One search process per study: a second search into a sweep folder that a live
+one holds is refused.
 
 With ``hydra/launcher=parallel`` the trials run asynchronously: ``n_jobs`` of them run
 at once, and whenever one ends the study is told its result and the next trial is
@@ -55,6 +56,7 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 
 from hydra_plugins.segscale_plugins.grid_sweeper import summarize
+from hydra_plugins.segscale_plugins.sweep_folder import sweep_folder_held
 from segscale.atomic_files import write_text_atomically
 from segscale.errors import ConfigError
 from segscale.sweeps.objective import optimized_metric
@@ -180,7 +182,13 @@ class OptunaSweeper(Sweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         space, fixed = self._search_space(arguments)
         self._check_composes(space, fixed)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
+        with sweep_folder_held(sweep_dir):
+            return self._search(sweep_dir, space, fixed)
+
+    def _search(
+        self, sweep_dir: Path, space: dict[str, BaseDistribution], fixed: list[str]
+    ) -> dict[str, Any]:
+        """``sweep`` once the sweep folder is this search's."""
         write_text_atomically(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         self.storage_url = self.storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
         study = optuna.create_study(

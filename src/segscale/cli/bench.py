@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from segscale.bench.benchmark import bench, finish
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.training.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ def run(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Entry point of ``bench.py``."""
+    # conf/bench.yaml composes conf/train.yaml, whose hydra.run.dir asks this resolver.
+    register_run_dir_resolver()
     run()
 
 

@@ -10,10 +10,12 @@ index can survive damage to its body. Reading never runs code (``read_weights``)
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import torch
 from lightning.fabric.utilities.types import _PATH
@@ -58,10 +60,68 @@ def _update(digest: Any, path: str, value: Any) -> None:
         digest.update(f"{path}:{type(value).__name__}={value!r};".encode())
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, say); the message names the file."""
+
+
 def save_checkpoint_file(checkpoint: dict[str, Any], path: str | Path) -> None:
-    """Write ``checkpoint`` with its digest to ``path``, atomically."""
+    """Write ``checkpoint`` with its digest to ``path``, atomically.
+
+    A write that fails (a full disk) raises ``CheckpointWriteError``, and one that a
+    signal interrupts ``KeyboardInterrupt``, each naming the file: the previous version
+    of the file, if any, is left as it was.
+    """
     sealed = {**checkpoint, DIGEST_KEY: content_digest(checkpoint)}
-    write_atomically(path, lambda stream: torch.save(sealed, stream))
+    try:
+        write_atomically(path, lambda stream: _save(sealed, stream))
+    except OSError as error:
+        reason = "the disk is full" if error.errno in FULL else (error.strerror or str(error))
+        raise CheckpointWriteError(
+            f"the checkpoint {path} could not be written: {reason}; its previous version, "
+            "if any, is kept"
+        ) from error
+    except KeyboardInterrupt as error:
+        raise KeyboardInterrupt(
+            f"the write of the checkpoint {path} was interrupted; its previous version, "
+            "if any, is kept"
+        ) from error
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""The errors of a write to a full disk, or past the user's quota."""
+
+
+class _RecordingStream:
+    """The stream ``torch.save`` writes into, keeping the error a write raised.
+
+    torch's zip writer turns an exception inside a write (a full disk, a
+    KeyboardInterrupt) into its own ``RuntimeError`` (``unexpected pos``), losing it.
+    """
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.error: BaseException | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.stream.write(data)
+        except BaseException as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _save(checkpoint: dict[str, Any], stream: BinaryIO) -> None:
+    """``torch.save`` into ``stream``, raising the write's own error when one failed."""
+    recording = _RecordingStream(stream)
+    try:
+        torch.save(checkpoint, cast(BinaryIO, recording))  # torch needs only write (and flush)
+    except RuntimeError:
+        if recording.error is not None:
+            raise recording.error from None
+        raise
 
 
 def load_checkpoint_file(path: str | Path, key: str) -> dict[str, Any]:
@@ -72,6 +132,13 @@ def load_checkpoint_file(path: str | Path, key: str) -> dict[str, Any]:
     by a version before digests), is refused before anything uses it.
     """
     path = Path(path)
+    if path.is_file() and not zipfile.is_zipfile(path):
+        # torch.save writes zip archives; anything else (a text file, a legacy pickle)
+        # would fail in torch.load with an error that says nothing about the file.
+        raise ConfigError(
+            f"{key}={str(path)!r} is not a checkpoint (not a torch.save archive); "
+            f"expected {EXPECTED}"
+        )
     checkpoint = read_weights(path, key, EXPECTED)
     if not isinstance(checkpoint, dict):
         raise ConfigError(f"{key}={str(path)!r} is not a checkpoint; expected {EXPECTED}")

@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 import segmentation_models_pytorch as smp
 import timm
 import torch
-from filelock import FileLock, Timeout
+from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.errors import LocalEntryNotFoundError
@@ -209,16 +209,21 @@ def _building(weights: NamedWeights, build: Callable[[], T]) -> T:
 
 @contextmanager
 def _fetch_lock(weights: NamedWeights) -> Iterator[None]:
-    """Hold the lock file of ``weights`` in its cache folder (waiting for its holder)."""
+    """Hold the lock file of ``weights`` in its cache folder (waiting for its holder).
+
+    On a file system without ``flock`` (Lustre without ``-o flock``), where filelock
+    releases without a fallback of their own raise ``NotImplementedError``, a
+    ``SoftFileLock`` beside it: the file's existence is the lock.
+    """
     files = weights.files
-    lock = FileLock(str(files.lock_file))
+    lock: BaseFileLock = FileLock(str(files.lock_file))
     try:
         files.lock_file.parent.mkdir(parents=True, exist_ok=True)
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            log.info("Waiting for another process to fetch %s into %s", files, files.folder)
-            lock.acquire()
+            _take(lock, files)
+        except NotImplementedError:
+            lock = SoftFileLock(str(files.lock_file.with_suffix(".soft.lock")))
+            _take(lock, files)
     except PermissionError:
         raise ConfigError(
             f"{KEY}={weights.name!r}: the weights are not in the cache folder {files.folder}, "
@@ -229,6 +234,18 @@ def _fetch_lock(weights: NamedWeights) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def _take(lock: BaseFileLock, files: object) -> None:
+    """Acquire ``lock``, saying why when another process holds it."""
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        hint = ""
+        if isinstance(lock, SoftFileLock):  # left by a killed process, it stays
+            hint = f" (if no process is fetching, delete {lock.lock_file})"
+        log.info("Waiting for another process to fetch %s%s", files, hint)
+        lock.acquire()
 
 
 def normalization(weights: NamedWeights) -> tuple[list[float], list[float]]:

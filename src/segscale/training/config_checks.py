@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from segscale.config_types import check_types
 from segscale.data.samplers import SHUFFLE_MODES
@@ -24,6 +24,7 @@ from segscale.training.threads import resolve_threads
 
 def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
+    check_data_source(cfg)
     devices_count(cfg.trainer.get("devices", "auto"))
     for key in ("datamodule.num_classes", "model.num_classes"):
         require(_get(cfg, key), key, lambda v: isinstance(v, int) and v >= 2, "an integer >= 2")
@@ -60,6 +61,40 @@ def check_config(cfg: DictConfig) -> None:
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.
     check_types(cfg, filled_in=("model.in_channels",))
+
+
+def check_data_source(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for a data source value left unset (``???``) or of the wrong form.
+
+    Hydra would raise ``MissingMandatoryValue`` when the source is built (``datamodule=folder``
+    without ``datamodule.source.root``), naming neither what to give nor how.
+    """
+    source = OmegaConf.select(cfg, "datamodule.source")
+    if not isinstance(source, DictConfig):
+        return
+    for key in source:
+        name = str(key)
+        if OmegaConf.is_missing(source, name):
+            hint = " (the dataset folder, holding train/ and val/)" if name == "root" else ""
+            raise ConfigError(
+                f"datamodule.source.{name} is not set: give it on the command line, e.g. "
+                f"datamodule.source.{name}=/path/to/data{hint}"
+            )
+    splits = source.get("splits")
+    for key, entry in splits.items() if isinstance(splits, DictConfig) else ():
+        split = str(key)
+        if entry is not None and not isinstance(entry, str):
+            shown = (
+                OmegaConf.to_container(entry)
+                if isinstance(entry, (DictConfig, ListConfig))
+                else entry
+            )
+            raise ConfigError(
+                f"datamodule.source.splits.{split}={shown!r} is not allowed: expected a "
+                f"folder under datamodule.source.root holding images/ and masks/ (e.g. "
+                f"{split}), or a .txt file under it listing image names (e.g. {split}.txt); "
+                "separate image and mask folders per split are not supported"
+            )
 
 
 def check_loader_options(cfg: DictConfig) -> None:

@@ -1,0 +1,71 @@
+import fcntl
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+from segscale import atomic_files
+from segscale.atomic_files import (
+    current_umask,
+    remove_stale_temporaries,
+    temporary_beside,
+    write_text_atomically,
+)
+
+# A writer killed (SIGKILL) halfway through a write: its temporary stays behind.
+KILLED_WRITER = (
+    "import sys, time\n"
+    "from segscale.atomic_files import write_atomically\n"
+    "def write(stream):\n"
+    "    stream.write(b'x' * 4096); stream.flush()\n"
+    "    print('writing', flush=True); time.sleep(120)\n"
+    "write_atomically(sys.argv[1], write)\n"
+)
+
+
+def test_the_umask_is_read_without_being_changed(monkeypatch):
+    expected = os.umask(0o027)  # set here, before the spy, and put back below
+    try:
+        calls = []
+        monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or 0)
+        assert current_umask() == 0o027
+        assert calls == []  # not set for an instant for every thread of the process
+    finally:
+        monkeypatch.undo()
+        os.umask(expected)
+
+
+def test_the_folder_is_flushed_after_the_rename(tmp_path, monkeypatch):
+    flushed = []
+    fsync = os.fsync
+
+    def spy(fd):
+        flushed.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        fsync(fd)
+
+    monkeypatch.setattr(atomic_files.os, "fsync", spy)
+    write_text_atomically(tmp_path / "summary.json", "{}")
+    assert flushed == [False, True]  # the file, then its folder
+
+
+def test_a_killed_writers_temporary_is_removed_a_live_ones_kept(tmp_path):
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path / "best.ckpt")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert writer.stdout.readline().strip() == "writing"
+    (left,) = tmp_path.glob(".best.ckpt.*.tmp")
+    assert remove_stale_temporaries(tmp_path) == []  # its writer is alive
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    assert left.exists()
+    live = temporary_beside(tmp_path / "last.ckpt")  # another writer's, live
+    unrelated = tmp_path / ".notes.tmp"
+    unrelated.write_text("not ours")
+    with open(live, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert remove_stale_temporaries(tmp_path) == [left]
+    assert not left.exists() and live.exists() and unrelated.exists()
