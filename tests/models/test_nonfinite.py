@@ -74,6 +74,44 @@ def test_skip_leaves_the_weights_and_statistics_as_they_were(make_config, tmp_pa
     )
 
 
+INF_GRADIENT_AT_STEP_5 = [
+    "+callbacks.poison._target_=tests.training.failing.InfGradientAt",
+    "+callbacks.poison.step=5",
+]
+
+
+@pytest.mark.parametrize("method", ["l2norm", "global-l2norm", "absolute-value"])
+def test_an_infinite_gradient_is_found_before_clipping_hides_it(make_config, tmp_path, method):
+    clipped = ["training.gradient_threshold=1.0", f"training.gradient_threshold_method={method}"]
+    summary = train(make_config("training.on_nonfinite=skip", *clipped, *INF_GRADIENT_AT_STEP_5))
+    assert summary["status"] == "finished" and summary["skipped_steps"] == 1
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert all(
+        torch.isfinite(v).all() for v in last["state_dict"].values() if v.is_floating_point()
+    )
+
+
+def test_an_infinite_gradient_stops_the_run_naming_its_step(tiny_data_root, tmp_path):
+    run = tmp_path / "run"
+    result = run_in_process(
+        main,
+        *tiny_overrides(tiny_data_root, None),
+        f"hydra.run.dir={run}",
+        "training.gradient_threshold=1.0",
+        *INF_GRADIENT_AT_STEP_5,
+        cwd=tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output[-3000:]
+    assert "the gradient is not finite (NaN or inf) at step 5 (epoch 1)" in output
+    summary = json.loads((run / "summary.json").read_text())
+    # The verdict is read a step later, but only the steps before the bad one count, and
+    # the last checkpoint is the one before it.
+    assert summary["status"] == "failed" and summary["steps"] == 5
+    good = torch.load(summary["output_checkpoint"], weights_only=True)
+    assert good["global_step"] == 4
+
+
 def test_policy_and_message():
     check_policy("skip")
     with pytest.raises(ConfigError, match=r"training\.on_nonfinite='ignore' is unknown"):

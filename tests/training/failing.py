@@ -27,3 +27,20 @@ class NaNImagesAt(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             batch["image"] = torch.full(batch["image"].shape, float("nan"))
+
+
+class InfGradientAt(L.Callback):
+    """Make one gradient element infinite after the backward pass of the given step.
+
+    The loss stays finite: only the check of the gradients can find it. Gradient
+    clipping would turn it into NaN weights (l2norm: threshold / inf · inf) or clamp it
+    into a finite value (absolute-value), so the check must come before clipping.
+    """
+
+    def __init__(self, step: int = 5) -> None:
+        self.step = step
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        if trainer.global_step == self.step:
+            first = next(p for p in pl_module.parameters() if p.grad is not None)
+            first.grad.view(-1)[0] = float("inf")
