@@ -1,6 +1,7 @@
 """The GPU measurements of experiments/gpu/README.md, in one process tree.
 
     python3 experiments/gpu/measure.py OUT [--baseline SRC] [--steps N]
+    python3 experiments/gpu/measure.py results/<file>.json --table
 
 For each source tree (this checkout's ``src``, and with ``--baseline`` another version's,
 e.g. ``git archive <commit> src | tar -x -C .baseline``) and each precision, a real
@@ -78,6 +79,18 @@ def steady_run(source: Path, precision: str, steps: int, warmup: int, out: Path)
     }
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run of median steady step among ``runs`` (an error if none finished).
+
+    Every run's step is kept as ``step_ms_samples``.
+    """
+    finished = sorted((r for r in runs if "step_ms" in r), key=lambda r: r["step_ms"])
+    if not finished:
+        return runs[-1]
+    median = dict(finished[(len(finished) - 1) // 2])
+    return median | {"step_ms_samples": [r["step_ms"] for r in finished]}
+
+
 def bench_comparison(out: Path) -> dict:
     """bench.py's bf16 compute step, bare step and its one-device train.py run's step."""
     folder = out / "bench"
@@ -116,31 +129,51 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another version's src folder")
     parser.add_argument("--steps", type=int, default=70)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each, alternating")
     parser.add_argument("--no-bench", action="store_true")
     parser.add_argument(
         "--set", nargs="*", default=[], help="overrides after the config's (a CPU dry run)"
     )
+    parser.add_argument("--table", action="store_true", help="print OUT's table (a JSON file)")
     args = parser.parse_args()
+    if args.table:
+        print_table(json.loads(args.out.read_text()))
+        return
     CONFIG.extend(args.set)
     args.out.mkdir(parents=True, exist_ok=True)
     sources = {"this": REPO / "src"}
     if args.baseline:
         sources = {"baseline": args.baseline.resolve(), **sources}
     results: dict = {"config": CONFIG, "runs": {}}
-    for name, source in sources.items():
-        for precision in PRECISIONS:
-            key = f"{name} {precision}"
-            folder = args.out / f"{name}-{precision}"
-            results["runs"][key] = steady_run(source, precision, args.steps, args.warmup, folder)
-            print(key, results["runs"][key], flush=True)
+    for precision in PRECISIONS:
+        samples: dict[str, list[dict]] = {name: [] for name in sources}
+        for repeat in range(args.repeats):
+            # Alternate which source goes first: a fresh machine's first runs load
+            # libraries and kernels cold.
+            order = list(sources) if repeat % 2 == 0 else list(reversed(sources))
+            for name in order:
+                folder = args.out / f"{name}-{precision}-{repeat}"
+                run = steady_run(sources[name], precision, args.steps, args.warmup, folder)
+                samples[name].append(run)
+                print(f"{name} {precision} #{repeat}", run, flush=True)
+        for name, runs in samples.items():
+            results["runs"][f"{name} {precision}"] = median_run(runs)
     if not args.no_bench:
         results["bench"] = bench_comparison(args.out)
         print("bench", results["bench"], flush=True)
     (args.out / "measure.json").write_text(json.dumps(results, indent=2))
+    print_table(results)
+
+
+def print_table(results: dict) -> None:
+    """The table of a measure.json (or a results/*.json of the same shape)."""
     print("\n| source | precision | steady step (ms) | patches/s | first step (s) |")
     print("|---|---|---|---|---|")
+    sources = []
     for key, run in results["runs"].items():
         name, precision = key.split(" ")
+        if name not in sources:
+            sources.append(name)
         if "error" in run:
             print(f"| {name} | {precision} | failed: {run['error'][-200:]!r} | | |")
             continue
@@ -160,6 +193,10 @@ def main() -> None:
             f"bench / run = {bench['step_vs_run']:.3f}; framework overhead "
             f"{bench['overhead_ms']:.2f} ms per step"
         )
+        this = results["runs"].get("this bf16-mixed", {})
+        if "step_ms" in this:
+            ratio = bench["lightning_step_ms"] / this["step_ms"]
+            print(f"bench's Lightning step / this bf16-mixed run's steady step = {ratio:.3f}")
     elif bench:
         print("bench failed:", bench["error"][-500:])
 
