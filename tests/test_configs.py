@@ -26,3 +26,12 @@ def test_a_bad_override_is_hydras_error_and_leaves_no_hydra_behind():
         compose_config("train", ["no_such_group=x"])
     assert not GlobalHydra.instance().is_initialized()
     assert CONFIG_DIR.endswith("conf")
+
+
+def test_speed_max_sets_the_fast_path():
+    cfg = compose_config("train", ["speed=max"])
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.benchmark is True
+    assert cfg.training.channels_last is True and cfg.optimizer.fused is True
+    assert cfg.training.compile is False  # not until its GPU test passes
+    default = compose_config("train", [])
+    assert default.optimizer.fused is None and default.trainer.precision == "32-true"

@@ -45,14 +45,17 @@ def environment(source: Path) -> dict[str, str]:
     return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
-def steady_run(source: Path, precision: str, steps: int, warmup: int, out: Path) -> dict:
-    """One clocked train.py run; its steady step, rate and time to the first step."""
+def steady_run(source: Path, variant: str, steps: int, warmup: int, out: Path) -> dict:
+    """One clocked train.py run; its steady step, rate and time to the first step.
+
+    ``variant`` is a precision (``bf16-mixed``) or a preset override (``speed=max``).
+    """
     record = out / "steps.json"
     command = [
         sys.executable,
         str(REPO / "train.py"),
         *CONFIG,
-        f"trainer.precision={precision}",
+        variant if "=" in variant else f"trainer.precision={variant}",
         f"++trainer.max_steps={steps}",
         "++trainer.max_epochs=-1",
         "++trainer.limit_val_batches=0",
@@ -158,6 +161,13 @@ def main() -> None:
                 print(f"{name} {precision} #{repeat}", run, flush=True)
         for name, runs in samples.items():
             results["runs"][f"{name} {precision}"] = median_run(runs)
+    # The fast path in one switch (this version's preset), against the rows above.
+    samples = []
+    for repeat in range(args.repeats):
+        folder = args.out / f"this-speed-max-{repeat}"
+        samples.append(steady_run(REPO / "src", "speed=max", args.steps, args.warmup, folder))
+        print(f"this speed=max #{repeat}", samples[-1], flush=True)
+    results["runs"]["this speed=max"] = median_run(samples)
     if not args.no_bench:
         results["bench"] = bench_comparison(args.out)
         print("bench", results["bench"], flush=True)

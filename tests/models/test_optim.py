@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -45,6 +46,33 @@ def test_norm_layers_and_biases_can_be_left_undecayed():
     # conv1 weight and conv2 weight are decayed; conv1 bias, BN weight and bias are not.
     assert {id(p) for p in decayed["params"]} == {id(net[0].weight), id(net[2].weight)}
     assert len(exempt["params"]) == 3
+
+
+@pytest.mark.parametrize("solver", ["sgdm", "adam", "adamw"])
+def test_a_fused_optimizer_steps_as_the_default_one(solver):
+    torch.manual_seed(0)
+    # No bias before the batch norm: its gradient is 0 up to rounding, and Adam's
+    # normalised update (g / sqrt(v)) would turn that rounding into steps of size lr.
+    nets = [nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))]
+    nets.append(copy.deepcopy(nets[0]))
+    image, target = torch.randn(2, 3, 8, 8), torch.randn(2, 2, 6, 6)
+    optimizers = [
+        build_optimizer(nets[0], solver, lr=0.1, weight_decay=0.01),
+        build_optimizer(nets[1], solver, lr=0.1, weight_decay=0.01, fused=True),
+    ]
+    assert optimizers[1].defaults["fused"] is True
+    for net, optimizer in zip(nets, optimizers, strict=True):
+        for _ in range(3):
+            optimizer.zero_grad()
+            (net(image) - target).square().mean().backward()
+            optimizer.step()
+    for default, fused in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        torch.testing.assert_close(fused, default, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fused_rmsprop_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"optimizer\.fused=true.*'rmsprop'.*no fused"):
+        build_optimizer(network(), "rmsprop", fused=True)
 
 
 def test_unknown_solver_names_the_key():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -85,6 +86,11 @@ def build_optimizer(
         groups.append(group)
     # Each solver's constructor takes lr (Optimizer's own, typed here, takes defaults).
     optimizer: Callable[..., torch.optim.Optimizer] = SOLVERS[solver]
+    if solver_kwargs.get("fused") and "fused" not in inspect.signature(optimizer).parameters:
+        raise ConfigError(
+            f"optimizer.fused=true: optimizer.solver={solver!r} has no fused implementation "
+            f"in torch ({optimizer.__name__}); sgdm, adam and adamw have one"
+        )
     return optimizer(groups, lr=lr, **solver_kwargs)
 
 
