@@ -1,9 +1,14 @@
+import re
 from types import SimpleNamespace
 
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from segscale.training.resume import ForgetAbandonedBest
+from segscale.errors import ConfigError
+from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.training.builders import build, build_datamodule, build_module
+from segscale.training.resume import ForgetAbandonedBest, check_resumable
 
 
 def restored_callback(tmp_path, best_step: int) -> ModelCheckpoint:
@@ -32,3 +37,26 @@ def test_a_best_checkpoint_from_before_the_resume_point_is_kept(tmp_path):
     ForgetAbandonedBest().on_train_start(trainer, None)
     assert callback.best_model_score == torch.tensor(0.9)
     assert callback.best_k_models == {str(tmp_path / "best.ckpt"): torch.tensor(0.9)}
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [("999.0", r"was written by segscale 999\.0, newer than this segscale"), (None, None)],
+)
+def test_a_resume_refuses_a_checkpoint_of_a_newer_segscale(make_config, tmp_path, version, message):
+    cfg = make_config()
+    effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)
+    module = build_module(cfg, build_datamodule(cfg, effective), effective.learning_rate)
+    checkpoint = {"state_dict": module.state_dict(), "epoch": 1, "global_step": 8}
+    module.on_save_checkpoint(checkpoint)
+    if version is None:  # written before segscale stored its version: loads
+        del checkpoint["segscale"]["segscale_version"]
+    else:
+        checkpoint["segscale"]["segscale_version"] = version
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file(checkpoint, path)
+    if message is None:
+        check_resumable(str(path), module)
+        return
+    with pytest.raises(ConfigError, match=rf"ckpt_path='{re.escape(str(path))}'.*{message}"):
+        check_resumable(str(path), module)

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import load_checkpoint_file
+from segscale.models.checkpoint_metadata import check_metadata
 from segscale.models.weights import LOAD_ERRORS, compare_state
 from segscale.training.launch import launcher_job_id
 
@@ -100,11 +101,14 @@ def check_resumable(path: str, module: SegmentationModule) -> None:
     """Refuse a checkpoint that is damaged, or whose network is not the one ``module`` has.
 
     Read weights-only and verified against its digest, before any rank starts; its
+    metadata must make sense and come from this segscale or an older one; its
     state must cover the module exactly (the same architecture, encoder and classes),
     so that a resume with a forgotten override stops here with the differences named,
     not inside Lightning.
     """
     checkpoint = load_checkpoint_file(path, "ckpt_path")
+    if "segscale" in checkpoint:  # its metadata, and the segscale that wrote it (not newer)
+        check_metadata(checkpoint["segscale"], Path(path), "ckpt_path")
     meta = checkpoint.get("segscale") or {}
     hint = "resume with the overrides the run was started with (its .hydra/overrides.yaml)"
     names = meta.get("class_names")
