@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 from torch import nn
 
-import segscale
 from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import load_checkpoint_file
 from segscale.models.networks import build_network
 from segscale.models.weights import load_network_weights
+from segscale.version import UNKNOWN_LOCAL, __version__
 
 if TYPE_CHECKING:
     from segscale.data.datamodule import SegmentationDataModule
@@ -41,7 +41,7 @@ def inference_metadata(
     label_ids, ignore_ids = mask_label_ids(datamodule.labels)
     # Plain Python values only (no numpy scalars): weights-only loading refuses others.
     return {
-        "segscale_version": segscale.__version__,
+        "segscale_version": __version__,
         "model": {**model_cfg, "encoder_weights": None},  # the checkpoint holds the weights
         "class_names": [str(name) for name in datamodule.class_names],
         "class_colors": [[int(v) for v in c] for c in datamodule.class_colors or []] or None,
@@ -180,11 +180,11 @@ def check_written_version(meta: dict[str, Any], path: Path, key: str) -> None:
             f"{key}={str(path)!r}: segscale_version={written!r} is not a version; expected "
             "a .ckpt written by train.py"
         ) from None
-    ours = Version(segscale.__version__)
-    if ours.local != "unknown" and theirs > ours:
+    ours = Version(__version__)
+    if ours.local != UNKNOWN_LOCAL and theirs > ours:
         raise ConfigError(
             f"{key}={str(path)!r} was written by segscale {written}, newer than this "
-            f"segscale {segscale.__version__}; upgrade segscale (pip install -U segscale) "
+            f"segscale {__version__}; upgrade segscale (pip install -U segscale) "
             "to read it"
         )
 
