@@ -1,5 +1,6 @@
 """``ckpt_path=last`` alone continues a run as it was started; a frozen change is refused."""
 
+import csv
 import hashlib
 import json
 import shutil
@@ -106,3 +107,24 @@ def test_a_resume_runs_no_code_written_into_the_run_folders_records(tiny_data_ro
     resumed = launch(tmp_path, "ckpt_path=last", "trainer.max_epochs=2", OWN_CALLBACK)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run / "summary.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_a_learning_rate_given_on_resume_applies(tiny_data_root, tmp_path):
+    constant = ["scheduler=none", "optimizer.lr=0.03"]  # the rate of every step: the base
+    first = launch(tmp_path, *started_with(tiny_data_root), *constant)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run,) = (tmp_path / "outputs" / "train").iterdir()
+
+    resumed = launch(tmp_path, "ckpt_path=last", "trainer.max_epochs=2", "optimizer.lr=0.3")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["learning_rate"] == pytest.approx(0.3)
+    assert summary["scaling"]["learning_rate"] == pytest.approx(0.3)
+    with (run / "metrics.csv").open() as rows:
+        rates = {
+            int(row["step"]): float(row["lr-SGD"]) for row in csv.DictReader(rows) if row["lr-SGD"]
+        }
+    # 4 steps an epoch: the first launch's at 0.03, the resumed one's at 0.3.
+    assert sorted(rates) == list(range(8))
+    assert [rates[s] for s in range(8)] == pytest.approx([0.03] * 4 + [0.3] * 4)

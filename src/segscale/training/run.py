@@ -39,7 +39,12 @@ from segscale.training.preemption import (
     without_lightning_signal_handlers,
 )
 from segscale.training.relaunch import check_relaunch
-from segscale.training.resume import ForgetAbandonedBest, check_resumable, resolve_checkpoint
+from segscale.training.resume import (
+    ApplyLearningRate,
+    ForgetAbandonedBest,
+    check_resumable,
+    resolve_checkpoint,
+)
 from segscale.training.run_folder import (
     LaunchRecord,
     RunFolderLock,
@@ -125,6 +130,9 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         callbacks.append(pruning)
     if relaunch:
         callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]
+        # optimizer.lr given on a resume applies; first, so that every other callback's
+        # on_train_start (the summary's effective values) sees the rate it sets.
+        callbacks.insert(0, ApplyLearningRate())
     for name, node in (cfg.get("callbacks") or {}).items():
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
