@@ -7,7 +7,9 @@ import pytest
 import yaml
 
 from segscale.errors import ConfigError
+from segscale.training import relaunch
 from segscale.training.recorded_overrides import read_recorded_overrides
+from segscale.training.relaunch import restore_overrides
 
 LEGITIMATE = [
     "model=unet",
@@ -79,3 +81,22 @@ def test_a_record_that_is_not_a_list_of_overrides_is_refused(tmp_path, text):
     path.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(str(path))):
         read_recorded_overrides(path, [])
+
+
+def test_a_group_option_of_a_search_path_given_on_the_command_line_counts(tmp_path, monkeypatch):
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "mine.yaml").write_text("# @package _global_\n")
+    run = tmp_path / "outputs" / "train" / "run1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("seed: 42\n")
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["experiment=mine", "seed=3"]))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(relaunch, "_restored", None)  # what it notes stays in this test
+    ckpt = f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}"
+    with pytest.raises(ConfigError, match=r"overrides\.yaml:1: .*'experiment'"):
+        restore_overrides(["train.py", ckpt])
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    restored = restore_overrides(["train.py", ckpt, searchpath])
+    assert restored[1:3] == ["experiment=mine", "seed=3"]

@@ -134,7 +134,7 @@ def restore_overrides(argv: Sequence[str]) -> list[str]:
     if record is None or not (record / "overrides.yaml").is_file():
         return list(argv)
     # Read as data: an override that could run code is refused (ConfigError).
-    config_dirs = (Path(parsed.config_dir),) if parsed.config_dir else ()
+    config_dirs = _config_dirs(parsed.config_dir, overrides)
     recorded = read_recorded_overrides(record / "overrides.yaml", given, config_dirs)
     merged = merge_overrides(recorded, given)
     restored = tuple(o for o in merged if o in recorded and o not in given)
@@ -303,6 +303,18 @@ def _run_folder(given: list[str], config_name: str) -> Path | None:
             continue
         return Path(str(folder)) if folder else None
     return None
+
+
+def _config_dirs(config_dir: str | None, overrides: list[Override]) -> tuple[Path, ...]:
+    """The user's config folders: ``--config-dir`` and ``hydra.searchpath``'s ``file://`` ones."""
+    found = [Path(config_dir)] if config_dir else []
+    for override in overrides:
+        if override.key_or_group == "hydra.searchpath" and not override.is_delete():
+            entries = override.value()
+            for entry in entries if isinstance(entries, list) else [entries]:
+                if isinstance(entry, str) and entry.startswith("file://"):
+                    found.append(Path(entry.removeprefix("file://")))
+    return tuple(found)
 
 
 def _find_block(argv: list[str], block: list[str]) -> int | None:
