@@ -1,6 +1,10 @@
+import os
 import re
+from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -8,7 +12,13 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import save_checkpoint_file
 from segscale.training.builders import build, build_datamodule, build_module
-from segscale.training.resume import ApplyLearningRate, ForgetAbandonedBest, check_resumable
+from segscale.training.resume import (
+    ApplyLearningRate,
+    ForgetAbandonedBest,
+    check_resumable,
+    checkpoint_of_rank_zero,
+)
+from tests.distributed import on_two_ranks
 
 
 def restored_callback(tmp_path, best_step: int) -> ModelCheckpoint:
@@ -22,9 +32,20 @@ def restored_callback(tmp_path, best_step: int) -> ModelCheckpoint:
     return callback
 
 
+def one_process_trainer(callback: ModelCheckpoint, global_step: int) -> SimpleNamespace:
+    """What ForgetAbandonedBest reads of a trainer, of a run in one process."""
+    strategy = SimpleNamespace(broadcast=lambda obj, src: obj)
+    return SimpleNamespace(
+        checkpoint_callbacks=[callback],
+        global_step=global_step,
+        is_global_zero=True,
+        strategy=strategy,
+    )
+
+
 def test_a_best_checkpoint_of_the_abandoned_branch_is_forgotten(tmp_path):
     callback = restored_callback(tmp_path, best_step=12)
-    trainer = SimpleNamespace(checkpoint_callbacks=[callback], global_step=6)
+    trainer = one_process_trainer(callback, global_step=6)
     ForgetAbandonedBest().on_train_start(trainer, None)
     assert callback.best_k_models == {} and callback.best_model_score is None
     assert callback.best_model_path == "" and callback.kth_value == -torch.inf
@@ -33,7 +54,7 @@ def test_a_best_checkpoint_of_the_abandoned_branch_is_forgotten(tmp_path):
 
 def test_a_best_checkpoint_from_before_the_resume_point_is_kept(tmp_path):
     callback = restored_callback(tmp_path, best_step=4)
-    trainer = SimpleNamespace(checkpoint_callbacks=[callback], global_step=6)
+    trainer = one_process_trainer(callback, global_step=6)
     ForgetAbandonedBest().on_train_start(trainer, None)
     assert callback.best_model_score == torch.tensor(0.9)
     assert callback.best_k_models == {str(tmp_path / "best.ckpt"): torch.tensor(0.9)}
@@ -94,3 +115,36 @@ def test_a_learning_rate_given_on_resume_replaces_the_restored_one_at_its_step()
     optimizer.step()
     schedule.step()  # the schedule goes on from its step, with the new base rates
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.125, 0.0625])
+
+
+def _what_rank_decides(folder: Path, rank: int) -> tuple[str | None, bool]:
+    """On one rank of two started as torchrun starts them: its ``ckpt_path=auto`` choice
+    and whether it keeps the restored best, when its own view differs from rank 0's."""
+    os.environ |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0"}
+    os.environ |= {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    # Rank 0 sees its best checkpoint saved at step 0 (kept); rank 1 cannot read its own.
+    callback = restored_callback(folder / f"rank{rank}", best_step=0)
+    if rank == 1:
+        Path(callback.best_model_path).write_bytes(b"not a checkpoint")
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    found = str(folder / "checkpoints" / f"seen-by-rank{rank}.ckpt")
+    agreed = checkpoint_of_rank_zero(trainer, found)
+    ForgetAbandonedBest().on_train_start(trainer, None)
+    return agreed, callback.best_model_score is not None
+
+
+@pytest.mark.slow
+def test_ranks_started_outside_take_rank_zeros_decisions(tmp_path):
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}").mkdir()
+    decided = on_two_ranks(partial(_what_rank_decides, tmp_path))
+    rank_zeros = str(tmp_path / "checkpoints" / "seen-by-rank0.ckpt")
+    assert decided == {0: (rank_zeros, True), 1: (rank_zeros, True)}

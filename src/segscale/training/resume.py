@@ -139,19 +139,58 @@ class ForgetAbandonedBest(L.Callback):
     new branch, and a new branch that never beat it would end with ``best.ckpt`` still
     holding the old branch's weights. So the restored best is dropped, and the new
     branch's first validation writes ``best.ckpt`` again.
+
+    Rank 0 alone reads the files and decides, for every rank: a rank that decided
+    alone (a read error on one node) would keep another best than the others, and
+    their checkpoint callbacks would then disagree on when to save (a collective).
     """
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Drop the best of each monitoring checkpoint callback whose file is newer."""
-        for callback in trainer.checkpoint_callbacks:
-            if isinstance(callback, ModelCheckpoint) and _written_after(
-                callback, trainer.global_step
-            ):
+        callbacks = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
+        decided = (
+            [_written_after(c, trainer.global_step) for c in callbacks]
+            if trainer.is_global_zero
+            else None
+        )
+        forget = cast(list[bool], trainer.strategy.broadcast(decided, src=0))
+        for callback, abandoned in zip(callbacks, forget, strict=True):
+            if abandoned:
                 callback.best_k_models = {}
                 callback.best_model_path = callback.kth_best_model_path = ""
                 callback.best_model_score = None
                 worst = math.inf if callback.mode == "min" else -math.inf
                 callback.kth_value = torch.tensor(worst)
+
+
+def checkpoint_of_rank_zero(trainer: L.Trainer, ckpt_path: str | None) -> str | None:
+    """The checkpoint that rank 0 resolved ``ckpt_path=auto`` to, on every rank.
+
+    ``auto`` is resolved by file times, on each rank: ranks that torchrun or SLURM
+    started on several nodes could see the run folder differently (a file written
+    late, a node's cached view) and resume from different checkpoints. So every rank
+    of a job whose processes exist before ``Trainer.fit`` (started by torchrun, SLURM
+    or segscale's own launcher) calls this: it sets up the process group as
+    ``Trainer.fit`` would (which then finds it set up) and takes rank 0's choice from
+    it. A run in one process, or whose ranks Lightning spawns inside ``fit`` (they get
+    the parent's choice), returns ``ckpt_path`` as it is.
+    """
+    strategy = trainer.strategy
+    environment = getattr(strategy, "cluster_environment", None)
+    if environment is None or not environment.creates_processes_externally:
+        return ckpt_path
+    if trainer.world_size < 2:
+        return ckpt_path
+    strategy.setup_environment()
+    agreed = strategy.broadcast(ckpt_path, src=0)
+    if agreed != ckpt_path:
+        log.info(
+            "ckpt_path=auto: rank %d found %s, rank 0 %s: resuming from rank 0's",
+            trainer.global_rank,
+            ckpt_path,
+            agreed,
+        )
+    return agreed
 
 
 class ApplyLearningRate(L.Callback):
