@@ -8,16 +8,13 @@ torch nor Lightning and changes no global state.
 
 from __future__ import annotations
 
-from importlib import import_module, metadata
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from segscale.version import __version__
 
 if TYPE_CHECKING:
     from segscale.api import Predictor, TrainingFailedError, load, train
-
-try:
-    __version__ = metadata.version("segscale")
-except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
-    __version__ = "0+unknown"
 
 _API = ("Predictor", "TrainingFailedError", "load", "train")
 """The names of ``segscale.api`` that ``segscale`` itself offers."""

@@ -5,13 +5,17 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+import segscale
+from segscale.cli.predict import main as predict_main
 from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
+from segscale.inference.trained import load_trained
 from segscale.models.checkpoint_io import DIGEST_KEY, content_digest, save_checkpoint_file
 from segscale.models.checkpoint_metadata import mask_label_ids
 from segscale.models.module import SegmentationModule
 from segscale.training.builders import build, build_datamodule, build_module
-from tests.conftest import compose_config, tiny_overrides
+from tests.conftest import compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
+from tests.in_process import run_in_process
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +163,81 @@ def test_missing_and_unreadable_files_are_refused_naming_them(tmp_path: Path, da
         path.write_bytes(data)
     with pytest.raises(ConfigError, match=rf"checkpoint_path='{re.escape(str(path))}'"):
         SegmentationModule.load_from_checkpoint(path)
+
+
+def _edited(path: Path, tmp_path: Path, **entries) -> Path:
+    """A copy of the checkpoint at ``path`` with metadata ``entries`` replaced, resealed."""
+    content = torch.load(path, weights_only=True)
+    content["segscale"].update(entries)
+    copy = tmp_path / "edited.ckpt"
+    torch.save(_sealed(content), copy)
+    return copy
+
+
+NONSENSE = [
+    ({"mean": [float("nan"), 0.0, 0.0]}, r"mean=\[nan, 0\.0, 0\.0\]: expected finite numbers"),
+    ({"mean": [0.0, 0.0]}, r"mean=\[0\.0, 0\.0\]: expected 3 numbers"),
+    ({"std": [0.0, 1.0, 1.0]}, r"std=\[0\.0, 1\.0, 1\.0\]: expected positive numbers"),
+    ({"std": [1.0, float("inf"), 1.0]}, r"std=.*expected finite numbers"),
+    ({"max_value": 0.0}, r"max_value=0\.0: expected a positive finite number"),
+    ({"class_names": ["a", "b"]}, r"class_names: 2 names for a network of 3 classes"),
+    ({"class_names": ["a", "a", "b"]}, r"class_names=.*expected distinct names"),
+    ({"class_colors": [[0, 0, 0]]}, r"class_colors=.*expected 3 RGB triplets"),
+    ({"class_colors": [[0, 0, 0], [1, 1, 1], [2, 2, 999]]}, r"class_colors=.*0 to 255"),
+    ({"ignore_index": 1}, r"ignore_index=1: expected a mask value that no class has \(3 to"),
+    ({"ignore_index": 300}, r"ignore_index=300: expected"),
+    ({"label_ids": [0, 128]}, r"label_ids/ignore_ids: .*2 entries for 3 classes"),
+    ({"label_ids": [0, 0, 255], "ignore_ids": []}, r"mask value 0 is given for two classes"),
+    ({"label_ids": [0, [1, 2, 3], 9], "ignore_ids": []}, r"mix grey levels and RGB"),
+]
+
+
+@pytest.mark.parametrize(("entries", "message"), NONSENSE)
+def test_metadata_that_makes_no_sense_is_refused_naming_the_key(tmp_path, entries, message):
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    edited = _edited(ckpt, tmp_path, **entries)
+    expected = rf"ckpt='{re.escape(str(edited))}': its metadata makes no sense: .*{message}"
+    with pytest.raises(ConfigError, match=expected):
+        load_trained(edited)
+
+
+@pytest.mark.parametrize(
+    ("entries", "code"), [({"mean": [float("nan")] * 3}, 2), ({"std": [0.0] * 3}, 2), ({}, 0)]
+)
+def test_predict_py_refuses_nonsense_metadata(tmp_path, entries, code):
+    ckpt = _edited(oracle_checkpoint(tmp_path / "oracle.ckpt"), tmp_path, **entries)
+    image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
+    args = (f"ckpt={ckpt}", f"input={image}", f"output_dir={tmp_path / 'out'}")
+    result = run_in_process(predict_main, *args, cwd=tmp_path, program="predict.py")
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output[-2000:]
+    assert "Traceback" not in output
+    if code:
+        assert f"ckpt='{ckpt}': its metadata makes no sense: {next(iter(entries))}=" in output
+
+
+def test_checkpoints_record_the_segscale_that_wrote_them(trained, tmp_path):
+    module, path = trained
+    assert module.inference_metadata["segscale_version"] == segscale.__version__
+    assert SegmentationModule.load_from_checkpoint(path).inference_metadata == (
+        module.inference_metadata
+    )
+    older = _edited(path, tmp_path)  # written before segscale stored its version
+    content = torch.load(older, weights_only=True)
+    del content["segscale"]["segscale_version"]
+    torch.save(_sealed(content), older)
+    SegmentationModule.load_from_checkpoint(older)
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ("999.0", r"was written by segscale 999\.0, newer than this segscale"),
+        ("x.y", "not a version"),
+    ],
+)
+def test_a_checkpoint_of_a_newer_segscale_is_refused(trained, tmp_path, version, message):
+    _, path = trained
+    newer = _edited(path, tmp_path, segscale_version=version)
+    with pytest.raises(ConfigError, match=rf"ckpt='{re.escape(str(newer))}'.*{message}"):
+        load_trained(newer)

@@ -36,7 +36,11 @@ register_run_dir_resolver()
 def main() -> None:
     """Entry point of ``train.py``: Hydra parses the command line and runs ``run``."""
     # ckpt_path=last or a path: the resumed run's own overrides, the command line's on top.
-    sys.argv = restore_overrides(sys.argv)
+    try:
+        sys.argv = restore_overrides(sys.argv)
+    except ConfigError as error:  # before Hydra sets up logging: said on stderr
+        print(f"Error: {error}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     if external_rank():
         # A rank > 0 started by torchrun or SLURM: rank 0 alone writes config and log.
         sys.argv += QUIET_RANK_OVERRIDES

@@ -10,15 +10,19 @@ network exactly.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.version import InvalidVersion, Version
 from torch import nn
 
+from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import load_checkpoint_file
 from segscale.models.networks import build_network
 from segscale.models.weights import load_network_weights
+from segscale.version import UNKNOWN_LOCAL, __version__
 
 if TYPE_CHECKING:
     from segscale.data.datamodule import SegmentationDataModule
@@ -37,6 +41,7 @@ def inference_metadata(
     label_ids, ignore_ids = mask_label_ids(datamodule.labels)
     # Plain Python values only (no numpy scalars): weights-only loading refuses others.
     return {
+        "segscale_version": __version__,
         "model": {**model_cfg, "encoder_weights": None},  # the checkpoint holds the weights
         "class_names": [str(name) for name in datamodule.class_names],
         "class_colors": [[int(v) for v in c] for c in datamodule.class_colors or []] or None,
@@ -64,6 +69,7 @@ LATER_METADATA: dict[str, type | tuple[type, ...]] = {
     "label_ids": (list, type(None)),
     "ignore_ids": list,
     "data_source": dict,  # the training datamodule.source (added by training.builders)
+    "segscale_version": str,
 }
 """Entries that checkpoints written before segscale stored them lack: checked if present.
 
@@ -129,7 +135,11 @@ def network_from_metadata(model_cfg: dict[str, Any], path: Path, key: str) -> nn
 
 
 def check_metadata(meta: Any, path: Path, key: str) -> None:
-    """Refuse a checkpoint whose ``segscale`` entry is not what ``train.py`` writes."""
+    """Refuse a checkpoint whose ``segscale`` entry is not what ``train.py`` writes.
+
+    Its entries are checked for type, then for meaning (``metadata_problems``), and the
+    segscale that wrote it must not be newer than this one (``check_written_version``).
+    """
     wrong = (
         [name for name, kind in METADATA.items() if not isinstance(meta.get(name), kind)]
         + [
@@ -145,6 +155,112 @@ def check_metadata(meta: Any, path: Path, key: str) -> None:
             f"{key}={str(path)!r} is not a segscale checkpoint: its 'segscale' entry lacks "
             f"{wrong} (or they are of another type); expected a .ckpt written by train.py"
         )
+    check_written_version(meta, path, key)
+    problems = metadata_problems(meta)
+    if problems:
+        raise ConfigError(
+            f"{key}={str(path)!r}: its metadata makes no sense: {'; '.join(problems)}; "
+            "expected a .ckpt written by train.py, unedited"
+        )
+
+
+def check_written_version(meta: dict[str, Any], path: Path, key: str) -> None:
+    """Refuse a checkpoint written by a newer segscale than this one.
+
+    A newer one may store what this one would misread. A checkpoint without a version
+    (written before segscale stored it) is older, and loads; a source tree never
+    installed has no version of its own, and loads any.
+    """
+    written = meta.get("segscale_version")
+    if written is None:
+        return
+    try:
+        theirs = Version(str(written))
+    except InvalidVersion:
+        raise ConfigError(
+            f"{key}={str(path)!r}: segscale_version={written!r} is not a version; expected "
+            "a .ckpt written by train.py"
+        ) from None
+    ours = Version(__version__)
+    if ours.local != UNKNOWN_LOCAL and theirs > ours:
+        raise ConfigError(
+            f"{key}={str(path)!r} was written by segscale {written}, newer than this "
+            f"segscale {__version__}; upgrade segscale (pip install -U segscale) "
+            "to read it"
+        )
+
+
+def metadata_problems(meta: dict[str, Any]) -> list[str]:
+    """What makes no sense in a type-checked ``segscale`` entry, each naming its key.
+
+    Normalization must be finite, with a positive spread, one value per input channel;
+    there must be as many class names (distinct) and colours as the network has classes;
+    the ignore index must be a mask value (0 to 255) that no class has; label IDs must
+    decode as training did (``LabelMap``).
+    """
+    names = meta["class_names"]
+    problems = _class_problems(names, meta["model"])
+    channels = meta["model"].get("in_channels", 3)
+    for name in ("mean", "std"):
+        values = meta[name]
+        if not all(_number(v) for v in values) or len(values) != channels:
+            problems.append(f"{name}={values!r}: expected {channels} numbers, one a channel")
+        elif not all(math.isfinite(v) for v in values):
+            problems.append(f"{name}={values!r}: expected finite numbers")
+        elif name == "std" and min(values) <= 0:
+            problems.append(f"std={values!r}: expected positive numbers (it divides)")
+    max_value = meta["max_value"]
+    if not _number(max_value) or not math.isfinite(max_value) or max_value <= 0:
+        problems.append(f"max_value={max_value!r}: expected a positive finite number")
+    if problems:  # the checks below count on the classes (and the rest) being sound
+        return problems
+    return _label_problems(meta, len(names))
+
+
+def _class_problems(names: list[Any], model: dict[str, Any]) -> list[str]:
+    """Class names against the network's outputs."""
+    classes = model.get("num_classes", model.get("out_channels"))
+    if not names or not all(isinstance(n, str) for n in names) or len(set(names)) < len(names):
+        return [f"class_names={names!r}: expected distinct names, at least one"]
+    if classes is not None and (not isinstance(classes, int) or classes != len(names)):
+        return [f"class_names: {len(names)} names for a network of {classes!r} classes"]
+    if len(names) > 255:
+        return [f"class_names: {len(names)} classes; expected at most 255"]
+    return []
+
+
+def _label_problems(meta: dict[str, Any], num_classes: int) -> list[str]:
+    """Colours, ignore index and label IDs against the number of classes."""
+    problems = []
+    colours = meta["class_colors"]
+    if colours is not None and (len(colours) != num_classes or not all(_rgb(c) for c in colours)):
+        problems.append(
+            f"class_colors={colours!r}: expected {num_classes} RGB triplets (0 to 255), one a class"
+        )
+    ignore = meta["ignore_index"]
+    if isinstance(ignore, bool) or not num_classes <= ignore <= 255:
+        problems.append(
+            f"ignore_index={ignore!r}: expected a mask value that no class has "
+            f"({num_classes} to 255)"
+        )
+    elif "label_ids" in meta or "ignore_ids" in meta:
+        try:
+            LabelMap(num_classes, ignore, meta.get("label_ids"), meta.get("ignore_ids") or [])
+        except (ConfigError, TypeError, ValueError, OverflowError) as error:
+            problems.append(f"label_ids/ignore_ids: {error}")
+    return problems
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _rgb(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value)
+    )
 
 
 def read_trained_network(path: str | Path, key: str = "ckpt") -> tuple[nn.Module, dict[str, Any]]:

@@ -8,7 +8,8 @@ record (``.hydra/launch-<n>/overrides.yaml``, else ``.hydra/overrides.yaml``) an
 them in front of the command line's. A recorded override whose key the command line
 sets again is left out, so the command line wins; so is the recorded ``ckpt_path``.
 Since the result goes through Hydra, this launch's own record and the ranks that
-segscale starts get the full list. ``ckpt_path=auto`` (a requeued job, which has its
+segscale starts get the full list. The record is read as data: an override that could
+run code is refused (``recorded_overrides``). ``ckpt_path=auto`` (a requeued job, which has its
 whole command line), a fresh run and a checkpoint outside a run folder restore nothing.
 
 ``check_relaunch`` then refuses, for every relaunch of a run folder that holds a launch
@@ -57,6 +58,7 @@ from omegaconf.errors import OmegaConfBaseException
 from segscale.configs import compose_config
 from segscale.devices import available_devices, devices_count
 from segscale.errors import ConfigError
+from segscale.training.recorded_overrides import read_recorded_overrides
 from segscale.training.resume import register_run_dir_resolver
 from segscale.training.run_folder import RECORD_DIR
 
@@ -110,7 +112,8 @@ def restore_overrides(argv: Sequence[str]) -> list[str]:
 
     Unchanged unless ``ckpt_path`` is ``last`` or a path and the run folder it picks
     holds a launch record with overrides. A command line Hydra would refuse is left to
-    Hydra to report.
+    Hydra to report. A recorded override that could run code (a ``_target_``, Hydra's
+    own settings, ...) is refused with ``ConfigError`` (``recorded_overrides``).
     """
     global _restored
     _restored = None
@@ -130,7 +133,9 @@ def restore_overrides(argv: Sequence[str]) -> list[str]:
     record = latest_record(folder) if folder else None
     if record is None or not (record / "overrides.yaml").is_file():
         return list(argv)
-    recorded = [str(o) for o in OmegaConf.load(record / "overrides.yaml")]
+    # Read as data: an override that could run code is refused (ConfigError).
+    config_dirs = _config_dirs(parsed.config_dir, overrides)
+    recorded = read_recorded_overrides(record / "overrides.yaml", given, config_dirs)
     merged = merge_overrides(recorded, given)
     restored = tuple(o for o in merged if o in recorded and o not in given)
     _restored = Restored(record, restored) if restored else None
@@ -298,6 +303,18 @@ def _run_folder(given: list[str], config_name: str) -> Path | None:
             continue
         return Path(str(folder)) if folder else None
     return None
+
+
+def _config_dirs(config_dir: str | None, overrides: list[Override]) -> tuple[Path, ...]:
+    """The user's config folders: ``--config-dir`` and ``hydra.searchpath``'s ``file://`` ones."""
+    found = [Path(config_dir)] if config_dir else []
+    for override in overrides:
+        if override.key_or_group == "hydra.searchpath" and not override.is_delete():
+            entries = override.value()
+            for entry in entries if isinstance(entries, list) else [entries]:
+                if isinstance(entry, str) and entry.startswith("file://"):
+                    found.append(Path(entry.removeprefix("file://")))
+    return tuple(found)
 
 
 def _find_block(argv: list[str], block: list[str]) -> int | None:

@@ -39,7 +39,13 @@ from segscale.training.preemption import (
     without_lightning_signal_handlers,
 )
 from segscale.training.relaunch import check_relaunch
-from segscale.training.resume import ForgetAbandonedBest, check_resumable, resolve_checkpoint
+from segscale.training.resume import (
+    ApplyLearningRate,
+    ForgetAbandonedBest,
+    check_resumable,
+    checkpoint_of_rank_zero,
+    resolve_checkpoint,
+)
 from segscale.training.run_folder import (
     LaunchRecord,
     RunFolderLock,
@@ -125,6 +131,9 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         callbacks.append(pruning)
     if relaunch:
         callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]
+        # optimizer.lr given on a resume applies; first, so that every other callback's
+        # on_train_start (the summary's effective values) sees the rate it sets.
+        callbacks.insert(0, ApplyLearningRate())
     for name, node in (cfg.get("callbacks") or {}).items():
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
@@ -134,7 +143,9 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     start_method = cfg.strategy.get("start_method")
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
-    resolved = {"ckpt_path": ckpt_path} if ckpt_path else None
+    # ckpt_path=auto is agreed on below, by every rank, however the ranks were started.
+    auto = cfg.get("ckpt_path") == "auto"
+    resolved = {"ckpt_path": ckpt_path} if ckpt_path and not auto else None
     if leader:
         log.info("%s", describe_threads(thread_setting, threads, num_processes, workers))
         log.info("%s", report.table())
@@ -153,6 +164,11 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
             use_distributed_sampler=False,
         )
         without_lightning_signal_handlers(trainer)
+        if auto:  # rank 0's choice, on every rank
+            agreed = checkpoint_of_rank_zero(trainer, ckpt_path)
+            if agreed and agreed != ckpt_path:
+                check_resumable(agreed, module)
+            ckpt_path = agreed
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
     return (read_summary(cfg.output_dir) or {}) if trainer.is_global_zero else {}
