@@ -9,6 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from hydra_plugins.segscale_plugins import parallel_launcher
 from segscale.cli.train import main
 from segscale.training import launch
 from segscale.training.launch import free_port
@@ -46,11 +47,14 @@ def jobs_run_train_py(monkeypatch) -> None:
     """The parallel launcher starts its jobs as train.py, as under ``python train.py -m``.
 
     It starts each job with the program of ``__main__``: in a sweep run in this process
-    (``multirun``), that would be pytest. Replaced where it is defined: Hydra re-executes
-    the plugin modules when it scans them, and they import it anew.
+    (``multirun``), that would be pytest. Replaced where it is defined and in the plugin
+    module, which imported it by name: Hydra scans the plugins once a process, running
+    their modules again, so the plugin holds the definition's name from before or after
+    this test's patch depending on whether an earlier test started Hydra.
     """
     program = [sys.executable, str(REPO / "train.py")]
     monkeypatch.setattr(launch, "program_command", lambda: program)
+    monkeypatch.setattr(parallel_launcher, "program_command", lambda: program)
 
 
 def job_folders(sweep):
