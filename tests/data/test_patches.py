@@ -84,7 +84,16 @@ def test_grid_counts_every_pixel_once(tiles):
     assert len(grid) == 16
     labelled = sum(int((grid[i]["mask"] != 255).sum()) for i in range(len(grid)))
     assert labelled == 160 * 160
-    assert torch.equal(grid[5]["image"], grid[5]["image"])
+    # Window 5 is row 1, column 1 of the 4 × 4 grid: the tile's pixels at (48, 48), as
+    # they are (a grid patch is cut, not augmented), and its mask likewise.
+    tile = tiles[0]
+    window = torch.from_numpy(np.ascontiguousarray(tile.image[48:96, 48:96]))
+    assert torch.equal(grid[5]["image"], window.permute(2, 0, 1))
+    assert torch.equal(grid[5]["mask"].long(), torch.from_numpy(tile.mask[48:96, 48:96]).long())
+    # The last column's window starts at 112 and repeats 32 columns of the one before:
+    # those are ignored, so that each pixel counts once.
+    last = grid[3]["mask"]
+    assert (last[:, :32] == 255).all() and (last[:, 32:] != 255).any()
 
 
 def test_grid_refuses_a_patch_larger_than_the_image(tiles):
