@@ -95,8 +95,8 @@ def segment_s(
 
 
 _FITTED_ON = (
-    "fitted to PaddlePaddle's DeepLabV3+ with synchronized batch norm on 8 V100s in fp32 "
-    "(633 ms steps) and, for host syncs, PyTorch's (900 ms steps)"
+    "fitted to PaddlePaddle's DeepLabV3+ with synchronized batch norm on 8 V100s in fp32, "
+    "633 ms steps, and for host syncs to PyTorch's, 900 ms steps"
 )
 
 CONSTANT = ArrivalSpread("constant", False, 0.214e-3, 0.733e-3, _FITTED_ON)
