@@ -138,7 +138,7 @@ def prediction_rows(
     }
 
 
-_SUMMARY = ("step_s", "sync_batchnorm_s", "speedup", "efficiency")
+_SUMMARY = ("step_s", "sync_batchnorm_s", "speedup", "efficiency", "data_bound")
 """What a row keeps of a second prediction beside it (another spread, batch norm off)."""
 
 
