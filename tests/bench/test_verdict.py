@@ -1,7 +1,17 @@
 import json
+from dataclasses import replace
 
 import pytest
 
+from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread
+from segscale.bench.interconnects import find_interconnect
+from segscale.bench.prediction import (
+    BatchNormSync,
+    Collectives,
+    Gradients,
+    StepProfile,
+    predict,
+)
 from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, findings_from, verdict
 from tests.conftest import REPO
 
@@ -54,8 +64,25 @@ def test_communication_bound_when_pcie_efficiency_is_low():
     assert bottleneck(slow) == "communication"
     text = verdict(slow)
     assert "bottleneck is communication" in text
-    assert "50% over PCIe 5.0 x16 (4.0×)" in text
+    assert "50% (4.0×) over PCIe 5.0 x16" in text
     assert "datamodule.batch_size" in text
+
+
+def test_communication_bound_by_the_gradient_all_reduce_says_batch_then_interconnect():
+    terms = {
+        "devices": 8,
+        "sync_batchnorm_s": 0.0,
+        "exposed_communication_s": 0.030,
+        "collectives_s": 0.001,
+        "straggler_s": 0.002,
+        "overhead_s": 0.001,
+        "step_s": 0.080,
+    }
+    slow = numbers(predicted={PCIE: {8: 0.5}, NVLINK: {8: 0.9}}, pcie_terms=terms, gpu_terms=terms)
+    text = verdict(slow)
+    assert "on 8 devices the gradient all-reduce past the backward pass takes 30.0 ms" in text
+    assert "Change first a larger per-device batch (datamodule.batch_size" in text
+    assert "then the interconnect" in text and "sync_batchnorm" not in text
 
 
 @pytest.mark.parametrize(
@@ -116,3 +143,81 @@ def test_the_verdict_names_the_largest_gpu_cost_and_the_share_of_peak():
     text = verdict(numbers(gpu_terms=gpu, flops_per_s=4e14, peak_fraction=0.41, device="H100"))
     assert "largest cost beyond compute would be synchronized batch norm: 4.0 ms" in text
     assert "400000.0 GFLOP/s: compute-bound at 41% of the H100's peak" in text
+
+
+def h100_example() -> Findings:
+    """Issue 26's run: DeepLabV3+ R50, batch 16, a 44 ms step, synchronized batch norm.
+
+    Its rows are built as bench.json's are (``forecast.prediction_rows``): each with the
+    prediction under the other spread model and without synchronized batch norm.
+    """
+    step, overhead, batch = 0.044, 0.00188, 16
+    compute = step - overhead
+    profile = StepProfile(
+        compute * 0.97 / 3, compute * 0.97 * 2 / 3, compute * 0.03, batch, 0.05, overhead
+    )
+    gradients = Gradients.uniform([26.7e6 * 4 / 100] * 100)  # 26.7 M float32 gradients
+    synced = BatchNormSync(62, (2 * 400 + 1) * 8, 1, 1, 0)  # smp's 62 batch-norm layers
+    collectives = Collectives.ddp(200e3)
+
+    def row(link: str, n: int, bn: BatchNormSync | None, spread: ArrivalSpread) -> dict:
+        host = spread.host(profile, bn, collectives)
+        curve = find_interconnect(link)
+        return predict(profile, gradients, n, curve, host, bn, collectives).as_dict()
+
+    predicted, rows = {}, {}
+    for link in (PCIE, NVLINK):
+        for n in (2, 4, 8):
+            rows[link, n] = row(link, n, synced, GPU_SPREAD)
+            rows[link, n]["other_spread"] = row(link, n, synced, ALTERNATIVE)
+            rows[link, n]["without_sync_batchnorm"] = row(link, n, None, GPU_SPREAD)
+            predicted.setdefault(link, {})[n] = rows[link, n]["efficiency"]
+    spread = {
+        name: model.as_dict() | {"collective_s": model.host(profile, synced).skew_s}
+        for name, model in (("used", GPU_SPREAD), ("alternative", ALTERNATIVE))
+    }
+    return numbers(
+        batch=batch,
+        compute_rate=batch / step,
+        pipeline_rate=600.0,
+        predicted=predicted,
+        gpu_terms=rows[NVLINK, 8],
+        pcie_terms=rows[PCIE, 8],
+        spread=spread,
+    )
+
+
+def test_the_verdict_names_sync_batchnorm_and_gives_the_prediction_without_it():
+    example = h100_example()
+    assert example.gpu_terms["sync_batchnorm_s"] == pytest.approx(0.0423, abs=5e-4)
+    assert example.gpu_terms["exposed_communication_s"] < 0.001
+    assert example.predicted[NVLINK][8] == pytest.approx(0.49, abs=0.01)
+    text = verdict(example)
+    assert bottleneck(example) == "communication"
+    assert "gradient all-reduce that the backward pass cannot hide" not in text
+    assert "The bottleneck is communication: on 8 devices synchronized batch norm takes" in text
+    assert "42.3 ms of 90 over NVLink H100" in text
+    off = example.gpu_terms["without_sync_batchnorm"]["efficiency"]
+    assert off > 0.9
+    assert "Change first strategy.sync_batchnorm=false: predicted " in text
+    assert f"{off:.0%} ({8 * off:.1f}×) over NVLink H100" in text
+    assert "its own 16 patches instead of 16 × 8 = 128" in text
+
+
+def test_the_verdict_states_the_spread_assumption_its_source_and_the_other_model():
+    example = h100_example()
+    text = verdict(example)
+    assert "assumed to arrive 0.214 ms apart (std, the constant spread model" in text
+    assert "PaddlePaddle's DeepLabV3+ with synchronized batch norm on 8 V100s in fp32" in text
+    other = example.gpu_terms["other_spread"]
+    assert other["efficiency"] > example.predicted[NVLINK][8] + 0.2
+    assert f"would reach {other['efficiency']:.0%}" in text
+    assert "fits the published rows worse" in text
+
+
+def test_a_compute_bound_verdict_gives_the_sync_batchnorm_lever_when_it_is_the_largest_cost():
+    example = h100_example()
+    compute_bound = replace(example, predicted={PCIE: {8: 0.8}, NVLINK: {8: 0.8}}, pcie_terms=None)
+    text = verdict(compute_bound)
+    assert "largest cost beyond compute would be synchronized batch norm: 42.3 ms" in text
+    assert "Without it, strategy.sync_batchnorm=false: predicted" in text

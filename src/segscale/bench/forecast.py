@@ -7,13 +7,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread, segment_s
 from segscale.bench.compute import (
     BareLoopResult,
 )
 from segscale.bench.interconnects import INTERCONNECTS, Interconnect
 from segscale.bench.prediction import (
-    GPU_COLLECTIVE_SKEW_S,
-    GPU_HOST_SYNC_SKEW_S,
     SYNC_BATCHNORM_COLLECTIVES,
     BatchNormSync,
     Collectives,
@@ -84,30 +83,26 @@ def prediction_rows(
 ) -> dict[str, Any]:
     """Predicted speed-up on ``bench.predict_devices`` over each interconnect (and this one).
 
-    GPU interconnects: each rank its own device, ranks meeting with the published spreads
-    (``GPU_COLLECTIVE_SKEW_S``, ``GPU_HOST_SYNC_SKEW_S``), synchronized batch norm as the
-    ddp runs have it. This machine: its measured all-reduce curve, and on CPUs what the
-    ranks measured side by side (slowdown, sync-point cost, batch norm's arithmetic),
-    with synchronized batch norm on and off, to set beside the measured ddp runs.
+    GPU interconnects: each rank its own device, ranks meeting with the arrival spread of
+    ``GPU_SPREAD``, synchronized batch norm as the ddp runs have it; beside each row, what
+    the other spread model (``ALTERNATIVE``) predicts and, with synchronized batch norm
+    on, the prediction with it off. This machine: its measured all-reduce curve, and on
+    CPUs what the ranks measured side by side (slowdown, sync-point cost, batch norm's
+    arithmetic), with synchronized batch norm on and off, beside the measured ddp runs.
     """
     profile = inputs.profile()
     rate_1 = inputs.data_rates[1]
-    gpu_host = Host(skew_s=GPU_COLLECTIVE_SKEW_S, host_sync_skew_s=GPU_HOST_SYNC_SKEW_S)
+    batchnorm = inputs.batchnorm(inputs.sync_batchnorm)
     rows = []
     for link in INTERCONNECTS:
         for n in options.predict_devices:
-            prediction = predict(
-                profile,
-                inputs.gradients,
-                n,
-                link,
-                gpu_host,
-                inputs.batchnorm(inputs.sync_batchnorm),
-                inputs.collectives(),
-                data_rate_1=rate_1,
-                data_rate_n=inputs.data_rates[n],
-            )
-            rows.append(prediction.as_dict())
+            row = _gpu_prediction(inputs, link, n, batchnorm, GPU_SPREAD)
+            other = _gpu_prediction(inputs, link, n, batchnorm, ALTERNATIVE)
+            row["other_spread"] = {key: other[key] for key in _SUMMARY}
+            if batchnorm is not None:
+                off = _gpu_prediction(inputs, link, n, None, GPU_SPREAD)
+                row["without_sync_batchnorm"] = {key: off[key] for key in _SUMMARY}
+            rows.append(row)
     here_rows = []
     if here is not None:
         # CPU ranks: only the N the side-by-side loops measured (slowdown and sync points
@@ -124,7 +119,10 @@ def prediction_rows(
         "profile": asdict(profile),
         "data_rates": {str(n): rate for n, rate in sorted(inputs.data_rates.items())},
         "one_device_throughput": min(profile.throughput, rate_1),
-        "gpu_skew_s": {"collective": GPU_COLLECTIVE_SKEW_S, "host_sync": GPU_HOST_SYNC_SKEW_S},
+        "arrival_spread": {
+            "used": _spread(GPU_SPREAD, inputs, batchnorm),
+            "alternative": _spread(ALTERNATIVE, inputs, batchnorm),
+        },
         "interconnects": [
             {
                 "name": link.name,
@@ -140,12 +138,53 @@ def prediction_rows(
     }
 
 
+_SUMMARY = ("step_s", "sync_batchnorm_s", "speedup", "efficiency", "data_bound")
+"""What a row keeps of a second prediction beside it (another spread, batch norm off)."""
+
+
+def _gpu_prediction(
+    inputs: ModelInputs,
+    link: Interconnect,
+    n: int,
+    sync_batchnorm: BatchNormSync | None,
+    spread: ArrivalSpread,
+) -> dict[str, Any]:
+    profile = inputs.profile()
+    prediction = predict(
+        profile,
+        inputs.gradients,
+        n,
+        link,
+        spread.host(profile, sync_batchnorm, inputs.collectives()),
+        sync_batchnorm,
+        inputs.collectives(),
+        data_rate_1=inputs.data_rates[1],
+        data_rate_n=inputs.data_rates[n],
+    )
+    return prediction.as_dict()
+
+
+def _spread(
+    spread: ArrivalSpread, inputs: ModelInputs, sync_batchnorm: BatchNormSync | None
+) -> dict[str, Any]:
+    """The spread model and the seconds it gives this step's sync points."""
+    profile, collectives = inputs.profile(), inputs.collectives()
+    host = spread.host(profile, sync_batchnorm, collectives)
+    return spread.as_dict() | {
+        "collective_s": host.skew_s,
+        "host_sync_s": host.host_sync_skew_s,
+        "segment_s": segment_s(profile, sync_batchnorm, collectives),
+    }
+
+
 def this_machine(
     inputs: ModelInputs, link: Interconnect, n: int, synchronized: bool, on_gpu: bool
 ) -> dict[str, Any]:
     """The prediction for ``n`` ranks of this machine, batch norm ``synchronized`` or not."""
     shared = inputs.sharing
-    host, extra = Host(skew_s=GPU_COLLECTIVE_SKEW_S, host_sync_skew_s=GPU_HOST_SYNC_SKEW_S), 0.0
+    batchnorm = inputs.batchnorm(synchronized)
+    host = GPU_SPREAD.host(inputs.profile(), batchnorm, inputs.collectives())
+    extra = 0.0
     if shared is not None and not on_gpu:
         wait = expected_max_standard_normal(shared.devices)
         skew = max(0.0, shared.sync_point_s - link.latency) / wait

@@ -59,16 +59,6 @@ DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 2**20
 """torch DDP's first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB)."""
 
-GPU_COLLECTIVE_SKEW_S = 0.214e-3
-"""Spread (std) of the ranks' arrival at a collective on GPUs, in seconds: fitted to one
-published row, PaddlePaddle DeepLabV3+ with SyncBatchNorm on 8 V100s in fp32 (0.914
-efficiency; tests/bench/test_published_scaling.py), and used for every GPU prediction."""
-
-GPU_HOST_SYNC_SKEW_S = 0.733e-3
-"""Spread (std) of the ranks' arrival at a host sync on GPUs, in seconds: fitted to one
-published row, PyTorch DeepLabV3+ with ``nn.SyncBatchNorm`` (one host sync per layer) on
-8 V100s in fp32 (0.870), given ``GPU_COLLECTIVE_SKEW_S``."""
-
 SYNC_BATCHNORM_COLLECTIVES: dict[str, tuple[int, int, int]] = {
     "segscale": (1, 1, 0),  # segscale.training.sync_batchnorm: one all-reduce each way
     # nn.SyncBatchNorm of PyTorch 1.6 (the published rows): all_gather of the statistics,
@@ -438,26 +428,55 @@ def predict(
         profile.backward_s * slow, gradients, n, link, host, backward_blocking, message
     )
     compute = profile.compute_s * slow
-    straggler = profile.jitter * (compute + bn_compute) * wait
-    sync_bn = bn_compute + host_syncs + forward_sync + backward.sync_batchnorm_s
-    step = compute + profile.overhead_s + sync_bn + others + backward.exposed_gradient_s + straggler
-    throughput = n * profile.batch / step
+    terms = {
+        "compute_s": compute,
+        "overhead_s": profile.overhead_s,
+        "sync_batchnorm_s": bn_compute + host_syncs + forward_sync + backward.sync_batchnorm_s,
+        "collectives_s": others,
+        "exposed_communication_s": backward.exposed_gradient_s,
+        "straggler_s": profile.jitter * (compute + bn_compute) * wait,
+    }
+    return from_terms(n, link.name, profile.batch, terms, single, data_rate_n)
+
+
+STEP_TERMS = (
+    "compute_s",
+    "overhead_s",
+    "sync_batchnorm_s",
+    "collectives_s",
+    "exposed_communication_s",
+    "straggler_s",
+)
+"""The terms of ``Prediction`` whose sum is the step on N ranks (the module docstring)."""
+
+
+def from_terms(
+    n: int,
+    interconnect: str,
+    batch: int,
+    terms: dict[str, float],
+    single: float,
+    data_rate_n: float | None = None,
+) -> Prediction:
+    """The prediction whose step is the sum of ``terms`` (``STEP_TERMS``, in seconds).
+
+    ``single`` is one device's throughput (samples/s); ``data_rate_n`` caps each rank's.
+    The one place where the step is summed: a test replaces a term here to show that the
+    published rows would catch a model without it.
+    """
+    step = sum(terms[name] for name in STEP_TERMS)
+    throughput = n * batch / step
     data_bound = data_rate_n is not None and n * data_rate_n < throughput
     if data_bound:
         throughput = n * data_rate_n  # type: ignore[operator]
     gain = speedup(throughput, single)
     return Prediction(
         devices=n,
-        interconnect=link.name,
+        interconnect=interconnect,
         step_s=step,
-        compute_s=compute,
-        overhead_s=profile.overhead_s,
-        sync_batchnorm_s=sync_bn,
-        collectives_s=others,
-        exposed_communication_s=backward.exposed_gradient_s,
-        straggler_s=straggler,
         throughput=throughput,
         speedup=gain,
         efficiency=efficiency(gain, n),
         data_bound=data_bound,
+        **terms,
     )

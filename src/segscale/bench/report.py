@@ -157,8 +157,41 @@ def table(results: dict[str, Any]) -> str:
             for link in links
         ],
     )
-    lines += ["  * limited by the data pipeline", "", "Verdict", results["verdict"]]
+    lines += ["  * limited by the data pipeline"]
+    lines += alternatives(results)
+    lines += ["", "Verdict", results["verdict"]]
     return "\n".join(lines)
+
+
+def alternatives(results: dict[str, Any]) -> list[str]:
+    """The most devices per interconnect with sync batch norm off and under the other spread."""
+    prediction = results["prediction"]
+    spread = prediction.get("arrival_spread")
+    if not spread:
+        return []
+    most = max(row["devices"] for row in prediction["rows"])
+    rows = [row for row in prediction["rows"] if row["devices"] == most]
+    used, other = spread["used"], spread["alternative"]
+    title = (
+        f"Scaling, predicted on {most} devices: as above (arrival spread {used['name']}, "
+        f"{1000 * used['collective_s']:.3f} ms); {other['name']} spread "
+        f"({1000 * other['collective_s']:.3f} ms)"
+    )
+    title += "; sync batch norm off" if any("without_sync_batchnorm" in r for r in rows) else ""
+    return _rows(
+        title,
+        [
+            (
+                row["interconnect"],
+                "   ".join(
+                    cell(row[key])
+                    for key in ("other_spread", "without_sync_batchnorm")
+                    if key in row
+                ),
+            )
+            for row in rows
+        ],
+    )
 
 
 def flops_text(flops: dict[str, Any]) -> str:

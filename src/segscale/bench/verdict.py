@@ -3,13 +3,18 @@
 The rules, in order: the data pipeline is the bottleneck when the configured workers
 deliver fewer patches/s than one device consumes; communication is, when the predicted
 efficiency on ``max(predict_devices)`` devices over PCIe falls below ``GOOD_EFFICIENCY``;
-otherwise compute is. What to change first follows the bottleneck: workers for data; a
-larger per-device batch and a faster link for communication; the fastest measured
-option (precision, channels_last, compile) for compute. Then what limits scaling, each
-with its number: the FLOP/s of one device's step (on a GPU of the table, its share of
-the peak); on this machine what N processes lose side by side and what synchronized
-batch norm, the gradient all-reduce and the slowest rank add per step; on GPUs the
-largest cost beyond compute. Warnings follow: measured scaling well below the
+otherwise compute is. Communication is named by the largest term of the predicted step
+(synchronized batch norm, the gradient all-reduce past the backward pass, the other
+collectives, the slowest rank, the framework's fixed cost), and what to change first
+follows that term, with the prediction it would give: ``strategy.sync_batchnorm=false``
+(and what it costs: statistics over each device's own batch), a larger per-device batch,
+a faster link. Data: workers; compute: the fastest measured option (precision,
+channels_last, compile). Then what limits scaling, each with its number: the FLOP/s of
+one device's step (on a GPU of the table, its share of the peak); on this machine what N
+processes lose side by side and what synchronized batch norm, the gradient all-reduce
+and the slowest rank add per step; on GPUs the largest cost beyond compute, and the
+arrival spread the GPU collectives are costed with, its source, and what the other
+spread model would predict. Warnings follow: measured scaling well below the
 prediction, synchronized batch norm that costs more than 15%, epochs too short for many
 devices, framework overhead.
 """
@@ -55,8 +60,11 @@ class Findings:
     sync_batchnorm_gain: tuple[int, float] | None = None
     # The largest N of this machine, as predicted with the configured batch norm: its terms
     here_terms: dict[str, float] | None = None
-    # The most devices over NVLink: the step's terms
-    gpu_terms: dict[str, float] | None = None
+    # The most devices over NVLink, then over PCIe: the step's terms (bench.json's rows,
+    # with the prediction without synchronized batch norm and under the other spread)
+    gpu_terms: dict[str, Any] | None = None
+    pcie_terms: dict[str, Any] | None = None
+    spread: dict[str, Any] | None = None  # bench.json's prediction.arrival_spread
     flops_per_s: float | None = None  # achieved by one device's step
     peak_fraction: float | None = None  # of the device's peak (GPUs of the table)
     device: str = ""
@@ -95,14 +103,7 @@ def verdict(findings: Findings) -> str:
             )
         )
     elif kind == "communication":
-        sentences.append(
-            f"The bottleneck is communication: on {most} devices the gradient all-reduce "
-            f"that the backward pass cannot hide leaves an expected efficiency of "
-            f"{pcie:.0%} over {PCIE} ({most * pcie:.1f}×) and {nvlink:.0%} over {NVLINK} "
-            f"({most * nvlink:.1f}×). Change first the per-device batch (datamodule."
-            f"batch_size: the all-reduce stays the same while the compute per step grows), "
-            f"then the interconnect."
-        )
+        sentences += communication(f)
     else:
         sentences.append(
             f"The bottleneck is compute, so more devices help: on {most} devices expect "
@@ -124,7 +125,8 @@ def verdict(findings: Findings) -> str:
                 "A larger per-device batch uses the device better (no speed option was "
                 "measured: bench.options=[])."
             )
-    sentences += limits(f)
+    sentences += limits(f, gpu=kind != "communication")
+    sentences += spread_assumption(f)
     sentences += warnings(f)
     return " ".join(sentences)
 
@@ -136,15 +138,106 @@ TERMS = {
     "straggler_s": "waiting for the slowest rank",
     "overhead_s": "the framework's fixed cost",
 }
+"""The terms of the predicted step beyond compute, by the names the verdict gives them."""
 
 
-def _largest(terms: dict[str, float]) -> tuple[str, float]:
-    name = max(TERMS, key=lambda key: terms.get(key, 0.0))
-    return TERMS[name], terms.get(name, 0.0)
+def _largest(terms: dict[str, Any]) -> tuple[str, float]:
+    """The key of the largest term of ``terms`` beyond compute, and its seconds."""
+    key = max(TERMS, key=lambda name: terms.get(name, 0.0))
+    return key, terms.get(key, 0.0)
 
 
-def limits(findings: Findings) -> list[str]:
-    """Sentences naming what limits scaling, each with its number (this machine, then GPUs)."""
+def _rate(efficiency: float, devices: int) -> str:
+    return f"{efficiency:.0%} ({devices * efficiency:.1f}×)"
+
+
+def communication(findings: Findings) -> list[str]:
+    """The bottleneck named by the largest term of the PCIe step, and its levers in numbers."""
+    f = findings
+    most = max(f.predicted[PCIE])
+    nvlink, pcie = f.predicted[NVLINK][most], f.predicted[PCIE][most]
+    efficiencies = (
+        f"an expected efficiency of {_rate(pcie, most)} over {PCIE} and "
+        f"{_rate(nvlink, most)} over {NVLINK}"
+    )
+    terms = f.pcie_terms
+    if not terms:  # a bench.json without the rows' terms: the all-reduce, as it was
+        return [
+            f"The bottleneck is communication: on {most} devices, {efficiencies}. Change "
+            f"first the per-device batch (datamodule.batch_size), then the interconnect."
+        ]
+    key, seconds = _largest(terms)
+    text = (
+        f"The bottleneck is communication: on {most} devices {TERMS[key]} takes "
+        f"{1000 * seconds:.1f} ms of a {1000 * terms['step_s']:.0f} ms step over {PCIE}"
+    )
+    if f.gpu_terms:
+        text += (
+            f" ({1000 * f.gpu_terms.get(key, 0.0):.1f} ms of "
+            f"{1000 * f.gpu_terms['step_s']:.0f} over {NVLINK})"
+        )
+    sentences = [f"{text}, which leaves {efficiencies}."]
+    batch_lever = "a larger per-device batch (datamodule.batch_size: that cost stays the same "
+    batch_lever += "while the compute per step grows)"
+    if key == "sync_batchnorm_s":
+        sentences.append(_without_sync_batchnorm(f, most, "Change first") + f" Or {batch_lever}.")
+    elif key == "exposed_communication_s":
+        sentences.append(f"Change first {batch_lever}, then the interconnect.")
+    elif key == "straggler_s":
+        sentences.append(
+            "Change first what makes the ranks' steps uneven (data loading stalls, varying "
+            f"shapes), then {batch_lever}."
+        )
+    else:
+        sentences.append(f"Change first {batch_lever}.")
+    return sentences
+
+
+def _without_sync_batchnorm(findings: Findings, devices: int, lead: str) -> str:
+    """The prediction with ``strategy.sync_batchnorm=false`` over both links, and its cost."""
+    f = findings
+    offs = [
+        (link, terms["without_sync_batchnorm"]["efficiency"])
+        for link, terms in ((PCIE, f.pcie_terms), (NVLINK, f.gpu_terms))
+        if terms and terms.get("without_sync_batchnorm")
+    ]
+    predicted = " and ".join(f"{_rate(off, devices)} over {link}" for link, off in offs)
+    return (
+        f"{lead} strategy.sync_batchnorm=false: predicted {predicted}; what it costs: "
+        f"each device's batch-norm statistics come from its own {f.batch} patches instead "
+        f"of {f.batch} × {devices} = {f.batch * devices}."
+    )
+
+
+def spread_assumption(findings: Findings) -> list[str]:
+    """The arrival spread the GPU predictions assume, its source, and the other model's."""
+    gpu, spread = findings.gpu_terms, findings.spread
+    if not gpu or not spread or gpu.get("sync_batchnorm_s", 0.0) + gpu["collectives_s"] <= 0:
+        return []
+    used, other = spread["used"], spread["alternative"]
+    text = (
+        f"The GPU predictions cost each collective as its all-reduce plus the wait for the "
+        f"latest of the ranks, which are assumed to arrive {1000 * used['collective_s']:.3f} "
+        f"ms apart (std, the {used['name']} spread model, {used['source']})"
+    )
+    alternative = gpu.get("other_spread")
+    if alternative:
+        text += (
+            f"; with a spread of {other['collective']:.1%} of the compute between two sync "
+            f"points instead ({1000 * other['collective_s']:.3f} ms here; the {other['name']} "
+            f"model, which fits the published rows worse), {int(gpu['devices'])} GPUs over "
+            f"{NVLINK} would reach {_rate(alternative['efficiency'], int(gpu['devices']))} "
+            f"with synchronized batch norm taking "
+            f"{1000 * alternative['sync_batchnorm_s']:.1f} ms"
+        )
+    return [text + "."]
+
+
+def limits(findings: Findings, gpu: bool = True) -> list[str]:
+    """Sentences naming what limits scaling, each with its number (this machine, then GPUs).
+
+    ``gpu`` False leaves out the GPUs' largest cost (the communication verdict named it).
+    """
     f, notes = findings, []
     if f.flops_per_s:
         text = f"One device's step runs {f.flops_per_s / 1e9:.1f} GFLOP/s"
@@ -170,13 +263,16 @@ def limits(findings: Findings) -> list[str]:
             f"{1000 * here['step_s']:.0f} ms step."
         )
         notes.append(text)
-    gpu = f.gpu_terms
-    if gpu:
-        name, seconds = _largest(gpu)
+    terms = f.gpu_terms
+    if terms and gpu:
+        key, seconds = _largest(terms)
+        devices = int(terms["devices"])
         notes.append(
-            f"On {int(gpu['devices'])} GPUs over {NVLINK} the largest cost beyond compute "
-            f"would be {name}: {1000 * seconds:.1f} ms of a {1000 * gpu['step_s']:.0f} ms step."
+            f"On {devices} GPUs over {NVLINK} the largest cost beyond compute would be "
+            f"{TERMS[key]}: {1000 * seconds:.1f} ms of a {1000 * terms['step_s']:.0f} ms step."
         )
+        if key == "sync_batchnorm_s" and terms.get("without_sync_batchnorm"):
+            notes.append(_without_sync_batchnorm(f, devices, "Without it,"))
     return notes
 
 
@@ -239,9 +335,12 @@ def findings_from(results: dict[str, Any]) -> Findings:
         here_terms = dict(max(here_rows, key=lambda row: row["devices"]))
         here_terms["slowdown"] = results["sharing"]["slowdown"]
     most = max(predicted[NVLINK])
-    gpu_terms = next(
-        (r for r in prediction["rows"] if r["interconnect"] == NVLINK and r["devices"] == most),
-        None,
+    gpu_terms, pcie_terms = (
+        next(
+            (r for r in prediction["rows"] if r["interconnect"] == link and r["devices"] == most),
+            None,
+        )
+        for link in (NVLINK, PCIE)
     )
     flops = compute.get("flops") or {}
     measured = {
@@ -275,6 +374,8 @@ def findings_from(results: dict[str, Any]) -> Findings:
         sync_batchnorm_gain=sync_gain,
         here_terms=here_terms,
         gpu_terms=gpu_terms,
+        pcie_terms=pcie_terms,
+        spread=prediction.get("arrival_spread"),
         flops_per_s=flops.get("achieved_flops_per_s"),
         peak_fraction=flops.get("utilisation"),
         device=compute["device"],
