@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from segscale.configs import CONFIG_DIR
 from tests.conftest import REPO, tiny_overrides, train_command
 
 ROOT = os.geteuid() == 0
-"""Root may write into any folder (mode bits do not apply), so those cases need a user."""
+"""Root may write into any folder: those cases drop the capability that allows it."""
 
 
 def test_writable_and_creatable_folders_pass(tmp_path):
@@ -29,12 +30,44 @@ def test_a_file_in_the_path_is_refused(tmp_path):
     assert "not a folder" in unwritable_reason(tmp_path / "link" / "run")
 
 
-@pytest.mark.skipif(ROOT, reason="root writes into read-only folders")
-def test_a_read_only_folder_is_refused(tmp_path):
-    folder = tmp_path / "read_only"
-    folder.mkdir(mode=0o500)
-    assert unwritable_reason(folder) == "the folder is not writable"
-    assert "where it would be created, is not writable" in unwritable_reason(folder / "a" / "b")
+SETPRIV = shutil.which("setpriv")
+
+
+@pytest.fixture
+def unprivileged(tmp_path: Path) -> Path:
+    """``tmp_path``, with a read-only folder ``read_only`` in it, for tests of mode bits.
+
+    Root writes into any folder (the capability CAP_DAC_OVERRIDE), and CI runs as root:
+    there the test's commands run without that capability (``as_user``), so that mode
+    bits bind them as they bind any user. Skipped where that cannot be done, saying why.
+    """
+    if ROOT and SETPRIV is None:
+        pytest.skip("as root, and without util-linux's setpriv to drop CAP_DAC_OVERRIDE")
+    (tmp_path / "read_only").mkdir(mode=0o500)
+    return tmp_path
+
+
+def as_user(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``command``, as root without the capabilities that override mode bits."""
+    if ROOT:
+        assert SETPRIV is not None  # the fixture skipped otherwise
+        command = [SETPRIV, "--bounding-set=-dac_override,-dac_read_search", "--", *command]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_a_read_only_folder_is_refused(unprivileged):
+    folder = unprivileged / "read_only"
+    script = (
+        "import sys; from segscale.cli.output_folder import unwritable_reason; "
+        "print(unwritable_reason(sys.argv[1])); print(unwritable_reason(sys.argv[2]))"
+    )
+    done = as_user(
+        [sys.executable, "-c", script, str(folder), str(folder / "a" / "b")], cwd=unprivileged
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    here, deeper = done.stdout.splitlines()
+    assert here == "the folder is not writable"
+    assert "where it would be created, is not writable" in deeper
 
 
 def test_the_callback_resolves_the_folder_as_hydra_will(tmp_path):
@@ -92,10 +125,8 @@ def test_predict_stops_before_hydra_creates_the_folder(tmp_path):
     _assert_refused(code, output, "hydra.run.dir", folder)
 
 
-@pytest.mark.skipif(ROOT, reason="root writes into read-only folders")
-def test_train_in_a_read_only_folder_is_refused(tiny_data_root, tmp_path):
-    folder = tmp_path / "read_only"
-    folder.mkdir(mode=0o500)
+def test_train_in_a_read_only_folder_is_refused(tiny_data_root, unprivileged):
+    folder = unprivileged / "read_only"
     overrides = tiny_overrides(tiny_data_root, None)
-    code, output = _run(train_command(*overrides, f"hydra.run.dir={folder}/run"), tmp_path)
-    _assert_refused(code, output, "hydra.run.dir", folder / "run")
+    done = as_user(train_command(*overrides, f"hydra.run.dir={folder}/run"), unprivileged)
+    _assert_refused(done.returncode, done.stdout + done.stderr, "hydra.run.dir", folder / "run")
