@@ -1,3 +1,4 @@
+import ctypes
 import os
 import signal
 import subprocess
@@ -5,12 +6,13 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import lightning as L
 import pytest
 
-from segscale.data.datamodule import PREEMPTION_SIGNALS, init_worker
+from segscale.data.datamodule import PR_SET_PDEATHSIG, PREEMPTION_SIGNALS, init_worker
 from segscale.errors import ConfigError
 from segscale.training.preemption import (
     EXIT_PREEMPTED,
@@ -167,3 +169,50 @@ def test_dataloader_workers_leave_preemption_signals_to_their_process():
     finally:
         for number, handler in before.items():
             signal.signal(number, handler)
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, 0)  # this test process is no worker
+
+
+def test_dataloader_workers_end_with_their_process(tmp_path):
+    """However it ends (here ``os._exit``, as the late exit of a stuck preemption), and
+    while the worker is busy: decoding a large tile, or stuck reading a file."""
+    script = textwrap.dedent(
+        """
+        import multiprocessing, os, time
+        from torch.utils.data import DataLoader, Dataset
+        from segscale.data.datamodule import init_worker
+
+        class Slow(Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, index):
+                time.sleep(60 if index else 0)
+                return index
+
+        loader = DataLoader(Slow(), num_workers=1, worker_init_fn=init_worker)
+        next(iter(loader))  # the worker now works on the next items
+        with open("worker.pid", "w") as file:
+            file.write(str(multiprocessing.active_children()[0].pid))
+        os._exit(0)
+        """
+    )
+    # No pipes: the worker would hold them, and the run would wait for it.
+    with open(tmp_path / "stderr", "w") as stderr:
+        code = subprocess.call([sys.executable, "-c", script], cwd=tmp_path, stderr=stderr)
+    assert code == 0, (tmp_path / "stderr").read_text()
+    worker, exited = int((tmp_path / "worker.pid").read_text()), time.monotonic()
+    try:
+        while _running(worker) and time.monotonic() < exited + 10:
+            time.sleep(0.05)
+        assert not _running(worker), "the worker outlived its process"
+    finally:
+        if _running(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
