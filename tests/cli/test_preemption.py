@@ -7,10 +7,7 @@ uninterrupted run's steps, learning rates and weights (float64).
 """
 
 import json
-import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +18,7 @@ from segscale.training.preemption import EXIT_PREEMPTED
 from segscale.training.run import train
 from tests.conftest import compose_config, tiny_overrides, train_command
 from tests.in_process import run_in_process
+from tests.process_group import assert_ended_in_time, run_in_own_group
 
 # 2 epochs of 4 steps of 4 patches (tiny_overrides' 2 tiles × 8 patches); float64 and no
 # random geometry, so that two ranks with batch 2 take the same steps as one process with
@@ -38,6 +36,7 @@ EXACT = [
     "training.threads=2",
 ]
 STEPS = 8
+DDP = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2", "training.threads=1"]
 SIGNAL_AT = "+callbacks.signal._target_=tests.training.signal_at_step.SignalAtStep"
 
 
@@ -67,10 +66,9 @@ def reference(tiny_data_root, tmp_path_factory) -> tuple[dict, dict, dict]:
 def preempt(
     data_root: Path, run: Path, signal_overrides: list[str], *overrides: str
 ) -> subprocess.CompletedProcess:
-    """Train in ``run`` until the signal stops it; every process must be gone within 60 s.
+    """Train in ``run`` until the signal stops it; every process must end in time.
 
-    The run starts in a session of its own, so its process group holds its processes
-    alone: rank 0, the ranks it starts and their DataLoader workers.
+    Within ``EXIT_S`` of the run's decision, by themselves (tests/process_group.py).
     """
     pids = run.parent / "pids"
     command = train_command(
@@ -83,29 +81,9 @@ def preempt(
         f"+callbacks.signal.pid_dir={pids}",
         *signal_overrides,
     )
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=240)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    gone = time.time()
-    while _group_alive(process.pid) and time.time() < gone + 10:
-        time.sleep(0.1)
-    assert not _group_alive(process.pid), "a process of the run outlived it"
-    signalled = float((pids / "signal.time").read_text())
-    assert time.time() - signalled < 60, "not every process was gone within 60 s"
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    stopped, gone = run_in_own_group(command, timeout_s=240)
+    assert_ended_in_time(run, stopped, gone)
+    return stopped
 
 
 def resume(
@@ -174,7 +152,7 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
     tiny_data_root, tmp_path, reference
 ):
     run, pids = tmp_path / "run", tmp_path / "pids"
-    ddp = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2", "training.threads=1"]
+    ddp = DDP
     # SIGUSR2 (SLURM's warning under submitit) to rank 1 only, after step 5: rank 0
     # learns it from the agreement, and both stop after step 6.
     stopped = preempt(
@@ -190,3 +168,16 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # Two ranks with batch 2 are one process with batch 4, to float64's rounding.
     assert_resumed_as_reference(run, reference, tolerance=1e-6)
+
+
+@pytest.mark.slow
+def test_sigterm_to_rank_0_alone_stopping_on_an_epochs_last_step_ends_both_ranks_in_time(
+    tiny_data_root, tmp_path
+):
+    # After step 3: the ranks agree after step 4, the last of epoch 0, and stop as its
+    # validation starts, with a persistent worker per rank.
+    run = tmp_path / "run"
+    stopped = preempt(
+        tiny_data_root, run, ["+callbacks.signal.step=3"], *DDP, "datamodule.num_workers=1"
+    )
+    assert_preempted_at(run, stopped, 4, "SIGTERM")

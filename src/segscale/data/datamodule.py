@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -284,10 +286,29 @@ def init_worker(worker_id: int, rank: int = 0) -> None:
 
     A cluster that signals every process of a job (SLURM does) would otherwise end the
     workers, and PyTorch then fails the main process at once, before it can save a
-    checkpoint (``segscale.training.preemption``). Workers are seeded as Lightning
-    seeds them (``seed_everything(workers=True)``); patches are index-addressed anyway.
+    checkpoint (``segscale.training.preemption``). Since a worker then ignores
+    ``SIGTERM``, it is also made to end with the process that started it (Linux),
+    however that ends: killed, or by the late exit of a stuck preemption. Workers are
+    seeded as Lightning seeds them (``seed_everything(workers=True)``); patches are
+    index-addressed anyway.
     """
     for number in PREEMPTION_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
+    _end_with_parent()
     if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning's own worker_init_fn checks
         pl_worker_init_function(worker_id, rank=rank)
+
+
+PR_SET_PDEATHSIG = 1
+"""``prctl(2)`` option: the signal the kernel sends a process when its parent exits."""
+
+
+def _end_with_parent() -> None:
+    """Have the kernel kill this process as soon as its parent is gone (Linux only).
+
+    Without it, torch's worker notices only in its idle check, every 5 s. "Parent" is
+    the thread that started the worker: a loader is iterated by the thread that made
+    its iterator (Lightning's, the one that calls ``fit``).
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

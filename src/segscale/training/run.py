@@ -31,6 +31,7 @@ from segscale.training.callbacks.periodic_checkpoint import ensure_writable
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.callbacks.trial_pruning import trial_pruning
 from segscale.training.config_checks import check_config
+from segscale.training.dataloader_workers import WorkersEndWithRun
 from segscale.training.inferred_classes import resolve_inferred_classes
 from segscale.training.launch import job_ranks
 from segscale.training.preemption import (
@@ -152,7 +153,8 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         if not relaunch:  # the run's own, written when it started
             report.write(Path(cfg.output_dir))
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
-    with signals, process_threads(threads), ranks, third_party_noise_filtered():
+    own_workers = WorkersEndWithRun()  # left first: before the other ranks are waited for
+    with signals, process_threads(threads), ranks, third_party_noise_filtered(), own_workers:
         trainer = instantiate(
             cfg.trainer,
             devices=devices,
@@ -164,6 +166,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
             use_distributed_sampler=False,
         )
         without_lightning_signal_handlers(trainer)
+        own_workers.follow(trainer)
         if auto:  # rank 0's choice, on every rank
             agreed = checkpoint_of_rank_zero(trainer, ckpt_path)
             if agreed and agreed != ckpt_path:
