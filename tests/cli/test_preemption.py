@@ -19,6 +19,7 @@ from segscale.training.run import train
 from tests.conftest import compose_config, tiny_overrides, train_command
 from tests.in_process import run_in_process
 from tests.process_group import assert_ended_in_time, run_in_own_group
+from tests.training.record_batches import recorded
 
 # 2 epochs of 4 steps of 4 patches (tiny_overrides' 2 tiles × 8 patches); float64 and no
 # random geometry, so that two ranks with batch 2 take the same steps as one process with
@@ -99,6 +100,10 @@ def resume(
         *overrides,
         f"hydra.run.dir={run}",
         "ckpt_path=auto",
+        # What this launch itself trains (assert_resumed_from): the final state alone
+        # cannot tell a resume from a launch that retrained from step 0.
+        "+callbacks.resumed._target_=tests.training.record_batches.RecordBatches",
+        f"+callbacks.resumed.folder={run / 'resumed'}",
     ]
     if not own_process:
         return run_in_process(main, *args, cwd=run.parent)
@@ -118,6 +123,12 @@ def assert_preempted_at(run: Path, stopped: subprocess.CompletedProcess, step: i
         in (run / "train.log").read_text()
     )
     assert not list(run.rglob("*.tmp*")), "a temporary file was left behind"
+
+
+def assert_resumed_from(run: Path, step: int) -> None:
+    """The resumed launch trained the steps after ``step`` and no other (rank 0's)."""
+    batches, _ = recorded(run / "resumed")
+    assert [batch["step"] for batch in batches] == list(range(step + 1, STEPS + 1))
 
 
 def assert_resumed_as_reference(run: Path, reference, tolerance: float) -> None:
@@ -144,6 +155,7 @@ def test_a_signal_to_the_whole_process_group_saves_that_step_and_resumes_exactly
     assert_preempted_at(run, stopped, 5, "SIGTERM")
     resumed = resume(tiny_data_root, run)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_resumed_from(run, 5)
     assert_resumed_as_reference(run, reference, tolerance=1e-12)
 
 
@@ -166,6 +178,7 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_one_step_and_resumes_exactly(
     assert not Path(f"/proc/{rank1}").exists(), "rank 1 outlived rank 0"
     resumed = resume(tiny_data_root, run, *ddp, own_process=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_resumed_from(run, 6)
     # Two ranks with batch 2 are one process with batch 4, to float64's rounding.
     assert_resumed_as_reference(run, reference, tolerance=1e-6)
 
