@@ -321,3 +321,13 @@ def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path
     name = np.dtype(dtype).name
     assert f"test/images/a.tif: its pixels are {name}, ckpt=" in str(refused.value)
     assert "takes uint8 pixels (full intensity 255)" in str(refused.value)
+
+
+def test_a_folder_dataset_without_its_root_names_the_key(tmp_path: Path):
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    args = (f"ckpt={ckpt}", "datamodule=folder", f"output_dir={tmp_path / 'out'}")
+    result = run_in_process(evaluate_main, *args, cwd=tmp_path, program="evaluate.py")
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
+    assert "MissingMandatoryValue" not in output and "Traceback" not in output
+    assert "datamodule.source.root is not set: give it on the command line" in output

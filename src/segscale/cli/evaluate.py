@@ -47,6 +47,7 @@ from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
 from segscale.training.builders import build
+from segscale.training.config_checks import check_data_source
 from segscale.training.evaluation import write_evaluation
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     other_data = cfg.get("other_data", False)
     if not isinstance(other_data, bool):
         raise ConfigError(f"other_data={other_data!r} is not allowed: expected true or false")
+    if data_given:
+        check_data_source(cfg)  # datamodule=folder without its root, named as train.py does
     use_checkpoint_data(cfg.datamodule, trained, str(cfg.ckpt), data_given, other_data)
     datamodule = build(cfg.datamodule)
     if not datamodule.source.has_split(cfg.split):
