@@ -81,6 +81,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
             "val; a folder dataset's are datamodule.source.splits)"
         )
     datamodule.source.prepare()
+    network = f"the network of ckpt={str(cfg.ckpt)!r}"  # what the images must suit
     # Whole images are evaluated, so any size will do (patch_size 1).
     report = validate_dataset(
         datamodule.source,
@@ -90,10 +91,11 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         trained.in_channels,
         splits=(cfg.split,),
         max_image_pixels=datamodule.max_image_pixels,
+        channels_from=network,
     )
     pairs = report.pairs[cfg.split]
     # Every image has the report's pixel type (validation refuses a mix): one check.
-    mismatch = pixel_type_mismatch(report.dtype, trained.max_value, f"ckpt={str(cfg.ckpt)!r}")
+    mismatch = pixel_type_mismatch(report.dtype, trained.max_value, network)
     if mismatch and pairs:
         raise ConfigError(f"split={cfg.split}: {pairs[0].image}: {mismatch}")
     window = build(cfg.inference)
