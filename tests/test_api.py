@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import segscale
 from segscale import api
 from segscale.cli.predict import predict as predict_command
 from segscale.errors import ConfigError
+from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, tiny_overrides
 
 COLOURS = [[255, 0, 0], [0, 255, 0], [0, 0, 255]]
@@ -231,3 +233,44 @@ def test_train_returns_the_summary_and_the_run_predicts(
     labels = segscale.load(best).predict(image)
     assert labels.shape == (192, 192)
     assert labels.max() < 6
+
+
+def test_an_array_is_checked_against_the_checkpoint_as_an_image_file_is(
+    oracle: Path, tmp_path: Path
+):
+    image = oracle_image(_truth((20, 20)))
+    predictor = segscale.load(oracle, tile_size=32)
+    network = f"the network of ckpt={str(oracle)!r}"
+    with pytest.raises(ValueError, match=re.escape(f"are uint16, {network} takes uint8")):
+        predictor.predict(image.astype(np.uint16))  # 16-bit pixels into an 8-bit network
+    with pytest.raises(ValueError, match=re.escape(f"float32, {network} takes uint8")):
+        predictor.predict_proba(image.astype(np.float32))
+    with pytest.raises(ValueError, match=re.escape(f"{network} takes 3 channel")):
+        predictor.predict(image[:, :, :2])
+    content = load_checkpoint_file(oracle, "ckpt")
+    content["segscale"]["max_value"] = 1.0  # a network trained on float pixels
+    save_checkpoint_file(content, tmp_path / "float.ckpt")
+    floats = segscale.load(tmp_path / "float.ckpt", tile_size=32)
+    pixels = image.astype(np.float32) / 255
+    assert floats.predict(pixels).shape == (20, 20)
+    pixels[3, 4, 1] = np.nan
+    with pytest.raises(ValueError, match="has NaN or infinite pixels; expected finite values"):
+        floats.predict(pixels)
+    with pytest.raises(ValueError, match=re.escape("float64, the network of ckpt=")):
+        floats.predict(image / 255)  # numpy's default float type: not the training images'
+
+
+def test_a_one_channel_float_array_with_a_nan_is_refused_as_h_by_w(oracle: Path, tmp_path: Path):
+    content = load_checkpoint_file(oracle, "ckpt")
+    meta = content["segscale"]
+    meta |= {"max_value": 1.0, "mean": [0.0], "std": [1 / 255]}
+    meta["model"]["in_channels"] = 1
+    weight = content["state_dict"]["network.weight"]
+    content["state_dict"]["network.weight"] = weight[:, :1]
+    save_checkpoint_file(content, tmp_path / "grey.ckpt")
+    predictor = segscale.load(tmp_path / "grey.ckpt", tile_size=32)
+    pixels = np.zeros((20, 20), np.float32)
+    assert predictor.predict(pixels).shape == (20, 20)
+    pixels[5, 5] = np.nan
+    with pytest.raises(ValueError, match="image of dtype float32: has NaN or infinite pixels"):
+        predictor.predict(pixels)

@@ -31,7 +31,7 @@ from segscale.data.sources import (
     check_max_image_pixels,
 )
 from segscale.errors import ConfigError
-from segscale.inference.inputs import read_input_image
+from segscale.inference.inputs import check_pixels, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
@@ -63,6 +63,7 @@ class Predictor:
         window: SlidingWindow,
         device: torch.device,
         max_image_pixels: int | None,
+        ckpt: str | os.PathLike[str] = "ckpt",
     ) -> None:
         self.module = trained.module.to(device).eval()
         self.class_names = trained.class_names
@@ -72,6 +73,8 @@ class Predictor:
         self.window = window
         self.device = device
         self.max_image_pixels = max_image_pixels
+        # What the images must suit, for the messages that refuse one.
+        self.network = f"the network of ckpt={str(ckpt)!r}"
 
     @property
     def num_classes(self) -> int:
@@ -90,7 +93,10 @@ class Predictor:
 
         ``image``: an ``H×W×C`` array (``H×W`` for one channel) in raw pixel values, as
         the image files hold them, or the path of an image file, read as ``predict.py``
-        reads its inputs.
+        reads its inputs. Either must suit the checkpoint as ``predict.py``'s inputs do:
+        its channel count and pixel type (``uint8`` for a network trained on 8-bit
+        images), float pixels finite; otherwise ``ValueError`` (``ConfigError`` for a
+        file) says what the checkpoint takes.
         """
         pixels = self._pixels(image)
         labels = self.window.predict(self.module, pixels, self.num_classes, self.device)
@@ -116,21 +122,24 @@ class Predictor:
             return self._checked_array(image)
         if isinstance(image, (str, os.PathLike)):
             return read_input_image(
-                Path(image), self.in_channels, self.max_image_pixels, self.max_value
+                Path(image), self.in_channels, self.max_image_pixels, self.max_value, self.network
             )
         raise TypeError(
             f"image must be a numpy array or the path of an image file, got {type(image).__name__}"
         )
 
     def _checked_array(self, image: np.ndarray) -> np.ndarray:
+        """``image`` if its channels, pixel type and values suit the checkpoint's network."""
         channels = 1 if image.ndim == 2 else image.shape[-1]
         if image.ndim not in (2, 3) or channels != self.in_channels:
             raise ValueError(
-                f"image of shape {image.shape}: the network takes {self.in_channels} "
+                f"image of shape {image.shape}: {self.network} takes {self.in_channels} "
                 f"channel(s); expected an H×W×{self.in_channels} array"
                 + (" (or H×W)" if self.in_channels == 1 else "")
                 + " of raw pixel values"
             )
+        # A ConfigError is a ValueError: the array's own checks and a file's are one.
+        check_pixels(f"image of dtype {image.dtype}", image, self.max_value, self.network)
         return image
 
 
@@ -168,7 +177,7 @@ def load(
     trained = load_trained(Path(ckpt), key="ckpt")
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     window = build(cfg.inference)  # a ConfigError comes out as itself, not Hydra's wrapper
-    return Predictor(trained, window, torch.device(device), cfg.max_image_pixels)
+    return Predictor(trained, window, torch.device(device), cfg.max_image_pixels, ckpt)
 
 
 class TrainingFailedError(RuntimeError):

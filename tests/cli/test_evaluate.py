@@ -319,5 +319,29 @@ def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path
     with pytest.raises(ConfigError) as refused:
         evaluate(_config(tmp_path / "data", ckpt, tmp_path / "out", "split=test"))
     name = np.dtype(dtype).name
-    assert f"test/images/a.tif: its pixels are {name}, ckpt=" in str(refused.value)
+    assert f"test/images/a.tif: its pixels are {name}, the network of ckpt=" in str(refused.value)
     assert "takes uint8 pixels (full intensity 255)" in str(refused.value)
+
+
+def test_a_folder_dataset_without_its_root_names_the_key(tmp_path: Path):
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    args = (f"ckpt={ckpt}", "datamodule=folder", f"output_dir={tmp_path / 'out'}")
+    result = run_in_process(evaluate_main, *args, cwd=tmp_path, program="evaluate.py")
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
+    assert "MissingMandatoryValue" not in output and "Traceback" not in output
+    assert "datamodule.source.root is not set: give it on the command line" in output
+
+
+def test_images_of_other_channels_than_the_checkpoint_s_name_its_network(tmp_path: Path):
+    root = _dataset(tmp_path / "data")
+    write_pair(root, "test", "grey", np.zeros((40, 40), np.uint8), np.zeros((40, 40), np.uint8))
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")  # a 3-channel network
+    args = (f"ckpt={ckpt}", "datamodule=folder", f"datamodule.source.root={root}", "split=test")
+    result = run_in_process(
+        evaluate_main, *args, f"output_dir={tmp_path / 'out'}", cwd=tmp_path, program="evaluate.py"
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
+    assert f"grey.png: has 1 channels, the network of ckpt={str(ckpt)!r} takes 3" in output
+    assert "datamodule.in_channels" not in output and "Traceback" not in output

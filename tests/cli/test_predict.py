@@ -216,7 +216,7 @@ def test_header_problems_name_the_limit_and_the_channels(tmp_path: Path):
     message = str(refused.value)
     assert "bomb.png: cannot be read: its header declares 20000 x 20000 = 400000000" in message
     assert "max_image_pixels for predict.py" in message
-    assert "grey.png: has 1 channels, the network of ckpt takes 3" in message
+    assert f"grey.png: has 1 channels, the network of ckpt={str(ckpt)!r} takes 3" in message
     with pytest.raises(UnreadableImageError, match="limit of 2000 pixels"):
         predict(_config(*common, "max_image_pixels=2000"))  # 37 x 90 = 3330 pixels
     with pytest.raises(ConfigError, match="max_image_pixels=-1 is not allowed"):
@@ -369,7 +369,10 @@ def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path
     with pytest.raises(UnreadableImageError) as refused:
         predict(cfg)
     message = str(refused.value)
-    expected = "the network of ckpt takes uint8 pixels (full intensity 255); convert the image"
+    expected = (
+        f"the network of ckpt={str(ckpt)!r} takes uint8 pixels (full intensity 255); "
+        "convert the image"
+    )
     assert f"deep.tif: its pixels are uint16, {expected}" in message
     assert f"float.tif: its pixels are float32, {expected}" in message
     assert "wide.png" not in message and not (tmp_path / "out").exists()

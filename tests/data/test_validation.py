@@ -151,7 +151,7 @@ def test_channel_count_and_pixel_type_must_agree(tmp_path: Path):
     message = _problems(root)
     assert "val/images/v1.png: has 1 channels" in message
     assert "val/images/v1.png: pixels are uint16" in message
-    assert "has 3 channels, datamodule.in_channels has 4" in _problems(
+    assert "has 3 channels, datamodule.in_channels takes 4" in _problems(
         _dataset(tmp_path / "x"), in_channels=4
     )
 

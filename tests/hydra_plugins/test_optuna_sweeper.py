@@ -1,5 +1,7 @@
 import csv
 import json
+import sqlite3
+import time
 
 import optuna
 import pytest
@@ -145,3 +147,28 @@ def test_a_trial_in_a_bad_region_is_pruned_before_its_last_epoch(
         rows = {r["job"]: r for r in csv.DictReader(file)}
     assert [rows[j]["status"] for j in "01"] == ["completed", "pruned"]
     assert "search_trial" not in rows["1"]["overrides"]
+
+
+def test_a_database_another_process_holds_is_refused_in_seconds_naming_it(tiny_data_root, tmp_path):
+    database = tmp_path / "shared" / "optuna.db"
+    database.parent.mkdir()
+    optuna.create_study(study_name="other", storage=f"sqlite:///{database}")
+    holder = sqlite3.connect(database)  # another search, in the middle of a long write
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        sweep, result = multirun(
+            tmp_path, tiny_data_root, *SPACE, f"hydra.sweeper.storage=sqlite:///{database}"
+        )
+        took = time.monotonic() - started
+    finally:
+        holder.rollback()
+        holder.close()
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert "Traceback" not in output
+    error = [line for line in output.splitlines() if "is locked" in line]
+    assert len(error) == 1 and f"database {database} is locked" in error[0], output[-3000:]
+    assert "another search (or process) holds it" in error[0]
+    assert took < 20
+    assert not (sweep / "0").exists()

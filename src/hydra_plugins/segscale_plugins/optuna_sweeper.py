@@ -30,12 +30,14 @@ stops when the pruner says so. Such a trial is recorded PRUNED, not failed; its 
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import optuna
+import sqlalchemy.exc
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import (
     ChoiceSweep,
@@ -54,16 +56,18 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
 
 from hydra_plugins.segscale_plugins.grid_sweeper import summarize
 from hydra_plugins.segscale_plugins.sweep_folder import sweep_folder_held
 from segscale.atomic_files import write_text_atomically
-from segscale.errors import ConfigError
+from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.sweeps.objective import optimized_metric
 from segscale.training.callbacks.trial_pruning import (
     PRUNER_ATTR,
     TrialPruned,
     build_pruner,
+    held_database_error,
     open_storage,
 )
 from segscale.training.launch import quoted_override
@@ -191,16 +195,12 @@ class OptunaSweeper(Sweeper):
         """``sweep`` once the sweep folder is this search's."""
         write_text_atomically(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         self.storage_url = self.storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
-        study = optuna.create_study(
-            study_name=self.study_name,
-            storage=open_storage(self.storage_url),
-            direction=self.direction,
-            sampler=self.sampler,
-            pruner=self.pruner,
-            load_if_exists=True,
-        )
-        # The jobs rebuild the pruner from this to ask it whether to go on.
-        study.set_user_attr(PRUNER_ATTR, {"name": self.pruner_name, "options": self.pruner_options})
+        try:
+            study = self._open_study()
+        except ConfigError as error:
+            # SystemExit, unlike an exception, passes Hydra's error report (a traceback).
+            log.error("%s", error)
+            sys.exit(EXIT_BAD_INPUT)
         log.info("Optuna study %r in %s: %s", self.study_name, self.storage_url, space)
         log.info("pruner: %s %s", self.pruner_name, self.pruner_options or "")
         try:
@@ -220,6 +220,28 @@ class OptunaSweeper(Sweeper):
         finally:
             summarize(sweep_dir)
         return self._report(study, sweep_dir)
+
+    def _open_study(self) -> optuna.Study:
+        """The study in ``storage_url``, created if new, with the pruner the jobs rebuild."""
+        try:
+            study = optuna.create_study(
+                study_name=self.study_name,
+                storage=open_storage(self.storage_url),
+                direction=self.direction,
+                sampler=self.sampler,
+                pruner=self.pruner,
+                load_if_exists=True,
+            )
+            # The jobs rebuild the pruner from this to ask it whether to go on.
+            options = self.pruner_options
+            study.set_user_attr(PRUNER_ATTR, {"name": self.pruner_name, "options": options})
+        except sqlalchemy.exc.OperationalError as error:
+            # Taken by another process between open_storage's check and these writes.
+            database = make_url(self.storage_url).database
+            if "database is locked" not in str(error) or not database:
+                raise
+            raise held_database_error(Path(database).resolve()) from error
+        return study
 
     def _search_space(self, arguments: list[str]) -> tuple[dict[str, BaseDistribution], list[str]]:
         assert self.hydra_context is not None  # set by setup (see sweep)

@@ -47,6 +47,7 @@ from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
 from segscale.training.builders import build
+from segscale.training.config_checks import check_data_source
 from segscale.training.evaluation import write_evaluation
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     other_data = cfg.get("other_data", False)
     if not isinstance(other_data, bool):
         raise ConfigError(f"other_data={other_data!r} is not allowed: expected true or false")
+    if data_given:
+        check_data_source(cfg)  # datamodule=folder without its root, named as train.py does
     use_checkpoint_data(cfg.datamodule, trained, str(cfg.ckpt), data_given, other_data)
     datamodule = build(cfg.datamodule)
     if not datamodule.source.has_split(cfg.split):
@@ -78,6 +81,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
             "val; a folder dataset's are datamodule.source.splits)"
         )
     datamodule.source.prepare()
+    network = f"the network of ckpt={str(cfg.ckpt)!r}"  # what the images must suit
     # Whole images are evaluated, so any size will do (patch_size 1).
     report = validate_dataset(
         datamodule.source,
@@ -87,10 +91,11 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         trained.in_channels,
         splits=(cfg.split,),
         max_image_pixels=datamodule.max_image_pixels,
+        channels_from=network,
     )
     pairs = report.pairs[cfg.split]
     # Every image has the report's pixel type (validation refuses a mix): one check.
-    mismatch = pixel_type_mismatch(report.dtype, trained.max_value, f"ckpt={str(cfg.ckpt)!r}")
+    mismatch = pixel_type_mismatch(report.dtype, trained.max_value, network)
     if mismatch and pairs:
         raise ConfigError(f"split={cfg.split}: {pairs[0].image}: {mismatch}")
     window = build(cfg.inference)

@@ -95,8 +95,9 @@ def run_prediction(cfg: DictConfig) -> PredictionRun:
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     images = input_images(cfg.input)
     check_output_names(images, cfg.overlay)
+    network = f"the network of ckpt={str(cfg.ckpt)!r}"
     unreadable = check_image_headers(
-        images, trained.in_channels, "the network of ckpt", cfg.max_image_pixels, trained.max_value
+        images, trained.in_channels, network, cfg.max_image_pixels, trained.max_value
     )
     _refuse_or_skip(unreadable, cfg, "nothing was predicted")
     skipped = {problem.path for problem in unreadable}
@@ -177,7 +178,10 @@ def predict_image(
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
     ``max_image_pixels``); nothing is written then.
     """
-    image = read_input_image(path, trained.in_channels, cfg.max_image_pixels, trained.max_value)
+    network = f"the network of ckpt={str(cfg.ckpt)!r}"
+    image = read_input_image(
+        path, trained.in_channels, cfg.max_image_pixels, trained.max_value, network
+    )
     geo = read_input_georeference(path)  # the outputs lie where the input lies
     height, width = image.shape[:2]
     mask_stem, *overlay_stem = output_stems(path, cfg.overlay)

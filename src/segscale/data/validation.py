@@ -148,6 +148,7 @@ def validate_dataset(
     splits: Sequence[str] = ("train", "val"),
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     locations_per_class: int = 0,
+    channels_from: str = "datamodule.in_channels",
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
@@ -158,6 +159,8 @@ def validate_dataset(
     at least one image of each split is at least ``patch_size`` on each side (smaller
     ones are left out, with a warning). The message lists each file's problems, then
     the unknown mask values of all files in one table, with what to do about them.
+    ``channels_from`` says whose number ``in_channels`` is, for the message (a
+    checkpoint's network, when evaluating).
 
     ``locations_per_class > 0`` also keeps up to that many pixels of each class in
     each tile (``DatasetReport.class_locations``); cached files read before without
@@ -176,7 +179,7 @@ def validate_dataset(
         problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]
     cache.save()
     readable = [(p, f) for split in splits for p, f in facts[split] if f["channels"] is not None]
-    problems += _kind_problems(readable, in_channels)
+    problems += _kind_problems(readable, in_channels, channels_from)
     usable = {split: _large_enough(facts[split], patch_size, split) for split in splits}
     for split in splits:
         if not usable[split] and not problems and not unknown:
@@ -367,21 +370,28 @@ def _value_counts(
 
 
 def _kind_problems(
-    facts: list[tuple[ImageMaskPair, dict[str, Any]]], in_channels: int | None
+    facts: list[tuple[ImageMaskPair, dict[str, Any]]],
+    in_channels: int | None,
+    channels_from: str,
 ) -> list[FileProblem]:
-    """Images whose channel count or pixel type differs from the rest (or from config)."""
+    """Images whose channel count or pixel type differs from the rest (or from ``in_channels``).
+
+    ``channels_from``: whose number ``in_channels`` is (a config key, a checkpoint's network).
+    """
     if not facts:
         return []
     problems = []
     expected = in_channels or facts[0][1]["channels"]
     source = (
-        "datamodule.in_channels" if in_channels else f"the first image ({facts[0][0].image.name})"
+        f"{channels_from} takes"
+        if in_channels
+        else f"the first image ({facts[0][0].image.name}) has"
     )
     dtype = facts[0][1]["dtype"]
     for pair, f in facts:
         if f["channels"] != expected:
             problems.append(
-                FileProblem(pair.image, f"has {f['channels']} channels, {source} has {expected}")
+                FileProblem(pair.image, f"has {f['channels']} channels, {source} {expected}")
             )
         if f["dtype"] != dtype:
             problems.append(

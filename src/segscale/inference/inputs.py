@@ -82,12 +82,17 @@ def check_output_names(images: list[Path], overlay: bool, key: str = "input") ->
 
 
 def read_input_image(
-    path: Path, in_channels: int, max_image_pixels: int | None, max_value: float | None = None
+    path: Path,
+    in_channels: int,
+    max_image_pixels: int | None,
+    max_value: float | None = None,
+    network: str = "the network of ckpt",
 ) -> np.ndarray:
     """The pixels (H×W×C) of the image file ``path``, for a network of ``in_channels``.
 
     With ``max_value`` (the checkpoint's full intensity) the pixel type must be the one
-    the network was trained on, and float pixels finite.
+    the network was trained on, and float pixels finite. ``network`` names it in the
+    messages (``the network of ckpt='run/best.ckpt'``).
 
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
     ``max_image_pixels``), and ``ConfigError`` if its channels or pixels are not the
@@ -99,31 +104,33 @@ def read_input_image(
         reason = describe_read_error(path, error)
         raise UnreadableImageError(f"{path}: cannot be decoded: {reason}") from error
     if image.shape[2] != in_channels:
-        raise ConfigError(
-            f"{path}: has {image.shape[2]} channels, the network of ckpt takes {in_channels}"
-        )
+        raise ConfigError(f"{path}: has {image.shape[2]} channels, {network} takes {in_channels}")
     if max_value is not None:
-        check_pixels(path, image, max_value)
+        check_pixels(path, image, max_value, network)
     return image
 
 
-def check_pixels(path: Path, image: np.ndarray, max_value: float) -> None:
-    """Raise ``ConfigError`` naming ``path`` unless ``image`` suits a network of ``max_value``.
+def check_pixels(
+    what: Path | str, image: np.ndarray, max_value: float, network: str = "the network of ckpt"
+) -> None:
+    """Raise ``ConfigError`` naming ``what`` unless ``image`` suits a network of ``max_value``.
 
     The pixel type must be the training images' (``pixel_type_mismatch``); float pixels
     must also be finite, as a NaN spreads through every tile it touches. Their range is
-    not checked: training took float pixels as they came.
+    not checked: training took float pixels as they came. ``what``: the image's file
+    (or a description of an array); ``network``: the network, for the message.
     """
-    mismatch = pixel_type_mismatch(image.dtype.name, max_value, "the network of ckpt")
+    mismatch = pixel_type_mismatch(image.dtype.name, max_value, network)
     if mismatch:
-        raise ConfigError(f"{path}: {mismatch}")
+        raise ConfigError(f"{what}: {mismatch}")
     if image.dtype.kind == "f" and not _all_finite(image):
-        raise ConfigError(f"{path}: has NaN or infinite pixels; expected finite values")
+        raise ConfigError(f"{what}: has NaN or infinite pixels; expected finite values")
 
 
 def _all_finite(image: np.ndarray) -> bool:
     """Whether every pixel is finite, checked in bands (the image may be memory-mapped)."""
-    rows = max(1, (1 << 24) // max(1, image.shape[1] * image.shape[2]))
+    row_values = int(np.prod(image.shape[1:]))  # H×W arrays (one channel) included
+    rows = max(1, (1 << 24) // max(1, row_values))
     return all(np.isfinite(image[y : y + rows]).all() for y in range(0, image.shape[0], rows))
 
 

@@ -1,3 +1,5 @@
+import re
+import sqlite3
 from types import SimpleNamespace
 
 import optuna
@@ -12,6 +14,7 @@ from segscale.training.callbacks.trial_pruning import (
     TrialPruned,
     TrialPruning,
     build_pruner,
+    open_storage,
     trial_pruning,
 )
 
@@ -109,3 +112,18 @@ def test_outside_a_search_or_with_a_wrong_trial_or_metric_it_says_what_is_wrong(
     with pytest.raises(ConfigError, match=r"pruner_options=\{'warmup': 1\}"):
         build_pruner("median", {"warmup": 1})
     assert isinstance(build_pruner(None), optuna.pruners.NopPruner)
+
+
+def test_a_job_whose_study_another_process_holds_stops_naming_the_file(running_trial, tmp_path):
+    _, node = running_trial
+    database = tmp_path / "optuna.db"
+    holder = sqlite3.connect(database)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(ConfigError, match=re.escape(f"database {database} is locked")):
+            trial_pruning(node, "val/mIoU").on_fit_start(fake_trainer(0, {}), None)
+    finally:
+        holder.close()
+    (tmp_path / "not_a_study.db").write_text("a text file\n")
+    with pytest.raises(ConfigError, match=r"not_a_study\.db is not an SQLite database"):
+        open_storage(f"sqlite:///{tmp_path / 'not_a_study.db'}")

@@ -15,11 +15,15 @@ The pruner is the sweeper's: it records the pruner's name and options in the stu
 from __future__ import annotations
 
 import math
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import optuna
 from omegaconf import DictConfig, OmegaConf
+from sqlalchemy.engine import make_url
 
 from segscale.errors import ConfigError, RunStopped
 
@@ -38,6 +42,13 @@ PRUNER_ATTR = "segscale_pruner"
 
 SQLITE_TIMEOUT_S = 60
 """How long a job or the sweeper waits for another one's write to an SQLite study."""
+
+SQLITE_HELD_S = 5
+"""How long opening an SQLite study waits for its write lock before calling it held.
+
+A job's or the sweeper's write takes milliseconds; a lock held for seconds is another
+process's long transaction (another search, a browser of the study), not a brief write.
+"""
 
 
 class TrialPruned(RunStopped):
@@ -66,13 +77,47 @@ def build_pruner(
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """The study storage at ``url``; an SQLite file waits for others' writes, not fails."""
-    if url.startswith("sqlite"):
-        # Every running job writes to the file besides the sweeper: wait for the lock.
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
-        )
-    return optuna.storages.get_storage(url)
+    """The study storage at ``url``; an SQLite file waits for others' writes, not fails.
+
+    An SQLite file whose write lock another process holds for seconds is refused
+    (``ConfigError`` naming the file), rather than waiting ``SQLITE_TIMEOUT_S`` for it.
+    """
+    if not url.startswith("sqlite"):
+        return optuna.storages.get_storage(url)
+    database = make_url(url).database
+    if database and database != ":memory:":
+        _check_not_held(Path(database).resolve())
+    # Every running job writes to the file besides the sweeper: wait for the lock.
+    return optuna.storages.RDBStorage(
+        url, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    )
+
+
+def held_database_error(database: Path) -> ConfigError:
+    """The error for the SQLite study ``database`` whose lock another process holds."""
+    return ConfigError(
+        f"the Optuna database {database} is locked: another search (or process) holds "
+        "it; wait for it to end, or give this search a file of its own "
+        "(hydra.sweeper.storage=sqlite:///<file>)"
+    )
+
+
+def _check_not_held(database: Path) -> None:
+    """Take and give back ``database``'s write lock, waiting ``SQLITE_HELD_S`` at most."""
+    if not database.is_file():
+        return  # a new study: nobody can hold it yet
+    try:
+        with closing(sqlite3.connect(database, timeout=SQLITE_HELD_S)) as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.rollback()
+    except sqlite3.OperationalError as error:
+        if "locked" not in str(error):
+            raise
+        raise held_database_error(database) from error
+    except sqlite3.DatabaseError as error:  # "file is not a database"
+        raise ConfigError(
+            f"the Optuna database {database} is not an SQLite database ({error})"
+        ) from error
 
 
 class TrialPruning(L.Callback):
