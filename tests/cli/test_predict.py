@@ -86,7 +86,7 @@ def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Pa
         ("input={tmp}/nothing.png", "input=.*nothing.png' does not exist; expected an image"),
         ("input={tmp}/notes.md", "input=.*is not an image, a folder or a .txt list"),
         ("ckpt={tmp}/missing.ckpt", r"ckpt=.*no such file; expected a .ckpt"),
-        ("ckpt={tmp}/in/wide.png", "ckpt=.*cannot be read as weights"),
+        ("ckpt={tmp}/in/wide.png", "ckpt=.*is not a checkpoint"),
         ("format=jpg", "format='jpg' is not allowed"),
         # the window is built through build(), which lets our ConfigError through
         ("inference.overlap=1.5", r"inference.overlap=1.5 is not allowed"),
