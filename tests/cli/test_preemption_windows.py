@@ -2,7 +2,8 @@
 window's optimizer step, so that the resumed run trains each batch once, in its window.
 
 The preempted run is a process of its own (the signal is real); the resume runs
-train.py's entry point in this process. ``RecordBatches`` records both launches.
+train.py's entry point in this process. ``RecordBatches`` records both launches. Both
+have a DataLoader worker, as a run has by default (``num_workers: auto``).
 """
 
 import json
@@ -23,6 +24,7 @@ WINDOWS = [
     "datamodule.patch_size=32",
     "trainer.accumulate_grad_batches=2",
     "trainer.max_epochs=1",
+    "datamodule.num_workers=1",
     "callbacks.validation_report=null",
     "callbacks.training_progress=null",
     "+callbacks.record._target_=tests.training.record_batches.RecordBatches",

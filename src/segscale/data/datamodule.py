@@ -18,6 +18,7 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from segscale.data.augment import Augmentation
+from segscale.data.deferred_loader import DeferredStartLoader
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler, batches_done_in_epoch
@@ -214,7 +215,11 @@ class SegmentationDataModule(L.LightningDataModule):
                 f"global batch of {sum(batch_sizes)} (datamodule.batch_size × devices): "
                 "draw more patches per image or lower the batch"
             )
-        return self._loader(train_set, batch_sampler=sampler, num_workers=num_workers)
+        # Deferred: the sampler reads the epoch and the batches done at the first batch,
+        # after Lightning has restored a checkpoint's step, with workers as without.
+        return self._loader(
+            train_set, batch_sampler=sampler, num_workers=num_workers, kind=DeferredStartLoader
+        )
 
     def _epoch_position(self) -> tuple[int, int] | None:
         """The trainer's epoch and the batches of it trained already (after a resume: > 0)."""
@@ -258,6 +263,7 @@ class SegmentationDataModule(L.LightningDataModule):
         batch_size: int | None = None,
         batch_sampler: Sampler | None = None,
         num_workers: int | None = None,
+        kind: type[DataLoader] = DataLoader,
     ) -> DataLoader:
         workers = self.workers_per_rank() if num_workers is None else num_workers
         pin_memory = self.pin_memory
@@ -265,7 +271,7 @@ class SegmentationDataModule(L.LightningDataModule):
             pin_memory = self.trainer is not None and isinstance(
                 self.trainer.accelerator, CUDAAccelerator
             )
-        return DataLoader(
+        return kind(
             dataset,
             batch_size=batch_size or 1,
             batch_sampler=batch_sampler,

@@ -157,8 +157,10 @@ class RandomPatchDataset(Dataset):
     With ``centres`` (class-balanced sampling), a patch that it centres on a class
     comes from the tile it draws; its rotation, translation and transforms are those
     of the uniform patch of the same key.
-    Indices past ``len(self)`` are valid too: they address further fresh patches, which
-    samplers use to pad an epoch so that every rank gets the same number of patches.
+    An epoch's patches are the indices below ``len(self)``, and the training sampler
+    draws only those (the few that make no full global batch are left out, never padded
+    with others). Indices past ``len(self)`` address further fresh patches, which only
+    ``bench.py`` draws, to time patches it has not cut yet.
     An integer key means epoch 0.
     """
 

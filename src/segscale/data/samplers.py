@@ -47,11 +47,13 @@ class EpochShardSampler(Sampler[list[Key]]):
     ``position``, asked when an epoch's iteration starts, gives the epoch and how many
     of its batches were trained already; the iteration leaves those out, so a resumed
     run continues the interrupted epoch where it stopped. (Asked then, not when the
-    sampler is made: Lightning makes the training loader before it restores a
-    checkpoint, to count the steps a schedule needs, and keeps it. Nor through
-    ``set_epoch``: Lightning calls it on a loader's sampler, never on its batch
-    sampler.) Where there is no ``position`` (or it gives ``None``: no trainer),
-    ``set_epoch`` selects the epoch and no batch is skipped.
+    sampler is made: Lightning makes the training loader, and its iterator, before it
+    restores a checkpoint, to count the steps a schedule needs, and keeps both; the
+    datamodule's loader, ``DeferredStartLoader``, therefore starts an iteration at its
+    first batch, with workers as without. Nor through ``set_epoch``: Lightning calls
+    it on a loader's sampler, never on its batch sampler.) Where there is no
+    ``position`` (or it gives ``None``: no trainer), ``set_epoch`` selects the epoch
+    and no batch is skipped.
     """
 
     def __init__(
