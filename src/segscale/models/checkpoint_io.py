@@ -133,11 +133,12 @@ def load_checkpoint_file(path: str | Path, key: str) -> dict[str, Any]:
     """
     path = Path(path)
     if path.is_file() and not zipfile.is_zipfile(path):
-        # torch.save writes zip archives; anything else (a text file, a legacy pickle)
-        # would fail in torch.load with an error that says nothing about the file.
+        # torch.save writes zip archives; anything else (a text file, a legacy pickle,
+        # an archive cut short by an interrupted copy) would fail in torch.load with an
+        # error that says nothing about the file.
         raise ConfigError(
-            f"{key}={str(path)!r} is not a checkpoint (not a torch.save archive); "
-            f"expected {EXPECTED}"
+            f"{key}={str(path)!r} is not a checkpoint, or a truncated one (not a complete "
+            f"torch.save archive); expected {EXPECTED}"
         )
     checkpoint = read_weights(path, key, EXPECTED)
     if not isinstance(checkpoint, dict):
