@@ -88,3 +88,10 @@ def test_samples_are_predicted_again_where_the_last_validation_left_tiles_out(
     assert calls == [[0]]
     png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_final_validations_report_is_written_before_its_checkpoints(make_config, tmp_path):
+    train(make_config())
+    run = tmp_path / "run"
+    report = (run / "evaluation" / "metrics.json").stat().st_mtime_ns
+    assert report < (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns

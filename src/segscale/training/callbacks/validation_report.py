@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -52,8 +53,10 @@ class ValidationReport(L.Callback):
 
     The samples' predictions are the ones the last validation made (``SampleCapture``)
     when it validated the final network on one process; otherwise (a multi-device run,
-    training past the last validation) the samples are predicted again. The figures
-    are drawn in the background (``BackgroundFigures``), waited for when fitting ends.
+    training past the last validation) the samples are predicted again. The report of
+    the final validation of such a run is written as that validation ends, before the
+    checkpoints after it; the figures are drawn in the background
+    (``BackgroundFigures``), waited for when fitting ends.
     """
 
     def __init__(self, folder: str, num_samples: int = 4) -> None:
@@ -63,6 +66,7 @@ class ValidationReport(L.Callback):
         self._capture: SampleCapture | None = None  # of the validation now running
         self._captured: SampleCapture | None = None  # of the last validation, if whole
         self._hook: RemovableHandle | None = None
+        self.reported_at: int | None = None  # the iteration the report on disk was made at
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Keep the sample tiles' predictions as this validation makes them (one process)."""
@@ -95,6 +99,10 @@ class ValidationReport(L.Callback):
             self.validated_at = trainer.global_step
             capture, self._capture = self._capture, None
             self._captured = capture if capture is not None and capture.complete() else None
+            if self._captured is not None and _is_last_step(trainer):
+                # The final validation: report now, while the checkpoints after it are
+                # written, rather than after them.
+                self._report(trainer, pl_module)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Wait until the figures are written."""
@@ -108,7 +116,12 @@ class ValidationReport(L.Callback):
 
     @rank_zero_only
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Write the report (rank 0 only)."""
+        """Write the report (rank 0 only), unless the final validation wrote it."""
+        if self.reported_at is None or self.reported_at != trainer.global_step:
+            self._report(trainer, pl_module)
+
+    def _report(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.reported_at = trainer.global_step
         confusion = getattr(pl_module, "last_val_confusion", None)
         if confusion is None or self.validated_at is None:
             log.warning("no validation ran, so there is no evaluation report")
@@ -226,6 +239,12 @@ class SampleCapture:
     def complete(self) -> bool:
         """Whether every patch of the sample tiles was predicted (no limit_val_batches)."""
         return not self._missing
+
+
+def _is_last_step(trainer: L.Trainer) -> bool:
+    """Whether the trainer has taken every optimizer step it plans (training ends now)."""
+    planned = trainer.estimated_stepping_batches
+    return math.isfinite(planned) and trainer.global_step >= planned
 
 
 def _sample_tiles(grid: GridPatchDataset, count: int) -> list[int]:
