@@ -95,3 +95,20 @@ def test_the_final_validations_report_is_written_before_its_checkpoints(make_con
     run = tmp_path / "run"
     report = (run / "evaluation" / "metrics.json").stat().st_mtime_ns
     assert report < (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns
+
+
+def test_a_figure_that_fails_to_draw_is_logged_and_the_run_still_finishes(
+    make_config, tmp_path, monkeypatch, caplog
+):
+    from segscale.training.callbacks import validation_report
+
+    def fail(*args):
+        raise RuntimeError("out of colours")
+
+    monkeypatch.setattr(validation_report, "plot_sample_predictions", fail)
+    with caplog.at_level("ERROR", logger="segscale"):
+        summary = train(make_config())
+    assert summary["status"] == "finished"
+    png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
+    assert f"could not draw {png}: RuntimeError: out of colours" in caplog.text
+    assert (tmp_path / "run" / "evaluation" / "confusion_matrix.png").is_file()
