@@ -43,3 +43,72 @@ def test_training_ends_with_an_evaluation_report(make_config, tmp_path, monkeypa
     assert samples[0].prediction.shape == (192, 192) and samples[0].image.shape == (192, 192, 3)
     assert samples[0].caption == "validation image 1 of 1: 0000.png, 192×192 px"
     assert title == "Final network (iteration 8) on whole validation images"
+
+
+def test_the_samples_are_the_last_validations_own_predictions_not_predicted_again(
+    make_config, monkeypatch
+):
+    from unittest import mock
+
+    import numpy as np
+
+    from segscale.training.callbacks.validation_report import ValidationReport
+
+    seen = {}
+    original = ValidationReport._plot_samples
+
+    def compare_then_plot(self, trainer, module):
+        picks = list(self._captured.canvases)
+        seen["captured"] = [self._captured.canvases[t] for t in picks]
+        seen["again"] = ValidationReport._predict(module, trainer.datamodule.val_set, picks, 16)
+        with mock.patch.object(ValidationReport, "_predict", side_effect=AssertionError):
+            original(self, trainer, module)
+
+    monkeypatch.setattr(ValidationReport, "_plot_samples", compare_then_plot)
+    train(make_config())
+    assert len(seen["captured"]) == 1
+    np.testing.assert_array_equal(seen["captured"][0], seen["again"][0])
+
+
+def test_samples_are_predicted_again_where_the_last_validation_left_tiles_out(
+    make_config, tmp_path, monkeypatch
+):
+    from segscale.training.callbacks.validation_report import ValidationReport
+
+    calls = []
+    original = ValidationReport._predict
+
+    def counting(*args):
+        calls.append(args[2])
+        return original(*args)
+
+    monkeypatch.setattr(ValidationReport, "_predict", staticmethod(counting))
+    # One validation batch of 4 of the tile's 9 grid patches.
+    train(make_config("datamodule.val_batch_size=4", "trainer.limit_val_batches=1"))
+    assert calls == [[0]]
+    png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_final_validations_report_is_written_before_its_checkpoints(make_config, tmp_path):
+    train(make_config())
+    run = tmp_path / "run"
+    report = (run / "evaluation" / "metrics.json").stat().st_mtime_ns
+    assert report < (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns
+
+
+def test_a_figure_that_fails_to_draw_is_logged_and_the_run_still_finishes(
+    make_config, tmp_path, monkeypatch, caplog
+):
+    from segscale.training.callbacks import validation_report
+
+    def fail(*args):
+        raise RuntimeError("out of colours")
+
+    monkeypatch.setattr(validation_report, "plot_sample_predictions", fail)
+    with caplog.at_level("ERROR", logger="segscale"):
+        summary = train(make_config())
+    assert summary["status"] == "finished"
+    png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
+    assert f"could not draw {png}: RuntimeError: out of colours" in caplog.text
+    assert (tmp_path / "run" / "evaluation" / "confusion_matrix.png").is_file()

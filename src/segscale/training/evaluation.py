@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.models.metrics import evaluation_report
+from segscale.training.background_figures import BackgroundFigures
 from segscale.training.plots import plot_confusion_matrix
 
 
@@ -18,13 +20,14 @@ def write_evaluation(
     confusion: torch.Tensor,
     class_names: Sequence[str],
     title: str = "Confusion matrix",
+    figures: BackgroundFigures | None = None,
 ) -> None:
     """Write ``evaluation_report`` and the confusion matrix into ``folder``.
 
     ``metrics.json`` (data-set and per-class metrics), ``class_metrics.csv`` (accuracy,
     IoU, Dice per class), ``confusion_matrix.csv`` (rows: true class, columns:
     predicted) and ``confusion_matrix.png`` (headed ``title``, in % of each true
-    class's pixels).
+    class's pixels), drawn by ``figures`` in the background if given.
     """
     names = list(class_names)
     folder.mkdir(parents=True, exist_ok=True)
@@ -39,4 +42,9 @@ def write_evaluation(
     )
     rows = [[name, *row] for name, row in zip(names, confusion.tolist(), strict=True)]
     write_csv_atomically(folder / "confusion_matrix.csv", ["true \\ predicted", *names], rows)
-    plot_confusion_matrix(confusion.cpu().numpy(), names, folder / "confusion_matrix.png", title)
+    path = folder / "confusion_matrix.png"
+    draw = partial(plot_confusion_matrix, confusion.cpu().numpy(), names, path, title)
+    if figures is None:
+        draw()
+    else:
+        figures.draw(path, draw)

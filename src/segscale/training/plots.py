@@ -1,4 +1,8 @@
-"""Figures a person reads at a glance: training progress, confusion matrix, predictions."""
+"""Figures a person reads at a glance: training progress, confusion matrix, predictions.
+
+The figures are built with matplotlib's object-oriented API (``Figure``), not pyplot's
+global state, so that they can be drawn on a thread of their own (``background_figures``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import matplotlib.axes
 import matplotlib.patches
 import matplotlib.ticker
 import numpy as np
@@ -15,6 +20,7 @@ from segscale.atomic_files import write_atomically
 
 matplotlib.use("Agg")  # files only; never open a window
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 IGNORED_COLOUR = (200, 200, 200)
 """Fill of pixels that are not scored (the ignore index): a neutral light grey."""
@@ -24,8 +30,11 @@ IGNORED_LABEL = "ignored (not scored)"
 CONFUSION_UNIT = "% of the true class's pixels"
 
 
-def save_figure(figure: plt.Figure, path: Path) -> None:
-    """Write ``figure`` to ``path`` atomically (a reader never sees half a PNG)."""
+def save_figure(figure: Figure, path: Path) -> None:
+    """Write ``figure`` to ``path`` atomically (a reader never sees half a PNG).
+
+    A pyplot figure is closed afterwards; a ``Figure`` of its own is left to the collector.
+    """
     try:
         write_atomically(
             path,
@@ -34,7 +43,8 @@ def save_figure(figure: plt.Figure, path: Path) -> None:
             ),
         )
     finally:
-        plt.close(figure)
+        if figure.canvas.manager is not None:  # made by pyplot: it holds the figure
+            plt.close(figure)
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,7 @@ def training_progress_figure(
     val: Sequence[tuple[int, float, float, float]],
     position: TrainingPosition | None = None,
     batch: str = "mini-batch",
-) -> plt.Figure:
+) -> Figure:
     """MATLAB's training-progress figure: loss, accuracy, mIoU and learning rate.
 
     ``train`` rows are ``(iteration, loss, accuracy, learning rate)``, measured on
@@ -74,7 +84,8 @@ def training_progress_figure(
     accuracy, mIoU)``. The title and the iteration axis end at ``position`` (default:
     the last row), which may lie past the last logged row.
     """
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    figure = Figure(figsize=(11, 7))
+    axes = figure.subplots(2, 2, sharex=True)
     (loss_axis, acc_axis), (miou_axis, lr_axis) = axes
     if train:
         steps, loss, acc, lr = zip(*train, strict=True)
@@ -124,7 +135,7 @@ def plot_training_progress(
 
 def confusion_matrix_figure(
     confusion: np.ndarray, class_names: Sequence[str], title: str = "Confusion matrix"
-) -> plt.Figure:
+) -> Figure:
     """A heatmap of the confusion matrix (rows: true class), in % of each row's pixels.
 
     Cells, colour bar and title share the unit; a class with no true pixels has an
@@ -135,7 +146,8 @@ def confusion_matrix_figure(
     with np.errstate(invalid="ignore", divide="ignore"):
         percent = 100 * counts / totals[:, None]  # NaN rows: no pixels of that class
     size = max(5.0, 0.9 * len(class_names) + 2)
-    figure, axis = plt.subplots(figsize=(size + 1.5, size))
+    figure = Figure(figsize=(size + 1.5, size))
+    axis = figure.subplots()
     cmap = matplotlib.colormaps["Blues"].with_extremes(bad="0.9")  # grey: no pixels
     image = axis.imshow(np.ma.masked_invalid(percent), cmap=cmap, vmin=0, vmax=100)
     for (i, j), value in np.ndenumerate(percent):
@@ -201,13 +213,13 @@ def sample_predictions_figure(
     colours: np.ndarray,
     ignore_index: int,
     title: str = "",
-) -> plt.Figure:
+) -> Figure:
     """Image, ground truth and prediction side by side, one row per sample (at least one).
 
     Ignored pixels are grey and hatched in the ground truth, and hatched over the
     prediction (the network predicts them, but they are not scored).
     """
-    figure = plt.figure(figsize=(12, 4 * len(samples) + 1.2), layout="constrained")
+    figure = Figure(figsize=(12, 4 * len(samples) + 1.2), layout="constrained")
     rows = figure.subfigures(len(samples), 1, squeeze=False)[:, 0]  # an array, even of one
     any_ignored = False
     for subfigure, sample in zip(rows, samples, strict=True):
@@ -252,7 +264,7 @@ def sample_predictions_figure(
     return figure
 
 
-def _hatch(axis: plt.Axes, ignored: np.ndarray) -> None:
+def _hatch(axis: matplotlib.axes.Axes, ignored: np.ndarray) -> None:
     """Hatch the ignored pixels of an image shown on ``axis`` (drawn in screen space)."""
     if not ignored.any():
         return

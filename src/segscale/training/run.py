@@ -47,6 +47,7 @@ from segscale.training.resume import (
     checkpoint_of_rank_zero,
     resolve_checkpoint,
 )
+from segscale.training.run_clock import RunClock
 from segscale.training.run_folder import (
     LaunchRecord,
     RunFolderLock,
@@ -71,11 +72,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Read from the rank variables, before the trainer exists. Lightning sets ``rank`` on
     # the function when it is imported; the function's type does not declare it.
     leader = rank_zero_only.rank == 0  # type: ignore[attr-defined]
+    clock = RunClock()
     with RunFolderLock(cfg.output_dir) if leader else nullcontext():
-        return _train_in_folder(cfg, leader)
+        return _train_in_folder(cfg, leader, clock)
 
 
-def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
+def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str, Any]:
     """``train`` once the run folder is this run's; ``leader`` (rank 0) writes its files."""
     # A fresh run records itself first, as Hydra would, also if a check then fails; a
     # relaunch (resume, requeue) only once it starts training (LaunchRecord), so that a
@@ -91,6 +93,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     check_relaunch(cfg)  # a change the run cannot take mid-run is refused
     check_config(cfg)
     check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
+    clock.mark("config checks")
     L.seed_everything(cfg.seed, workers=True)
     # sync_batchnorm is ours (it converts the network below), not a strategy argument.
     strategy_cfg = cast(dict[str, Any], OmegaConf.to_container(cfg.strategy, resolve=True))
@@ -107,6 +110,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
     num_processes = effective.world_size // cfg.trainer.num_nodes
     datamodule = build_datamodule(cfg, effective)
     report = datamodule.check()
+    clock.mark("dataset check")
     # Each rank's threads, beside its DataLoader workers, on its share of the cores.
     workers = datamodule.workers_per_rank(num_processes)
     thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
@@ -118,16 +122,17 @@ def _train_in_folder(cfg: DictConfig, leader: bool) -> dict[str, Any]:
         effective.warmup_epochs,
         sync_batchnorm=sync_batchnorm and effective.world_size > 1,
     )
+    clock.mark("model")
     scaling = {**cast(dict[str, Any], OmegaConf.to_container(cfg.scaling)), **effective.as_dict()}
     scaling |= {"base_learning_rate": cfg.optimizer.lr}
     scaling.pop("_target_")
     summary = RunSummary(
-        cfg.output_dir, cfg.training.output_network, scaling, fine_tuning=fine_tuning(cfg)
+        cfg.output_dir, cfg.training.output_network, scaling, fine_tuning(cfg), clock
     )
     # Preemption signals are noted from before the ranks start until training ends.
     signals = PreemptionSignals(cfg.training.preemption_signals, cfg.training.preemption_exit_s)
     stop = PreemptionStop(signals, cfg.output_dir)
-    callbacks = [*instantiate_each(cfg.get("callbacks")), summary, stop, ThirdPartyNoiseFilter()]
+    callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
         callbacks.append(pruning)
     if relaunch:

@@ -37,19 +37,35 @@ def predict_whole_tile(
     subsampled canvas and one batch's predictions are held at once, so memory stays
     small for large tiles.
     """
-    height, width = grid.tiles[tile].shape
-    canvas = np.full(
-        (math.ceil(height / stride), math.ceil(width / stride)), grid.ignore_index, np.uint8
-    )
-    indices = [i for i, window in enumerate(grid.windows) if window[0] == tile]
+    canvas = tile_canvas(grid, tile, stride)
+    indices = tile_windows(grid, tile)
     for start in range(0, len(indices), batch_size):
         chunk = indices[start : start + batch_size]
         images = torch.stack([grid[i]["image"] for i in chunk])
         classes = classify(images).cpu().numpy()
         for i, patch in zip(chunk, classes, strict=True):
-            _, y, x, skip_y, skip_x = grid.windows[i]
-            _paste(canvas, patch, (y, x), (skip_y, skip_x), stride)
+            paste_window(canvas, grid, i, patch, stride)
     return canvas
+
+
+def tile_windows(grid: GridPatchDataset, tile: int) -> list[int]:
+    """The indices of the grid patches of tile ``tile``."""
+    return [i for i, window in enumerate(grid.windows) if window[0] == tile]
+
+
+def tile_canvas(grid: GridPatchDataset, tile: int, stride: int = 1) -> np.ndarray:
+    """Every ``stride``-th pixel of tile ``tile``, all the ignore index (uint8), to paste into."""
+    height, width = grid.tiles[tile].shape
+    shape = (math.ceil(height / stride), math.ceil(width / stride))
+    return np.full(shape, grid.ignore_index, np.uint8)
+
+
+def paste_window(
+    canvas: np.ndarray, grid: GridPatchDataset, index: int, classes: np.ndarray, stride: int = 1
+) -> None:
+    """Paste the classes (P×P) of grid patch ``index`` where that patch scores its tile."""
+    _, y, x, skip_y, skip_x = grid.windows[index]
+    _paste(canvas, classes, (y, x), (skip_y, skip_x), stride)
 
 
 def _paste(

@@ -37,3 +37,18 @@ def test_the_summary_reports_the_rate_of_the_last_step_and_keeps_rates_out_of_me
     logged = (tmp_path / "metrics.csv").read_text()
     assert "lr-SGD" in logged and "lr-SGD" in trainer.callback_metrics
     assert set(summary["metrics"]) == {"train/loss", "val/loss"}
+
+
+def test_the_summary_splits_the_wall_time_and_logs_the_time_to_the_first_step(make_config, caplog):
+    with caplog.at_level("INFO", logger="segscale"):
+        summary = train(make_config("trainer.max_epochs=4"))
+    phases, split = summary["startup_phases_s"], summary["time_split_s"]
+    assert {"dataset check", "model", "workers and first batch", "first step"} <= set(phases)
+    # The phases are the time to the first step; the four parts are the wall time.
+    assert sum(phases.values()) == pytest.approx(summary["time_to_first_step_s"], abs=0.01)
+    assert sum(split.values()) == pytest.approx(summary["wall_time_s"], abs=0.05)
+    assert split["validation"] > 0 and split["end"] > 0
+    # 4 epochs of 4 steps: the steady rate starts after the second step.
+    assert summary["steady_after_steps"] == 2 and summary["steady_patches_per_s"] > 0
+    lines = [r.getMessage() for r in caplog.records if "time to first step" in r.getMessage()]
+    assert len(lines) == 1 and "dataset check" in lines[0]

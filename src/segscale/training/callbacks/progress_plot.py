@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 
+from segscale.training.background_figures import BackgroundFigures
 from segscale.training.callbacks.trainer_values import current_learning_rate, logged_metric
 from segscale.training.plots import TrainingPosition, plot_training_progress
 
@@ -21,7 +23,8 @@ class TrainingProgressPlot(L.Callback):
     Rank 0 draws the figure (``segscale.training.plots``) and replaces the file
     atomically; at the end of training it is drawn once more if training went on past
     the last validation, so that the final figure reaches, and its title names, the
-    last iteration.
+    last iteration. The figure is drawn in the background (``BackgroundFigures``), so
+    that training goes on meanwhile; the end of fitting waits for the last one.
     """
 
     def __init__(self, path: str) -> None:
@@ -30,6 +33,7 @@ class TrainingProgressPlot(L.Callback):
         self.val: list[tuple[int, float, float, float]] = []
         self.drawn_at: int | None = None  # the iteration of the figure on disk
         self.rate = float("nan")  # the learning rate of the iteration now running
+        self.figures = BackgroundFigures("progress-figure")
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -75,10 +79,24 @@ class TrainingProgressPlot(L.Callback):
         if trainer.is_global_zero and self.drawn_at != trainer.global_step:
             self._draw(trainer)
 
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Wait until the last figure is written."""
+        self.figures.close()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Finish the figure asked for before the run stopped."""
+        self.figures.close()
+
     def _draw(self, trainer: L.Trainer) -> None:
         # The training metrics are rank 0's: its share of the global mini-batch under DDP.
         batch = "rank 0's share of the mini-batch" if trainer.world_size > 1 else "mini-batch"
-        plot_training_progress(self.train, self.val, self.path, training_position(trainer), batch)
+        # Copies: training appends to the curves while the figure is drawn.
+        train, val, position = list(self.train), list(self.val), training_position(trainer)
+        self.figures.draw(
+            self.path, partial(plot_training_progress, train, val, self.path, position, batch)
+        )
         self.drawn_at = trainer.global_step
 
     def state_dict(self) -> dict[str, Any]:

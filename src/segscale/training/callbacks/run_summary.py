@@ -15,6 +15,8 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
+from segscale.training.run_clock import RunClock
+from segscale.training.run_times import RunTimes
 from segscale.training.summary_file import write_summary
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,12 @@ class RunSummary(L.Callback):
     validation and the sanity check are excluded. The summary records the final
     metrics, the checkpoints, and the effective values read back from the running
     objects: world size, per-device and global batch, learning rate.
+
+    Time (``RunTimes``): the time to the first optimizer step and where it went (logged
+    at that step too), the wall time split into start-up, training, validation and the
+    end, and the steady rate: patches/s after the first tenth of the steps. ``clock``
+    holds the start-up phases ``train`` marked before the trainer existed. Put first
+    among the callbacks, so that the end starts before the others' end-of-training work.
 
     Learning rates: ``learning_rate`` is the base rate the schedule multiplies and
     ``final_learning_rate`` the rate the last optimizer step of this launch used (of the
@@ -44,6 +52,7 @@ class RunSummary(L.Callback):
         output_network: str = "last-iteration",
         scaling: dict[str, Any] | None = None,
         fine_tuning: dict[str, Any] | None = None,
+        clock: RunClock | None = None,
     ) -> None:
         if output_network not in ("last-iteration", "best-validation"):
             raise ConfigError(
@@ -55,22 +64,34 @@ class RunSummary(L.Callback):
         self.fine_tuning = dict(fine_tuning or {})
         self.patches = 0
         self.train_s = 0.0
-        self._fit_start = self._train_start = self._val_start = 0.0
+        self._train_start = self._val_start = 0.0
         self._val_s = 0.0
         self._started_at = ""
         self.last_step_rate: float | None = None  # the learning rate of the last optimizer step
+        self.times = RunTimes(clock)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Close the start-up phase that built the trainer and set up the data."""
+        self.times.clock.mark("trainer, ranks, data setup")
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Start the wall clock."""
-        self._fit_start = time.perf_counter()
+        """Note the time of day the fit starts; close the start-up phase before it."""
         self._started_at = _now()
+        self.times.clock.mark("model to device, optimizer")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the training clock (after the sanity check) and log the effective values."""
         self._train_start, self._val_s = time.perf_counter(), 0.0
+        self.times.clock.mark("sanity validation, loaders")
         if trainer.is_global_zero:
             values = self.effective_values(trainer)
             log.info("effective: %s", ", ".join(f"{k}={v}" for k, v in values.items()))
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Close the start-up at the first batch, or the validation before this one."""
+        self.times.batch_start()
 
     def on_train_batch_end(
         self,
@@ -82,6 +103,10 @@ class RunSummary(L.Callback):
     ) -> None:
         """Count this batch's patches on every rank."""
         self.patches += batch["image"].shape[0] * trainer.world_size
+        first = self.times.first_step_s is None
+        self.times.step_end(trainer.global_step, self.patches)
+        if first and self.times.first_step_s is not None and trainer.is_global_zero:
+            log.info("%s", self.times.startup_line())
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
@@ -92,6 +117,8 @@ class RunSummary(L.Callback):
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Pause the training clock."""
         self._val_start = time.perf_counter()
+        if not trainer.sanity_checking:
+            self.times.validation_start()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Resume the training clock."""
@@ -99,13 +126,20 @@ class RunSummary(L.Callback):
             self._val_s += time.perf_counter() - self._val_start
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Stop the training clock."""
+        """Stop the training clock: the end of the run starts."""
         self.train_s = time.perf_counter() - self._train_start - self._val_s
+        self.times.train_end()
 
     @rank_zero_only
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Write ``summary.json`` (rank 0 only)."""
-        self._write(self.summary(trainer, pl_module))
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Write ``summary.json`` (rank 0 only), once fitting ended well.
+
+        The last hook of a fit, after every callback's ``on_fit_end`` (where the figures
+        drawn in the background are waited for), so that the end is measured whole.
+        Lightning calls it only when ``fit`` did not raise (``on_exception`` writes then).
+        """
+        if stage == "fit":
+            self._write(self.summary(trainer, pl_module))
 
     @rank_zero_only
     def on_exception(
@@ -187,10 +221,12 @@ class RunSummary(L.Callback):
             "skipped_steps": getattr(pl_module, "skipped_steps", 0),
             "train_patches": self.patches,
             "train_time_s": round(self.train_s, 3),
-            "wall_time_s": round(time.perf_counter() - self._fit_start, 3),
+            # From the process's start (or the train() call): time_measured_from says which.
+            "wall_time_s": round(self.times.clock.elapsed(), 3),
             "throughput_patches_per_s": round(self.patches / self.train_s, 3)
             if self.train_s > 0
             else None,
+            **self.times.split(),
             "started_at": self._started_at,
             "finished_at": _now(),
         }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -10,13 +12,21 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_only
+from torch.utils.hooks import RemovableHandle
 
 from segscale.data.labels import class_colours
 from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
+from segscale.training.background_figures import BackgroundFigures
 from segscale.training.evaluation import write_evaluation
 from segscale.training.plots import SamplePrediction, plot_sample_predictions
-from segscale.training.whole_tile_prediction import display_stride, predict_whole_tile
+from segscale.training.whole_tile_prediction import (
+    display_stride,
+    paste_window,
+    predict_whole_tile,
+    tile_canvas,
+    tile_windows,
+)
 
 if TYPE_CHECKING:
     from segscale.models.module import SegmentationModule
@@ -40,20 +50,78 @@ class ValidationReport(L.Callback):
     validation-grid patch that scores it (``whole_tile_prediction``), images larger
     than ``MAX_SAMPLE_SIDE`` shown subsampled. Rank 0 writes it all; it holds every
     validation tile (each rank only validates its share).
+
+    The samples' predictions are the ones the last validation made (``SampleCapture``)
+    when it validated the final network on one process; otherwise (a multi-device run,
+    training past the last validation) the samples are predicted again. The report of
+    the final validation of such a run is written as that validation ends, before the
+    checkpoints after it; the figures are drawn in the background
+    (``BackgroundFigures``), waited for when fitting ends.
     """
 
     def __init__(self, folder: str, num_samples: int = 4) -> None:
         self.folder, self.num_samples = Path(folder), num_samples
         self.validated_at: int | None = None  # iteration of the last validation
+        self.figures = BackgroundFigures("evaluation-figures")
+        self._capture: SampleCapture | None = None  # of the validation now running
+        self._captured: SampleCapture | None = None  # of the last validation, if whole
+        self._hook: RemovableHandle | None = None
+        self.reported_at: int | None = None  # the iteration the report on disk was made at
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Keep the sample tiles' predictions as this validation makes them (one process)."""
+        grid = getattr(trainer.datamodule, "val_set", None)  # type: ignore[attr-defined]
+        if trainer.sanity_checking or trainer.world_size > 1 or not trainer.is_global_zero:
+            return
+        if isinstance(grid, GridPatchDataset) and grid.tiles and self.num_samples >= 1:
+            self._capture = SampleCapture(grid, _sample_tiles(grid, self.num_samples))
+            self._hook = pl_module.register_forward_hook(self._capture.forward_hook)
+
+    def on_validation_batch_start(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        """Tell the capture which grid patches this batch holds."""
+        if self._capture is not None:
+            batch_size = int(getattr(trainer.datamodule, "val_batch_size", 1))  # type: ignore[attr-defined]
+            self._capture.first_index = batch_idx * batch_size
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Note the iteration the module's confusion matrix now belongs to."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         if not trainer.sanity_checking:  # a sanity check's few batches are no report
             self.validated_at = trainer.global_step
+            capture, self._capture = self._capture, None
+            self._captured = capture if capture is not None and capture.complete() else None
+            if self._captured is not None and _is_last_step(trainer):
+                # The final validation: report now, while the checkpoints after it are
+                # written, rather than after them.
+                self._report(trainer, pl_module)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Wait until the figures are written."""
+        self.figures.close()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Finish the figures asked for before the run stopped."""
+        self.figures.close()
 
     @rank_zero_only
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Write the report (rank 0 only)."""
+        """Write the report (rank 0 only), unless the final validation wrote it."""
+        if self.reported_at is None or self.reported_at != trainer.global_step:
+            self._report(trainer, pl_module)
+
+    def _report(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.reported_at = trainer.global_step
         confusion = getattr(pl_module, "last_val_confusion", None)
         if confusion is None or self.validated_at is None:
             log.warning("no validation ran, so there is no evaluation report")
@@ -61,7 +129,7 @@ class ValidationReport(L.Callback):
         # Only a SegmentationModule has a validation confusion matrix.
         module = cast("SegmentationModule", pl_module)
         title = f"Validation confusion matrix at iteration {self.validated_at}"
-        write_evaluation(self.folder, confusion, list(module.class_names), title)
+        write_evaluation(self.folder, confusion, list(module.class_names), title, self.figures)
         self._plot_samples(trainer, module)
 
     def _plot_samples(self, trainer: L.Trainer, module: SegmentationModule) -> None:
@@ -70,44 +138,65 @@ class ValidationReport(L.Callback):
         grid = getattr(datamodule, "val_set", None)
         if not isinstance(grid, GridPatchDataset) or not grid.tiles or self.num_samples < 1:
             return
-        count = min(self.num_samples, len(grid.tiles))
-        picks = np.linspace(0, len(grid.tiles) - 1, count).round().astype(int)
-        batch_size = int(getattr(datamodule, "val_batch_size", 8))
-        was_training = module.training
-        module.eval()
+        picks = _sample_tiles(grid, self.num_samples)
         names = _tile_names(datamodule)
-        try:
-            with torch.no_grad():
-                samples = [self._sample(module, grid, int(t), batch_size, names) for t in picks]
-        finally:
-            module.train(was_training)
+        captured = self._captured if self.validated_at == trainer.global_step else None
+        if captured is not None:  # the last validation predicted them with this network
+            predictions = [captured.canvases[t] for t in picks]
+        else:
+            batch_size = int(getattr(datamodule, "val_batch_size", 8))
+            predictions = self._predict(module, grid, picks, batch_size)
+        samples = [
+            self._sample(module, grid, t, p, names) for t, p in zip(picks, predictions, strict=True)
+        ]
         classes = module.class_names
         colours = class_colours(getattr(datamodule, "class_colors", None), len(classes))
-        plot_sample_predictions(
-            samples,
-            classes,
-            colours[: len(classes)],
-            module.ignore_index,
-            self.folder / "sample_predictions.png",
-            f"Final network (iteration {trainer.global_step}) on whole validation images",
+        path = self.folder / "sample_predictions.png"
+        title = f"Final network (iteration {trainer.global_step}) on whole validation images"
+        self.figures.draw(
+            path,
+            partial(
+                plot_sample_predictions,
+                samples,
+                classes,
+                colours[: len(classes)],
+                module.ignore_index,
+                path,
+                title,
+            ),
         )
 
-    def _sample(
-        self,
-        module: SegmentationModule,
-        grid: GridPatchDataset,
-        tile: int,
-        batch_size: int,
-        names: list[str],
-    ) -> SamplePrediction:
-        """Tile ``tile`` of the validation set, its ground truth and its prediction."""
-        shape = grid.tiles[tile].shape
-        stride = display_stride(shape, MAX_SAMPLE_SIDE)
+    @staticmethod
+    def _predict(
+        module: SegmentationModule, grid: GridPatchDataset, tiles: list[int], batch_size: int
+    ) -> list[np.ndarray]:
+        """The classes the final network gives the sample tiles, predicted again."""
 
         def classify(images: torch.Tensor) -> torch.Tensor:
             return module(images.to(module.device)).argmax(1)
 
-        prediction = predict_whole_tile(classify, grid, tile, stride, batch_size)
+        was_training = module.training
+        module.eval()
+        try:
+            with torch.no_grad():
+                return [
+                    predict_whole_tile(classify, grid, t, _stride(grid, t), batch_size)
+                    for t in tiles
+                ]
+        finally:
+            module.train(was_training)
+
+    @staticmethod
+    def _sample(
+        module: SegmentationModule,
+        grid: GridPatchDataset,
+        tile: int,
+        prediction: np.ndarray,
+        names: list[str],
+    ) -> SamplePrediction:
+        """Tile ``tile`` of the validation set, its ground truth and its prediction."""
+        shape = grid.tiles[tile].shape
+        stride = _stride(grid, tile)
         image, mask = grid.tiles[tile].image, grid.tiles[tile].mask
         name = names[tile] if tile < len(names) else f"image {tile + 1}"
         scale = f", shown at 1/{stride} scale" if stride > 1 else ""
@@ -118,6 +207,54 @@ class ValidationReport(L.Callback):
             f"validation image {tile + 1} of {len(grid.tiles)}: {name}, "
             f"{shape[1]}×{shape[0]} px{scale}",
         )
+
+
+class SampleCapture:
+    """The sample tiles' predictions, pasted from the validation's own forward passes.
+
+    ``forward_hook`` sees the logits of each validation batch; ``first_index`` is the
+    grid index of the batch's first patch (one process validates the grid in order).
+    """
+
+    def __init__(self, grid: GridPatchDataset, tiles: list[int]) -> None:
+        self.grid = grid
+        self.canvases = {t: tile_canvas(grid, t, _stride(grid, t)) for t in tiles}
+        self._tile_of = {i: t for t in tiles for i in tile_windows(grid, t)}
+        self._missing = set(self._tile_of)
+        self.first_index = 0
+
+    def forward_hook(self, module: Any, inputs: Any, logits: torch.Tensor) -> None:
+        """Paste the batch's patches of sample tiles into their tiles' canvases."""
+        indices = range(self.first_index, self.first_index + logits.shape[0])
+        rows = [row for row, index in enumerate(indices) if index in self._tile_of]
+        if not rows:
+            return
+        classes = logits[rows].argmax(1).cpu().numpy()  # only these batches wait for it
+        for row, patch in zip(rows, classes, strict=True):
+            index = indices[row]
+            tile = self._tile_of[index]
+            paste_window(self.canvases[tile], self.grid, index, patch, _stride(self.grid, tile))
+            self._missing.discard(index)
+
+    def complete(self) -> bool:
+        """Whether every patch of the sample tiles was predicted (no limit_val_batches)."""
+        return not self._missing
+
+
+def _is_last_step(trainer: L.Trainer) -> bool:
+    """Whether the trainer has taken every optimizer step it plans (training ends now)."""
+    planned = trainer.estimated_stepping_batches
+    return math.isfinite(planned) and trainer.global_step >= planned
+
+
+def _sample_tiles(grid: GridPatchDataset, count: int) -> list[int]:
+    """Up to ``count`` tiles, spread evenly over the validation set."""
+    count = min(count, len(grid.tiles))
+    return [int(t) for t in np.linspace(0, len(grid.tiles) - 1, count).round().astype(int)]
+
+
+def _stride(grid: GridPatchDataset, tile: int) -> int:
+    return display_stride(grid.tiles[tile].shape, MAX_SAMPLE_SIDE)
 
 
 def _tile_names(datamodule: Any) -> list[str]:
