@@ -50,7 +50,7 @@ def test_output_names_the_file_and_a_folder_is_refused(tmp_path: Path):
         ("returns=probabilities", "returns='probabilities' is not allowed"),
         ("verify=maybe", "verify='maybe' is not allowed"),
         ("ckpt={tmp}/missing.ckpt", r"ckpt=.*no such file; expected a .ckpt"),
-        ("ckpt={tmp}/damaged.ckpt", r"ckpt=.*cannot be read as weights"),
+        ("ckpt={tmp}/damaged.ckpt", r"ckpt=.*is not a checkpoint, or a truncated one"),
     ],
 )
 def test_bad_input_names_the_key(tmp_path: Path, override: str, message: str):

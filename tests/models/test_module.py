@@ -218,10 +218,11 @@ HOST_SYNCS = ("item", "__bool__", "__float__", "__int__", "tolist", "cpu", "nump
 
 
 def test_a_training_step_syncs_with_the_host_once(monkeypatch):
-    """The non-finite check's flag is read once per step; nothing else waits for the device.
+    """The non-finite check's verdict is read once per step, a step late; nothing else.
 
     On a GPU each of these calls makes the host wait for the device: counted here on CPU
-    tensors, which run the same code.
+    tensors, which run the same code. Over two steps, the one read is the first step's
+    verdict in the second's optimizer step (on a GPU from pinned memory, long arrived).
     """
     seg = module()
     attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
@@ -239,7 +240,10 @@ def test_a_training_step_syncs_with_the_host_once(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, counted)
     seg.training_step(batch, 0).backward()
     seg.on_before_optimizer_step(optimizer)
-    assert calls == ["item"]
+    assert calls == []  # the first step's verdict is on its way, not read
+    seg.training_step(batch, 0).backward()
+    seg.on_before_optimizer_step(optimizer)
+    assert calls == ["tolist"]
 
 
 @pytest.mark.parametrize("policy", ["stop", "skip"])
@@ -258,10 +262,14 @@ def test_a_nan_loss_stops_or_changes_nothing(policy):
     batch["image"] = torch.full(batch["image"].shape, float("nan"))
     seg.training_step(batch, 0).backward()
     if policy == "stop":
+        seg.on_before_optimizer_step(optimizer)  # the verdict is read a step later:
+        seg.trainer.global_step = 4
+        # no checkpoint of the weights it changed is written
         with pytest.raises(
             NonFiniteError, match=r"the loss is not finite .* at step 3 \(epoch 0\)"
         ):
-            seg.on_before_optimizer_step(optimizer)
+            seg.on_save_checkpoint({})
+        assert seg.stopped_at_step == 3
         return
     seg.on_before_optimizer_step(optimizer)
     optimizer.step()
@@ -288,8 +296,9 @@ def test_a_nan_in_any_accumulated_micro_batch_counts():
     poisoned["image"] = torch.full(poisoned["image"].shape, float("nan"))
     seg.training_step(poisoned, 0).backward()
     seg.training_step(batches(1)[0], 1).backward()  # the last micro-batch is fine
+    seg.on_before_optimizer_step(optimizer)
     with pytest.raises(NonFiniteError, match="the loss is not finite"):
-        seg.on_before_optimizer_step(optimizer)
+        seg.on_train_end()  # nor are the weights it changed reported
 
 
 def test_a_non_finite_gradient_of_a_finite_loss_stops_without_clipping():
@@ -297,12 +306,17 @@ def test_a_non_finite_gradient_of_a_finite_loss_stops_without_clipping():
     optimizer = nan_ready(seg)
     seg.training_step(batches(1)[0], 0).backward()
     seg.network.conv.bias.grad[0] = float("inf")
-    with pytest.raises(NonFiniteError, match=r"the gradient is not finite .* at step 3"):
-        seg.on_before_optimizer_step(optimizer)
-    # The next step starts afresh: a finite one goes through.
-    optimizer.zero_grad()
-    seg.training_step(batches(1)[0], 0).backward()
     seg.on_before_optimizer_step(optimizer)
+    seg.trainer.global_step = 4
+    with pytest.raises(NonFiniteError, match=r"the gradient is not finite .* at step 3"):
+        seg.on_validation_start()  # nor are the weights it changed validated
+    # The next step starts afresh: finite ones go through.
+    for step in (4, 5):
+        seg.trainer.global_step = step
+        optimizer.zero_grad()
+        seg.training_step(batches(1)[0], 0).backward()
+        seg.on_before_optimizer_step(optimizer)
+    seg.on_train_end()
 
 
 def test_a_non_finite_validation_loss_stops_the_run():
