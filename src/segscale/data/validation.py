@@ -535,7 +535,7 @@ def _unknown_values(unknown: MaskValueCensus, labels: LabelMap, files: int) -> l
     else:
         lines.append(
             "  What to do: datamodule/classes=auto takes the classes from the training "
-            "masks; or write a classes file of your own (README.md, 'Your own data'); or "
+            "masks; or write a classes file of your own (docs/own-data.md); or "
             f"set {ignore} to ignore these values."
         )
     return lines
