@@ -1,4 +1,4 @@
-"""The README's Configuration section tells the truth about the config tree.
+"""The Configuration page (docs/configuration.md) tells the truth about the config tree.
 
 Its group table must list every config group under conf/ and every option of each
 (an option Hydra itself provides, such as ``hydra/launcher=basic``, may be listed too),
@@ -10,7 +10,7 @@ not one key with backticked values (prose, several keys) states nothing checked.
 Composing only: nothing is instantiated or trained.
 
 Each check returns the problems it finds in a text, so the tests below can also show
-that an edited copy of the README (an option dropped, a default changed) is caught.
+that an edited copy of the page (an option dropped, a default changed) is caught.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from segscale.configs import CONFIG_DIR, compose_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 PRIMARY_CONFIGS = ("train", "predict", "evaluate")
 """The configs a group may belong to, in the order a group is looked for in them."""
 
@@ -43,9 +43,8 @@ PER_OPTION = re.compile(r"`([^`]+)`\s*\(([^()]*)\)")
 
 
 def configuration_section(text: str) -> str:
-    """The README's "## Configuration" section, up to "### From MATLAB's"."""
-    start = text.index("\n## Configuration\n")
-    return text[start : text.index("\n### From MATLAB's", start)]
+    """The Configuration page from its title on (the whole page: MATLAB's table has its own)."""
+    return text[text.index("# Configuration\n") :]
 
 
 def tables(section: str) -> list[list[dict[str, str]]]:
@@ -208,12 +207,12 @@ def owns(group: str, key: str) -> bool:
 
 
 def value_problems(cfg: DictConfig, key: str, literal: str, where: str) -> list[str]:
-    """``[]`` if ``cfg``'s ``key`` is the README's ``literal`` (a YAML value), else why not."""
+    """``[]`` if ``cfg``'s ``key`` is the page's ``literal`` (a YAML value), else why not."""
     value = plain(OmegaConf.select(cfg, key, default=KeyError))
     if value is KeyError:
-        return [f"{key}: the README says {literal}{where}, the config has no such key"]
+        return [f"{key}: the page says {literal}{where}, the config has no such key"]
     if value != yaml.safe_load(literal):
-        return [f"{key}: the README says {literal}{where}, the config {value!r}"]
+        return [f"{key}: the page says {literal}{where}, the config {value!r}"]
     return []
 
 
@@ -234,7 +233,7 @@ def plain(value: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def section() -> str:
-    return configuration_section(README.read_text(encoding="utf-8"))
+    return configuration_section(PAGE.read_text(encoding="utf-8"))
 
 
 def test_the_table_lists_every_group_and_option_and_each_composes(section):
@@ -277,12 +276,12 @@ EDITS = {
     "a wrong per-option default": (
         "`256` (`folder`)",
         "`512` (`folder`)",
-        "datamodule.patch_size: the README says 512 with datamodule=folder, the config 256",
+        "datamodule.patch_size: the page says 512 with datamodule=folder, the config 256",
     ),
     "a wrong default": (
         "| `datamodule.batch_size` | `8` |",
         "| `datamodule.batch_size` | `16` |",
-        "datamodule.batch_size: the README says 16, the config 8",
+        "datamodule.batch_size: the page says 16, the config 8",
     ),
     "a training key left out": ("`threads` (see", "(see", "training.threads is not in"),
 }
