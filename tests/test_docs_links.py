@@ -1,7 +1,8 @@
 """The README and the pages under docs/ point only at what the repository holds.
 
-Every relative link of README.md and docs/**/*.md must name a file of the repository
-(GitHub shows the pages as they are, so a link works there or nowhere), and a link's
+Every relative link of README.md, docs/**/*.md and experiments/*/README.md must name a
+file of the repository (GitHub shows the pages as they are, so a link works there or
+nowhere), and a link's
 ``#anchor`` into a Markdown file must be one of that file's headings, slugged as GitHub
 and MkDocs slug them. No page may point outside the repository (``../shared``, the
 design notes beside it). Code blocks and inline code are not links.
@@ -19,7 +20,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCUMENTS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+DOCUMENTS = sorted(
+    [REPO / "README.md", *(REPO / "docs").rglob("*.md"), *REPO.glob("experiments/*/README.md")]
+)
 
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
