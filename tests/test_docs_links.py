@@ -2,10 +2,9 @@
 
 Every relative link of README.md, docs/**/*.md and experiments/*/README.md must name a
 file of the repository (GitHub shows the pages as they are, so a link works there or
-nowhere), and a link's
-``#anchor`` into a Markdown file must be one of that file's headings, slugged as GitHub
-and MkDocs slug them. No page may point outside the repository (``../shared``, the
-design notes beside it). Code blocks and inline code are not links.
+nowhere), and a link's ``#anchor`` into a Markdown file must be one of that file's
+headings, slugged as GitHub and MkDocs slug them. No page may point outside the
+repository (``../shared``, the design notes beside it). Code blocks and inline code are not links.
 
 ``mkdocs build --strict`` (in .ci/run) checks the links between pages too; this test
 also covers the README and the links from the pages to ``experiments/``, which the site
