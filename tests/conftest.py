@@ -21,6 +21,7 @@ from PIL import Image
 
 from segscale.configs import CONFIG_DIR
 from segscale.data.synthetic import SyntheticTiles, draw_tile
+from segscale.devices import cpus_available
 from segscale.models.checkpoint_io import save_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +34,18 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     The variable reaches the subprocesses a test starts (train.py, DDP ranks) too.
     """
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def threads_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run of a test computes with as many threads as cores, whatever the load.
+
+    ``training.threads=auto`` counts the cores other processes keep busy when a run
+    starts; on a loaded test machine two runs a test compares could otherwise compute
+    with different threads (and sum in a different order). tests/training/test_threads.py
+    tests ``auto`` itself without this variable.
+    """
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cpus_available()))
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,14 @@
 """Training throughput of the default run by ``training.threads``, alone and beside a busy core.
 
-    python experiments/threads/measure.py OUT.json [--threads 1 2] [--repeats N] [--steps S]
+    python experiments/threads/measure.py OUT.json [--threads 1 2 auto] [--repeats N] [--steps S]
 
 Each run is ``python train.py`` (the default config: DeepLabV3+ on the embedded
 synthetic tiles, batch 8 of 128 px patches, ``num_workers: auto``) cut to ``S``
 training steps, without validation, callbacks or loggers, with one
 ``training.threads`` setting. Its throughput is ``summary.json``'s
 ``throughput_patches_per_s`` (training patches over the time of the training loop,
-so start-up is not counted). The settings alternate, ``N`` times each, first on the
+so start-up is not counted); for ``auto`` the threads it chose (the run's log line) are
+recorded too. The settings alternate, ``N`` times each, first on the
 machine as it is ("alone"), then with one extra process spinning on one core
 ("beside a busy core": another user's job on a shared machine). The machine's load
 average is recorded before each run.
@@ -19,6 +20,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,8 +39,8 @@ def spin() -> None:
         pass
 
 
-def throughput(threads: str, steps: int, folder: Path) -> float:
-    """Training patches/s of one default run cut to ``steps`` steps."""
+def throughput(threads: str, steps: int, folder: Path) -> tuple[float, int]:
+    """Training patches/s of one default run cut to ``steps`` steps, and its threads."""
     command = [
         sys.executable,
         str(REPO / "train.py"),
@@ -49,9 +51,12 @@ def throughput(threads: str, steps: int, folder: Path) -> float:
         "logger=none",
         f"hydra.run.dir={folder}",
     ]
-    subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
+    chosen = re.search(r"threads: (\d+) per training process", done.stdout + done.stderr)
+    if chosen is None:
+        raise RuntimeError(f"no 'threads:' line in the log of {' '.join(command)}")
     summary = json.loads((folder / "summary.json").read_text())
-    return float(summary["throughput_patches_per_s"])
+    return float(summary["throughput_patches_per_s"]), int(chosen.group(1))
 
 
 def measure(settings: list[str], repeats: int, steps: int, busy: bool) -> dict[str, Any]:
@@ -60,6 +65,7 @@ def measure(settings: list[str], repeats: int, steps: int, busy: bool) -> dict[s
     if spinner:
         spinner.start()
     runs: dict[str, list[float]] = {s: [] for s in settings}
+    chosen: dict[str, list[int]] = {s: [] for s in settings}
     loads: list[float] = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -67,14 +73,17 @@ def measure(settings: list[str], repeats: int, steps: int, busy: bool) -> dict[s
                 for setting in settings:
                     loads.append(os.getloadavg()[0])
                     folder = Path(scratch) / f"{setting}-{repeat}"
-                    runs[setting].append(throughput(setting, steps, folder))
-                    print(f"busy={busy} threads={setting} run {repeat}: {runs[setting][-1]:.1f}")
+                    rate, threads = throughput(setting, steps, folder)
+                    runs[setting].append(rate)
+                    chosen[setting].append(threads)
+                    print(f"busy={busy} threads={setting} ({threads}) run {repeat}: {rate:.1f}")
     finally:
         if spinner:
             spinner.terminate()
     return {
         "patches_per_s": runs,
         "median": {s: statistics.median(v) for s, v in runs.items()},
+        "threads_chosen": chosen,
         "load_average_1min": loads,
     }
 
@@ -83,7 +92,7 @@ def main() -> None:
     """Parse the arguments, measure, write ``OUT.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--threads", nargs="+", default=["1", "2"])
+    parser.add_argument("--threads", nargs="+", default=["1", "2", "auto"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()

@@ -19,7 +19,7 @@ from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
-from segscale.training.threads import resolve_threads
+from segscale.training.threads import check_threads_setting
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -56,7 +56,7 @@ def check_config(cfg: DictConfig) -> None:
         "a positive learning rate such as 0.01",
     )
     check_policy(OmegaConf.select(cfg, "training.on_nonfinite", default="stop"))
-    resolve_threads(OmegaConf.select(cfg, "training.threads", default="auto"), 1, 0)  # refuses
+    check_threads_setting(OmegaConf.select(cfg, "training.threads", default="auto"))
     check_fine_tuning(cfg)
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.

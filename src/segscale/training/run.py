@@ -58,7 +58,7 @@ from segscale.training.run_folder import (
 )
 from segscale.training.summary_file import read_summary
 from segscale.training.third_party_noise import ThirdPartyNoiseFilter, third_party_noise_filtered
-from segscale.training.threads import describe_threads, process_threads, resolve_threads
+from segscale.training.threads import process_threads, resolve_threads
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str
     datamodule = build_datamodule(cfg, effective)
     report = datamodule.check()
     clock.mark("dataset check")
-    # Each rank's threads, beside its DataLoader workers, on its share of the cores.
+    # Each rank's threads: its share of the cores that nothing else keeps busy now,
+    # measured before any rank or DataLoader worker of this run starts.
     workers = datamodule.workers_per_rank(num_processes)
     thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
     threads = resolve_threads(thread_setting, num_processes, workers)
@@ -153,13 +154,13 @@ def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str
     auto = cfg.get("ckpt_path") == "auto"
     resolved = {"ckpt_path": ckpt_path} if ckpt_path and not auto else None
     if leader:
-        log.info("%s", describe_threads(thread_setting, threads, num_processes, workers))
+        log.info("%s", threads.describe())
         log.info("%s", report.table())
         if not relaunch:  # the run's own, written when it started
             report.write(Path(cfg.output_dir))
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
     own_workers = WorkersEndWithRun()  # left first: before the other ranks are waited for
-    with signals, process_threads(threads), ranks, third_party_noise_filtered(), own_workers:
+    with signals, process_threads(threads.count), ranks, third_party_noise_filtered(), own_workers:
         trainer = instantiate(
             cfg.trainer,
             devices=devices,

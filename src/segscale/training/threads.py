@@ -1,11 +1,19 @@
 """How many CPU threads a training process computes with (``training.threads``).
 
-PyTorch's default is one thread per physical core, whatever else runs on them. The
-DataLoader workers of the same rank and the other ranks of a DDP job need cores too,
-and threads that outnumber the cores they may run on wait for each other at every
-parallel region: on a 2-core machine, 2 threads beside a busy worker made a step 4×
-slower than 1 thread. So ``auto`` gives each rank its share of the cores this job may
-use (its affinity mask), less one per DataLoader worker of the rank, and never below 1.
+PyTorch's default is one thread per physical core, whatever else runs on them. Threads
+that outnumber the cores free to them wait for each other at every parallel region: on
+a 2-core machine beside a process that keeps one core busy, 2 threads trained 1.9×
+slower than 1. Threads that leave cores idle lose too: alone on the same machine, 1
+thread trained 1.6× slower than 2.
+
+So ``auto`` gives each rank its share of the cores this job may use (its affinity mask)
+that other processes are not keeping busy when the run starts, and never below 1. The
+busy cores are measured (the kernel's per-core counters over a fraction of a second,
+less this process's own time), not assumed. The rank's own DataLoader workers are not
+counted against it: they are idle for most of a step whenever training computes on the
+CPU (cutting and augmenting a batch of patches takes milliseconds; training on it, a
+CPU's hundreds of milliseconds), and on a GPU the training process's threads are the
+idle ones.
 
 ``OMP_NUM_THREADS`` in the environment, where someone set it (the user, torchrun, the
 parallel launcher dividing a machine between jobs), is what ``auto`` takes instead:
@@ -15,10 +23,12 @@ over both.
 
 from __future__ import annotations
 
-import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,46 +36,126 @@ import torch
 from segscale.devices import cpus_available
 from segscale.errors import ConfigError
 
-log = logging.getLogger(__name__)
-
 KEY = "training.threads"
 
+SAMPLE_S = 0.2
+"""How long the busy cores are sampled for: 20 clock ticks a core at Linux's 100 Hz."""
 
-def resolve_threads(
-    setting: Any, ranks_per_node: int, workers_per_rank: int, cpus: int | None = None
-) -> int:
-    """The threads of each training process that ``training.threads`` asks for.
+PROC_STAT = Path("/proc/stat")
 
-    ``setting`` is ``auto`` or a positive count. ``ranks_per_node`` and
-    ``workers_per_rank`` (DataLoader workers) share the ``cpus`` this process may use
-    (default: its affinity mask).
-    """
+
+@dataclass(frozen=True)
+class Threads:
+    """The threads of each training process, and what the number was made from."""
+
+    count: int
+    reason: str
+
+    def describe(self) -> str:
+        """One log line: the threads of each process and where the number came from."""
+        return f"threads: {self.count} per training process ({self.reason})"
+
+
+def check_threads_setting(setting: Any) -> None:
+    """Raise ``ConfigError`` unless ``setting`` is ``auto`` or a positive count."""
     if setting == "auto":
-        from_environment = _environment_threads()
-        if from_environment is not None:
-            return from_environment
-        share = (cpus or cpus_available()) // max(1, ranks_per_node)
-        return max(1, share - workers_per_rank)
+        return
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
         raise ConfigError(
             f"{KEY}={setting!r} is not allowed: expected 'auto' or a positive number of "
             "threads per training process"
         )
-    return setting
 
 
-def describe_threads(setting: Any, threads: int, ranks_per_node: int, workers_per_rank: int) -> str:
-    """One log line: the threads of each process and where the number came from."""
+def resolve_threads(
+    setting: Any,
+    ranks_per_node: int,
+    workers_per_rank: int,
+    cpus: int | None = None,
+    busy: float | None = None,
+) -> Threads:
+    """The threads of each training process that ``training.threads`` asks for.
+
+    ``setting`` is ``auto`` or a positive count. Under ``auto`` the ``ranks_per_node``
+    share the ``cpus`` this process may use (default: its affinity mask) that are not
+    ``busy`` with other processes (default: measured now, see ``busy_cores``).
+    ``workers_per_rank`` (DataLoader workers) only appear in the reason.
+    """
+    check_threads_setting(setting)
     if setting != "auto":
-        reason = f"{KEY}={setting}"
-    elif _environment_threads() is not None:
-        reason = f"{KEY}=auto: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} in the environment"
-    else:
-        reason = (
-            f"{KEY}=auto: {cpus_available()} core(s) available to {ranks_per_node} rank(s) "
-            f"on this node, less {workers_per_rank} DataLoader worker(s) each"
+        return Threads(int(setting), f"{KEY}={setting}")
+    from_environment = _environment_threads()
+    if from_environment is not None:
+        return Threads(
+            from_environment,
+            f"{KEY}=auto: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} in the environment",
         )
-    return f"threads: {threads} per training process ({reason})"
+    cpus = cpus or cpus_available()
+    busy = busy_cores() if busy is None else busy
+    # A core counts as taken once another process keeps it busy half the time or more.
+    taken = min(cpus - 1, int(busy + 0.5))
+    share = (cpus - taken) // max(1, ranks_per_node)
+    return Threads(
+        max(1, share),
+        f"{KEY}=auto: {cpus} core(s) available, {busy:.1f} busy with other processes, "
+        f"shared by {ranks_per_node} rank(s) on this node; their {workers_per_rank} "
+        "DataLoader worker(s) each are not counted (idle most of a step)",
+    )
+
+
+def busy_cores(seconds: float = SAMPLE_S) -> float:
+    """How many of this process's cores other processes keep busy, measured for ``seconds``.
+
+    Read from the kernel's per-core tick counters (``/proc/stat``), over the cores of the
+    affinity mask only, less this process's own CPU time in the same interval; processes
+    at a lower priority (``nice``) are not counted, as they yield to the run. 0 where the
+    counters cannot be read (not Linux): then ``auto`` takes the whole share.
+    """
+    cores = _affinity()
+    before, own_before = _busy_ticks(cores), _own_seconds()
+    if before is None:
+        return 0.0
+    time.sleep(seconds)
+    after, own_after = _busy_ticks(cores), _own_seconds()
+    if after is None:
+        return 0.0
+    busy, total = after[0] - before[0], after[1] - before[1]
+    if total <= 0:
+        return 0.0
+    cores_busy = len(cores) * busy / total - (own_after - own_before) / seconds
+    return max(0.0, cores_busy)
+
+
+def _affinity() -> set[int]:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def _busy_ticks(cores: set[int]) -> tuple[int, int] | None:
+    """Busy and total clock ticks since boot, summed over ``cores``; ``None`` if unreadable."""
+    try:
+        lines = PROC_STAT.read_text().splitlines()
+    except OSError:
+        return None
+    busy = total = 0
+    for line in lines:
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cores:
+            continue
+        ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+        total += sum(ticks)
+        # Idle and waiting for the disk are free; so is the time of processes at a lower
+        # priority (nice > 0): they yield their core to the run's threads.
+        busy += sum(ticks) - ticks[1] - ticks[3] - ticks[4]
+    return busy, total
+
+
+def _own_seconds() -> float:
+    """CPU seconds this process has used (every thread)."""
+    times = os.times()
+    return times.user + times.system
 
 
 @contextmanager
