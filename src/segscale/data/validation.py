@@ -1,6 +1,7 @@
 """The pass over a dataset before training: every file checked, class frequencies counted.
 
-What a file taught us is cached beside the dataset (``<cache_dir>/validation.json``),
+What a file taught us is cached in the user's cache folder
+(``$XDG_CACHE_HOME/segscale/validation/<dataset>.json``, ``segscale.data.user_cache``),
 keyed by the image's and mask's path, size and modification time, so a second run
 re-reads only files that changed. The cache holds what does not depend on the label
 settings (sizes, pixel sums, each mask's values and their pixels), so other classes
@@ -43,6 +44,7 @@ from segscale.data.sources import (
     read_image_header,
     read_mask_values,
 )
+from segscale.data.user_cache import cache_file
 from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -166,7 +168,7 @@ def validate_dataset(
     each tile (``DatasetReport.class_locations``); cached files read before without
     them (or with another number, or other labels) are read again once.
     """
-    cache = _Cache(source.cache_dir, max_image_pixels)
+    cache = _Cache(source, max_image_pixels)
     problems: list[FileProblem] = []
     unknown = MaskValueCensus(colour=labels.colour)
     facts: dict[str, list[tuple[ImageMaskPair, dict[str, Any]]]] = {}
@@ -273,7 +275,7 @@ def scan_mask_values(
     ``validate_dataset``. Raises ``InvalidDatasetError`` when no mask of ``split`` can
     be read at all, listing why.
     """
-    cache = _Cache(source.cache_dir, max_image_pixels)
+    cache = _Cache(source, max_image_pixels)
     pairs, problems = source.scan(split)
     facts = [(pair, cache.facts(pair)) for pair in pairs]
     cache.save()
@@ -559,11 +561,15 @@ def _labels_key(labels: LabelMap) -> str:
 
 
 class _Cache:
-    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged."""
+    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged.
 
-    def __init__(self, folder: Path, max_image_pixels: int | None) -> None:
-        self.folder = folder
-        self.path = folder / "validation.json"
+    The file is the user's (``cache_file``), named for the dataset (``TileSource.cache_key``),
+    not the dataset's: a shared dataset folder stays as it is, a read-only one is cached.
+    """
+
+    def __init__(self, source: TileSource, max_image_pixels: int | None) -> None:
+        self.dataset = source.cache_key
+        self.path = cache_file("validation", self.dataset)
         settings: list[Any] = [_CACHE_VERSION]
         # Another limit can turn a refused file into a readable one, or back. The default
         # is left out of the key so that caches written before the limit existed stay
@@ -579,7 +585,7 @@ class _Cache:
                 stored = json.loads(self.path.read_text())
             except (OSError, ValueError):
                 stored = {}
-            if stored.get("settings") == self.settings:
+            if stored.get("settings") == self.settings and stored.get("dataset") == self.dataset:
                 self.entries = stored.get("pairs", {})
 
     def facts(
@@ -603,15 +609,14 @@ class _Cache:
         return facts
 
     def save(self) -> None:
-        """Write the cache atomically; a read-only dataset folder just goes uncached."""
+        """Write the cache atomically; where that fails (a read-only home), say so and go on."""
         if not self.changed:
             return
+        stored = {"dataset": self.dataset, "settings": self.settings, "pairs": self.entries}
         try:
-            write_text_atomically(
-                self.path, json.dumps({"settings": self.settings, "pairs": self.entries})
-            )
+            write_text_atomically(self.path, json.dumps(stored))
         except OSError as error:
-            log.warning("could not cache the validation in %s: %s", self.folder, error)
+            log.warning("could not cache the validation in %s: %s", self.path, error)
 
 
 def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: int) -> bool:
