@@ -68,8 +68,32 @@ def test_a_valid_dataset_gives_frequencies_and_channel_statistics(tmp_path: Path
     assert all(0.45 < m < 0.55 for m in report.channel_mean)  # uniform 0-255 pixels
     report.write(tmp_path / "run")
     rows = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
-    assert rows[0] == "class,train_pixels,val_pixels,train,val" and len(rows) == 4
+    assert rows[0] == "class,train_pixels,val_pixels,train,val" and len(rows) == 5
+    assert rows[-1] == f"(ignored),2,1,{round(2 / 2048, 6)},{round(1 / 1024, 6)}"
     assert "class frequencies (train)" in report.table()
+    assert "ignore_index 255: 2 px, 0.1% of training pixels, ignored" in report.table()
+    stored = json.loads((tmp_path / "run/class_frequencies.json").read_text())
+    assert stored["ignored"]["val"] == {"pixels": 1, "share": round(1 / 1024, 6)}
+    assert sum(c["pixels"] for c in stored["val"].values()) == 1023  # the classes' own
+
+
+def test_ignore_ids_are_confirmed_with_their_share(tmp_path: Path):
+    root = _dataset(tmp_path)
+    for split, name in (("train", "t1"), ("train", "t2"), ("val", "v1")):
+        mask = np.asarray(Image.open(root / split / "masks" / f"{name}.png")).copy()
+        mask[1:9] = 7  # a void value: 256 of 1024 pixels (row 0 holds the 255)
+        Image.fromarray(mask).save(root / split / "masks" / f"{name}.png")
+    report = _validate(root, label_ids=[0, 1, 2], ignore_ids=[7, 9])
+    assert report.ignored_pixels("train") == 2 * 256 + 2  # the ignore index 255 as well
+    assert report.ignored_share("train") == pytest.approx((2 * 256 + 2) / 2048)
+    assert report.ignored_lines("train") == [
+        "ignore_ids [7, 9]: 512 px, 25.0% of training pixels, ignored",
+        "ignore_index 255: 2 px, 0.1% of training pixels, ignored",
+    ]
+    masks = [root / "train/masks/t1.png", root / "train/masks/t2.png"]
+    assert report.ignored["train"].files[7] == masks
+    assert report.frequencies("train").sum() == pytest.approx(1.0)  # of the labelled pixels
+    assert "ignore_ids [7, 9]: 256 px, 25.0% of validation pixels" in report.table("val")
 
 
 def test_the_cache_is_the_users_not_the_datasets(tmp_path: Path, monkeypatch):

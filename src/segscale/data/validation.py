@@ -31,7 +31,7 @@ import numpy as np
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.data.class_locations import LocationSampler, TileClassLocations
-from segscale.data.labels import LabelMap, mask_codes
+from segscale.data.labels import LabelId, LabelMap, code_of, mask_codes, shown_value
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -76,6 +76,12 @@ def pixel_type_mismatch(dtype: str, max_value: float, expected_by: str) -> str |
     )
 
 
+SPLIT_WORDS = {"train": "training", "val": "validation"}
+"""How messages name a split's images and masks."""
+IGNORED_ROW = "(ignored)"
+"""The row of ignored pixels in ``class_frequencies.csv`` (parenthesized: not a class)."""
+
+
 class InvalidDatasetError(ConfigError):
     """The dataset has files that cannot be used; the message lists every one."""
 
@@ -97,6 +103,12 @@ class DatasetReport:
     class_locations: dict[str, list[TileClassLocations]] = field(default_factory=dict)
     """Per split, parallel to ``pairs``: each tile's kept pixels per class. Empty unless
     the pass was asked for them (``locations_per_class``)."""
+    ignored: dict[str, MaskValueCensus] = field(default_factory=dict)
+    """Per split, the mask values that are ignored (``ignore_ids``, and in grey masks the
+    ignore index itself): pixels and files of each."""
+    ignore_ids: tuple[LabelId, ...] = ()
+    """The mask values ``datamodule.ignore_ids`` names."""
+    ignore_index: int = 255
 
     @property
     def max_value(self) -> float:
@@ -108,18 +120,58 @@ class DatasetReport:
         counts = self.class_counts[split].astype(np.float64)
         return counts / max(counts.sum(), 1.0)
 
+    def ignored_pixels(self, split: str = "train") -> int:
+        """Pixels of ``split``'s masks that are ignored (not in any class's count)."""
+        census = self.ignored.get(split)
+        return sum(census.pixels.values()) if census else 0
+
+    def ignored_share(self, split: str = "train") -> float:
+        """Share of all pixels of ``split``'s masks that are ignored."""
+        ignored = self.ignored_pixels(split)
+        return ignored / max(int(self.class_counts[split].sum()) + ignored, 1)
+
+    def ignored_lines(self, split: str = "train") -> list[str]:
+        """What is ignored in ``split``'s masks, and how much, one line per setting.
+
+        ``datamodule.ignore_ids`` always gets its line (0 px says no mask holds them); the
+        ignore index of grey masks only where masks hold it.
+        """
+        census = self.ignored.get(split) or MaskValueCensus(colour=False)
+        total = int(self.class_counts[split].sum()) + self.ignored_pixels(split)
+        listed = {code_of(v) for v in self.ignore_ids}
+        groups = []
+        if self.ignore_ids:
+            shown = ", ".join(shown_value(v) for v in self.ignore_ids)
+            groups.append((f"ignore_ids [{shown}]", listed))
+        index = {self.ignore_index} - listed if not census.colour else set()
+        if sum(census.pixels.get(c, 0) for c in index):
+            groups.append((f"ignore_index {self.ignore_index}", index))
+        lines = []
+        for what, codes in groups:
+            pixels = sum(census.pixels.get(c, 0) for c in codes)
+            share = pixels / max(total, 1)
+            whose = SPLIT_WORDS.get(split, split)
+            lines.append(f"{what}: {pixels:,} px, {share:.1%} of {whose} pixels, ignored")
+        return lines
+
     def table(self, split: str = "train") -> str:
-        """The class frequencies of ``split`` as a printable table."""
+        """The class frequencies of ``split`` as a printable table, then what is ignored."""
         width = max(len(name) for name in self.class_names)
         lines = [f"class frequencies ({split}):", f"  {'class':<{width}}  {'pixels':>12}  share"]
         for name, count, share in zip(
             self.class_names, self.class_counts[split], self.frequencies(split), strict=True
         ):
             lines.append(f"  {name:<{width}}  {int(count):>12}  {share:6.2%}")
+        lines += [f"  {line}" for line in self.ignored_lines(split)]
         return "\n".join(lines)
 
     def write(self, folder: Path) -> None:
-        """Save ``class_frequencies.csv`` and ``.json`` (pixels and share per class, split)."""
+        """Save ``class_frequencies.csv`` and ``.json`` (pixels and share per class, split).
+
+        Each class's share is of the labelled pixels. The ignored pixels come last: the
+        CSV's row ``IGNORED_ROW`` and the JSON's top-level key ``ignored`` (per split), their
+        share of all the masks' pixels.
+        """
         folder.mkdir(parents=True, exist_ok=True)
         splits = list(self.class_counts)
         rows = []
@@ -127,6 +179,14 @@ class DatasetReport:
             counts = [int(self.class_counts[s][c]) for s in splits]
             shares = [round(float(self.frequencies(s)[c]), 6) for s in splits]
             rows.append([name, *counts, *shares])
+        ignored = {
+            s: {"pixels": self.ignored_pixels(s), "share": round(self.ignored_share(s), 6)}
+            for s in splits
+        }
+        rows.append(
+            [IGNORED_ROW, *(ignored[s]["pixels"] for s in splits)]
+            + [ignored[s]["share"] for s in splits]
+        )
         header = ["class", *(f"{s}_pixels" for s in splits), *splits]
         write_csv_atomically(folder / "class_frequencies.csv", header, rows)
         data = {
@@ -138,6 +198,7 @@ class DatasetReport:
             }
             for s in splits
         }
+        data["ignored"] = ignored  # no split has this name
         write_text_atomically(folder / "class_frequencies.json", json.dumps(data, indent=2))
 
 
@@ -203,6 +264,9 @@ def validate_dataset(
         channel_mean=mean,
         channel_std=std,
         class_locations=locations,
+        ignored={s: _ignored_values(facts[s], labels) for s in splits},
+        ignore_ids=labels.ignore_ids,
+        ignore_index=labels.ignore_index,
     )
 
 
@@ -441,6 +505,22 @@ def _class_counts(
     for _, f in facts:
         counts += np.asarray(f["class_counts"], np.int64)
     return counts
+
+
+def _ignored_values(
+    facts: list[tuple[ImageMaskPair, dict[str, Any]]], labels: LabelMap
+) -> MaskValueCensus:
+    """The values of the masks of ``facts`` that ``labels`` ignore: pixels and files of each."""
+    census = MaskValueCensus(colour=labels.colour)
+    for pair, f in facts:
+        if "class_counts" not in f:
+            continue
+        values = np.asarray(f["mask_values"], np.int64).reshape(-1, 2)
+        codes = values[:, 0]
+        ignored = labels.known(codes) & (labels.decode_codes(codes) == labels.ignore_index)
+        if ignored.any():
+            census.add(pair.mask, codes[ignored], values[ignored, 1])
+    return census
 
 
 def _channel_moments(facts: list[dict[str, Any]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
