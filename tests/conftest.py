@@ -49,6 +49,23 @@ def threads_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
+def session_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tests' user cache folder (``XDG_CACHE_HOME``): one per session, not the home's."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def user_cache(monkeypatch: pytest.MonkeyPatch, session_cache_home: Path) -> Path:
+    """No test writes to the real home's cache: the validation pass caches in the session's.
+
+    Shared by the session's tests, as a user's cache is by their runs; the variable
+    reaches the subprocesses a test starts too.
+    """
+    monkeypatch.setenv("XDG_CACHE_HOME", str(session_cache_home))
+    return session_cache_home
+
+
+@pytest.fixture(scope="session")
 def tiny_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding a tiny synthetic dataset, generated once per test session."""
     root = tmp_path_factory.mktemp("data")

@@ -86,7 +86,7 @@ def test_the_callback_resolves_the_folder_as_hydra_will(tmp_path):
     check_output_folder(cfg, "hydra.run.dir")
 
 
-@pytest.mark.parametrize("name", ["train", "bench", "predict", "evaluate", "export"])
+@pytest.mark.parametrize("name", ["train", "bench", "predict", "evaluate", "export", "data"])
 def test_every_entry_point_registers_the_check(name):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(name, return_hydra_config=True)

@@ -1,4 +1,5 @@
 import json
+import logging
 import subprocess
 from pathlib import Path
 
@@ -321,7 +322,7 @@ def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
     summary = train(cfg)
     assert summary["epochs"] == 1
     frequencies = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
-    assert frequencies[0].startswith("class,train_pixels") and len(frequencies) == 7
+    assert frequencies[0].startswith("class,train_pixels") and len(frequencies) == 8
     predict_cfg = compose_config(
         "predict",
         f"ckpt={tmp_path / 'run/checkpoints/last.ckpt'}",
@@ -333,6 +334,25 @@ def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
     (written,) = predict(predict_cfg)
     assert np.asarray(Image.open(written)).shape == (64, 64)
     assert Image.open(written).getpalette()[:6] == [255, 255, 255, 0, 0, 255]
+
+
+def test_the_log_confirms_ignored_values_with_their_share(tmp_path, caplog):
+    for split, count in (("train", 2), ("val", 1)):
+        for i in range(count):
+            image, mask = draw_tile(64, seed=0, index=i + 10 * (split == "val"))
+            mask[:16] = 9  # a void value: a quarter of each mask
+            write_pair(tmp_path / "data", split, f"t{i}", image, mask)
+    cfg = compose_config(
+        "train",
+        *_folder_overrides(tmp_path / "data", tmp_path / "run"),
+        "datamodule/classes=potsdam",
+        "datamodule.ignore_ids=[9]",
+    )
+    with caplog.at_level(logging.INFO, logger="segscale.training.run"):
+        train(cfg)
+    assert "ignore_ids [9]: 2,048 px, 25.0% of training pixels, ignored" in caplog.text
+    stored = json.loads((tmp_path / "run/class_frequencies.json").read_text())
+    assert stored["ignored"]["train"] == {"pixels": 2048, "share": 0.25}
 
 
 def test_16_bit_multichannel_tiffs_train_with_measured_normalization(tmp_path):

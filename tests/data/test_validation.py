@@ -1,4 +1,5 @@
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,10 +10,12 @@ from segscale.data import mask_values, validation
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
+from segscale.data.user_cache import cache_file
 from segscale.data.validation import InvalidDatasetError, check_image_headers, validate_dataset
 from segscale.errors import ConfigError
 from segscale.training.builders import build
-from tests.conftest import compose_config, write_pair
+from tests.cli.test_output_folder import as_user, unprivileged  # noqa: F401 (a fixture)
+from tests.conftest import REPO, compose_config, write_pair
 from tests.data.declared_size import png_declaring
 
 NAMES = ("a", "b", "c")
@@ -46,6 +49,11 @@ def _validate(
     )
 
 
+def _cache_of(root: Path) -> Path:
+    """Where the validation pass caches the folder dataset at ``root``."""
+    return cache_file("validation", FolderTiles(str(root)).cache_key)
+
+
 def _problems(root: Path, **kwargs) -> str:
     with pytest.raises(InvalidDatasetError) as error:
         _validate(root, **kwargs)
@@ -60,8 +68,71 @@ def test_a_valid_dataset_gives_frequencies_and_channel_statistics(tmp_path: Path
     assert all(0.45 < m < 0.55 for m in report.channel_mean)  # uniform 0-255 pixels
     report.write(tmp_path / "run")
     rows = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
-    assert rows[0] == "class,train_pixels,val_pixels,train,val" and len(rows) == 4
+    assert rows[0] == "class,train_pixels,val_pixels,train,val" and len(rows) == 5
+    assert rows[-1] == f"(ignored),2,1,{round(2 / 2048, 6)},{round(1 / 1024, 6)}"
     assert "class frequencies (train)" in report.table()
+    assert "ignore_index 255: 2 px, 0.1% of training pixels, ignored" in report.table()
+    stored = json.loads((tmp_path / "run/class_frequencies.json").read_text())
+    assert stored["ignored"]["val"] == {"pixels": 1, "share": round(1 / 1024, 6)}
+    assert sum(c["pixels"] for c in stored["val"].values()) == 1023  # the classes' own
+
+
+def test_ignore_ids_are_confirmed_with_their_share(tmp_path: Path):
+    root = _dataset(tmp_path)
+    for split, name in (("train", "t1"), ("train", "t2"), ("val", "v1")):
+        mask = np.asarray(Image.open(root / split / "masks" / f"{name}.png")).copy()
+        mask[1:9] = 7  # a void value: 256 of 1024 pixels (row 0 holds the 255)
+        Image.fromarray(mask).save(root / split / "masks" / f"{name}.png")
+    report = _validate(root, label_ids=[0, 1, 2], ignore_ids=[7, 9])
+    assert report.ignored_pixels("train") == 2 * 256 + 2  # the ignore index 255 as well
+    assert report.ignored_share("train") == pytest.approx((2 * 256 + 2) / 2048)
+    assert report.ignored_lines("train") == [
+        "ignore_ids [7, 9]: 512 px, 25.0% of training pixels, ignored",
+        "ignore_index 255: 2 px, 0.1% of training pixels, ignored",
+    ]
+    masks = [root / "train/masks/t1.png", root / "train/masks/t2.png"]
+    assert report.ignored["train"].files[7] == masks
+    assert report.frequencies("train").sum() == pytest.approx(1.0)  # of the labelled pixels
+    assert "ignore_ids [7, 9]: 256 px, 25.0% of validation pixels" in report.table("val")
+
+
+def test_the_cache_is_the_users_not_the_datasets(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = _dataset(tmp_path / "data")
+    _validate(root)
+    assert sorted(p.name for p in root.iterdir()) == ["train", "val"]  # nothing added
+    (written,) = (tmp_path / "cache/segscale/validation").iterdir()
+    assert written == _cache_of(root)
+    assert str(root.resolve()) in json.loads(written.read_text())["dataset"]
+    splits = FolderTiles(str(root), splits={"train": "train", "val": "train"})
+    assert splits.cache_key != FolderTiles(str(root)).cache_key  # its own file
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    _validate(root)
+    assert (tmp_path / "home/.cache/segscale/validation" / written.name).is_file()
+
+
+def test_a_read_only_dataset_is_cached(unprivileged):  # noqa: F811 (the imported fixture)
+    root = _dataset(unprivileged / "data")
+    folders = [root, *(p for p in root.rglob("*") if p.is_dir())]
+    for folder in reversed(folders):
+        folder.chmod(0o555)
+    cache = unprivileged / "cache"
+    cache.mkdir(mode=0o777)
+    script = (
+        "import sys; from tests.data.test_validation import _validate; from pathlib import Path; "
+        "_validate(Path(sys.argv[1]))"
+    )
+    try:
+        done = as_user(
+            ["env", f"XDG_CACHE_HOME={cache}", sys.executable, "-c", script, str(root)], REPO
+        )
+    finally:
+        for folder in folders:
+            folder.chmod(0o755)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "could not cache" not in done.stderr
+    assert len(list((cache / "segscale/validation").iterdir())) == 1
 
 
 def test_missing_mask_and_missing_image(tmp_path: Path):
@@ -191,7 +262,7 @@ def test_the_pass_is_cached_by_size_and_modification_time(tmp_path: Path, monkey
         validation, "inspect_pair", lambda p, *args: reads.append(p) or inspect(p, *args)
     )
     first = _validate(root)
-    assert len(reads) == 3 and (root / ".segscale/validation.json").is_file()
+    assert len(reads) == 3 and _cache_of(root).is_file()
     second = _validate(root)
     assert len(reads) == 3
     np.testing.assert_array_equal(first.class_counts["train"], second.class_counts["train"])
@@ -275,7 +346,7 @@ def test_class_locations_are_kept_compact_and_cached(tmp_path: Path, monkeypatch
         assert [len(p) for p in tile.points] == [20, 20, 20]
         assert all((mask[p[:, 0], p[:, 1]] == c).all() for c, p in enumerate(tile.points))
         assert tile.nbytes == 3 * 20 * 2 * 4
-    cache = json.loads((root / ".segscale/validation.json").read_text())
+    cache = json.loads(_cache_of(root).read_text())
     entry = next(iter(cache["pairs"].values()))["facts"]["class_locations"]
     assert entry["per_class"] == 20 and len(entry["rows_cols"]) == 3
     again = validate_dataset(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from segscale.data.class_table import ClassRow, class_table
 from segscale.data.labels import LabelId, class_colours, code_of, label_values, shown_value
 from segscale.data.mask_values import MaskValueCensus
 from segscale.errors import ConfigError
@@ -65,16 +66,15 @@ class InferredClasses:
         }
 
     def table(self) -> str:
-        """The classes as a printable table: name, mask value, pixels, files."""
-        values = [shown_value(v) for v in self.label_ids]
-        name_width = max(len("class"), *(len(n) for n in self.class_names))
-        value_width = max(len("value"), *(len(v) for v in values))
-        lines = [f"  {'class':<{name_width}}  {'value':<{value_width}}  {'pixels':>13}  files"]
-        for name, value, pixels, files in zip(
-            self.class_names, values, self.pixels, self.files, strict=True
-        ):
-            lines.append(f"  {name:<{name_width}}  {value:<{value_width}}  {pixels:>13,}  {files}")
-        return "\n".join(lines)
+        """The classes as a printable table: name, mask value, pixels, share, files."""
+        return class_table(
+            [
+                ClassRow(name, (value,), pixels, files)
+                for name, value, pixels, files in zip(
+                    self.class_names, self.label_ids, self.pixels, self.files, strict=True
+                )
+            ]
+        )
 
     def yaml(self, where: str) -> str:
         """The classes file: ``# @package datamodule``, the keys, and how to use a copy.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +41,15 @@ class FolderTiles:
     )
 
     @property
-    def cache_dir(self) -> Path:
-        """Where the validation pass keeps what it learnt about each file."""
-        return Path(self.root) / ".segscale"
+    def cache_key(self) -> str:
+        """The resolved root, subfolder names and splits: the validation cache's key."""
+        settings = {
+            "root": str(Path(self.root).resolve()),
+            "images": self.images,
+            "masks": self.masks,
+            "splits": dict(self.splits),
+        }
+        return json.dumps(settings, sort_keys=True)
 
     def prepare(self) -> None:
         """Check that the dataset folder exists (each split is checked when scanned)."""

@@ -41,6 +41,8 @@ class LabelMap:
         self.table: dict[LabelId, int] = {}
         self._plain = label_ids is None and not ignore_ids
         self._ignore_ids = bool(ignore_ids)
+        self.ignore_ids: tuple[LabelId, ...] = tuple(_values_of_list(ignore_ids))
+        """The mask values ``ignore_ids`` names, one by one."""
         if label_ids is None:
             self.table = {c: c for c in range(num_classes)}
             self.table[ignore_index] = ignore_index

@@ -55,8 +55,12 @@ class TileSource(Protocol):
     """What a datamodule needs from a dataset: its files per split, paired."""
 
     @property
-    def cache_dir(self) -> Path:
-        """A folder where the validation pass may cache what it read."""
+    def cache_key(self) -> str:
+        """What names this dataset's files (its resolved root, its split settings).
+
+        The validation pass keeps what it read under this key, in the user's cache
+        (``segscale.data.user_cache``).
+        """
 
     def prepare(self) -> None:
         """Make the files available (generate, unpack, ...); called once per machine."""

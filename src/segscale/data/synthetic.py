@@ -49,9 +49,9 @@ class SyntheticTiles:
         return Path(self.root) / name
 
     @property
-    def cache_dir(self) -> Path:
-        """Where the validation pass caches what it read (beside the tiles)."""
-        return self.folder / ".segscale"
+    def cache_key(self) -> str:
+        """The resolved folder of the tiles (its name holds the settings): the cache's key."""
+        return str(self.folder.resolve())
 
     def has_split(self, split: str) -> bool:
         """Whether ``split`` exists: ``train`` and ``val`` do."""

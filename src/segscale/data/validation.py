@@ -1,6 +1,7 @@
 """The pass over a dataset before training: every file checked, class frequencies counted.
 
-What a file taught us is cached beside the dataset (``<cache_dir>/validation.json``),
+What a file taught us is cached in the user's cache folder
+(``$XDG_CACHE_HOME/segscale/validation/<dataset>.json``, ``segscale.data.user_cache``),
 keyed by the image's and mask's path, size and modification time, so a second run
 re-reads only files that changed. The cache holds what does not depend on the label
 settings (sizes, pixel sums, each mask's values and their pixels), so other classes
@@ -30,7 +31,7 @@ import numpy as np
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.data.class_locations import LocationSampler, TileClassLocations
-from segscale.data.labels import LabelMap, mask_codes
+from segscale.data.labels import LabelId, LabelMap, code_of, mask_codes, shown_value
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -43,6 +44,7 @@ from segscale.data.sources import (
     read_image_header,
     read_mask_values,
 )
+from segscale.data.user_cache import cache_file
 from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,12 @@ def pixel_type_mismatch(dtype: str, max_value: float, expected_by: str) -> str |
     )
 
 
+SPLIT_WORDS = {"train": "training", "val": "validation"}
+"""How messages name a split's images and masks."""
+IGNORED_ROW = "(ignored)"
+"""The row of ignored pixels in ``class_frequencies.csv`` (parenthesized: not a class)."""
+
+
 class InvalidDatasetError(ConfigError):
     """The dataset has files that cannot be used; the message lists every one."""
 
@@ -95,6 +103,12 @@ class DatasetReport:
     class_locations: dict[str, list[TileClassLocations]] = field(default_factory=dict)
     """Per split, parallel to ``pairs``: each tile's kept pixels per class. Empty unless
     the pass was asked for them (``locations_per_class``)."""
+    ignored: dict[str, MaskValueCensus] = field(default_factory=dict)
+    """Per split, the mask values that are ignored (``ignore_ids``, and in grey masks the
+    ignore index itself): pixels and files of each."""
+    ignore_ids: tuple[LabelId, ...] = ()
+    """The mask values ``datamodule.ignore_ids`` names."""
+    ignore_index: int = 255
 
     @property
     def max_value(self) -> float:
@@ -106,18 +120,58 @@ class DatasetReport:
         counts = self.class_counts[split].astype(np.float64)
         return counts / max(counts.sum(), 1.0)
 
+    def ignored_pixels(self, split: str = "train") -> int:
+        """Pixels of ``split``'s masks that are ignored (not in any class's count)."""
+        census = self.ignored.get(split)
+        return sum(census.pixels.values()) if census else 0
+
+    def ignored_share(self, split: str = "train") -> float:
+        """Share of all pixels of ``split``'s masks that are ignored."""
+        ignored = self.ignored_pixels(split)
+        return ignored / max(int(self.class_counts[split].sum()) + ignored, 1)
+
+    def ignored_lines(self, split: str = "train") -> list[str]:
+        """What is ignored in ``split``'s masks, and how much, one line per setting.
+
+        ``datamodule.ignore_ids`` always gets its line (0 px says no mask holds them); the
+        ignore index of grey masks only where masks hold it.
+        """
+        census = self.ignored.get(split) or MaskValueCensus(colour=False)
+        total = int(self.class_counts[split].sum()) + self.ignored_pixels(split)
+        listed = {code_of(v) for v in self.ignore_ids}
+        groups = []
+        if self.ignore_ids:
+            shown = ", ".join(shown_value(v) for v in self.ignore_ids)
+            groups.append((f"ignore_ids [{shown}]", listed))
+        index = {self.ignore_index} - listed if not census.colour else set()
+        if sum(census.pixels.get(c, 0) for c in index):
+            groups.append((f"ignore_index {self.ignore_index}", index))
+        lines = []
+        for what, codes in groups:
+            pixels = sum(census.pixels.get(c, 0) for c in codes)
+            share = pixels / max(total, 1)
+            whose = SPLIT_WORDS.get(split, split)
+            lines.append(f"{what}: {pixels:,} px, {share:.1%} of {whose} pixels, ignored")
+        return lines
+
     def table(self, split: str = "train") -> str:
-        """The class frequencies of ``split`` as a printable table."""
+        """The class frequencies of ``split`` as a printable table, then what is ignored."""
         width = max(len(name) for name in self.class_names)
         lines = [f"class frequencies ({split}):", f"  {'class':<{width}}  {'pixels':>12}  share"]
         for name, count, share in zip(
             self.class_names, self.class_counts[split], self.frequencies(split), strict=True
         ):
             lines.append(f"  {name:<{width}}  {int(count):>12}  {share:6.2%}")
+        lines += [f"  {line}" for line in self.ignored_lines(split)]
         return "\n".join(lines)
 
     def write(self, folder: Path) -> None:
-        """Save ``class_frequencies.csv`` and ``.json`` (pixels and share per class, split)."""
+        """Save ``class_frequencies.csv`` and ``.json`` (pixels and share per class, split).
+
+        Each class's share is of the labelled pixels. The ignored pixels come last: the
+        CSV's row ``IGNORED_ROW`` and the JSON's top-level key ``ignored`` (per split), their
+        share of all the masks' pixels.
+        """
         folder.mkdir(parents=True, exist_ok=True)
         splits = list(self.class_counts)
         rows = []
@@ -125,6 +179,14 @@ class DatasetReport:
             counts = [int(self.class_counts[s][c]) for s in splits]
             shares = [round(float(self.frequencies(s)[c]), 6) for s in splits]
             rows.append([name, *counts, *shares])
+        ignored = {
+            s: {"pixels": self.ignored_pixels(s), "share": round(self.ignored_share(s), 6)}
+            for s in splits
+        }
+        rows.append(
+            [IGNORED_ROW, *(ignored[s]["pixels"] for s in splits)]
+            + [ignored[s]["share"] for s in splits]
+        )
         header = ["class", *(f"{s}_pixels" for s in splits), *splits]
         write_csv_atomically(folder / "class_frequencies.csv", header, rows)
         data = {
@@ -136,6 +198,7 @@ class DatasetReport:
             }
             for s in splits
         }
+        data["ignored"] = ignored  # no split has this name
         write_text_atomically(folder / "class_frequencies.json", json.dumps(data, indent=2))
 
 
@@ -166,7 +229,7 @@ def validate_dataset(
     each tile (``DatasetReport.class_locations``); cached files read before without
     them (or with another number, or other labels) are read again once.
     """
-    cache = _Cache(source.cache_dir, max_image_pixels)
+    cache = _Cache(source, max_image_pixels)
     problems: list[FileProblem] = []
     unknown = MaskValueCensus(colour=labels.colour)
     facts: dict[str, list[tuple[ImageMaskPair, dict[str, Any]]]] = {}
@@ -201,6 +264,9 @@ def validate_dataset(
         channel_mean=mean,
         channel_std=std,
         class_locations=locations,
+        ignored={s: _ignored_values(facts[s], labels) for s in splits},
+        ignore_ids=labels.ignore_ids,
+        ignore_index=labels.ignore_index,
     )
 
 
@@ -273,7 +339,7 @@ def scan_mask_values(
     ``validate_dataset``. Raises ``InvalidDatasetError`` when no mask of ``split`` can
     be read at all, listing why.
     """
-    cache = _Cache(source.cache_dir, max_image_pixels)
+    cache = _Cache(source, max_image_pixels)
     pairs, problems = source.scan(split)
     facts = [(pair, cache.facts(pair)) for pair in pairs]
     cache.save()
@@ -441,6 +507,22 @@ def _class_counts(
     return counts
 
 
+def _ignored_values(
+    facts: list[tuple[ImageMaskPair, dict[str, Any]]], labels: LabelMap
+) -> MaskValueCensus:
+    """The values of the masks of ``facts`` that ``labels`` ignore: pixels and files of each."""
+    census = MaskValueCensus(colour=labels.colour)
+    for pair, f in facts:
+        if "class_counts" not in f:
+            continue
+        values = np.asarray(f["mask_values"], np.int64).reshape(-1, 2)
+        codes = values[:, 0]
+        ignored = labels.known(codes) & (labels.decode_codes(codes) == labels.ignore_index)
+        if ignored.any():
+            census.add(pair.mask, codes[ignored], values[ignored, 1])
+    return census
+
+
 def _channel_moments(facts: list[dict[str, Any]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Mean and standard deviation per channel over all pixels, scaled to 0-1."""
     pixels = sum(f["pixels"] for f in facts)
@@ -559,11 +641,15 @@ def _labels_key(labels: LabelMap) -> str:
 
 
 class _Cache:
-    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged."""
+    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged.
 
-    def __init__(self, folder: Path, max_image_pixels: int | None) -> None:
-        self.folder = folder
-        self.path = folder / "validation.json"
+    The file is the user's (``cache_file``), named for the dataset (``TileSource.cache_key``),
+    not the dataset's: a shared dataset folder stays as it is, a read-only one is cached.
+    """
+
+    def __init__(self, source: TileSource, max_image_pixels: int | None) -> None:
+        self.dataset = source.cache_key
+        self.path = cache_file("validation", self.dataset)
         settings: list[Any] = [_CACHE_VERSION]
         # Another limit can turn a refused file into a readable one, or back. The default
         # is left out of the key so that caches written before the limit existed stay
@@ -579,7 +665,7 @@ class _Cache:
                 stored = json.loads(self.path.read_text())
             except (OSError, ValueError):
                 stored = {}
-            if stored.get("settings") == self.settings:
+            if stored.get("settings") == self.settings and stored.get("dataset") == self.dataset:
                 self.entries = stored.get("pairs", {})
 
     def facts(
@@ -603,15 +689,14 @@ class _Cache:
         return facts
 
     def save(self) -> None:
-        """Write the cache atomically; a read-only dataset folder just goes uncached."""
+        """Write the cache atomically; where that fails (a read-only home), say so and go on."""
         if not self.changed:
             return
+        stored = {"dataset": self.dataset, "settings": self.settings, "pairs": self.entries}
         try:
-            write_text_atomically(
-                self.path, json.dumps({"settings": self.settings, "pairs": self.entries})
-            )
+            write_text_atomically(self.path, json.dumps(stored))
         except OSError as error:
-            log.warning("could not cache the validation in %s: %s", self.folder, error)
+            log.warning("could not cache the validation in %s: %s", self.path, error)
 
 
 def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: int) -> bool:

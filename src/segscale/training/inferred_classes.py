@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def resolve_inferred_classes(
-    cfg: DictConfig, run_folder: str | Path | None = None
+    cfg: DictConfig, run_folder: str | Path | None = None, log_table: bool = True
 ) -> InferredClasses | None:
     """Put the training masks' classes into ``cfg.datamodule`` if it asks for them.
 
@@ -43,7 +43,8 @@ def resolve_inferred_classes(
     sets ``num_classes``, ``class_names``, ``class_colors``, ``label_ids`` and
     ``ignore_ids`` to what was found, logs the classes and, given ``run_folder``, writes
     them there as ``classes.yaml`` (a resumed run, ``ckpt_path`` set, keeps the file its
-    run wrote). Raises ``ConfigError`` for settings that do not fit what was found, and
+    run wrote); ``log_table=False`` leaves the table of classes to the caller. Raises
+    ``ConfigError`` for settings that do not fit what was found, and
     ``InvalidDatasetError`` when no training mask can be read.
     """
     data = cfg.datamodule
@@ -73,13 +74,14 @@ def resolve_inferred_classes(
         for key, value in found.settings().items():
             data[key] = value
     where = str(OmegaConf.select(cfg, "datamodule.source.root", default="the dataset"))
-    log.info(
-        "%s: %d classes found in the training masks (%s):\n%s",
-        OPTION,
-        found.num_classes,
-        "RGB colours" if found.colour else "grey levels",
-        found.table(),
-    )
+    if log_table:
+        log.info(
+            "%s: %d classes found in the training masks (%s):\n%s",
+            OPTION,
+            found.num_classes,
+            "RGB colours" if found.colour else "grey levels",
+            found.table(),
+        )
     if run_folder is not None:
         _write(found, Path(run_folder), where, resumed=bool(cfg.get("ckpt_path")))
     return found

@@ -1,0 +1,109 @@
+"""``python data.py``: the dataset's classes, ignored values and checks, without training."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from segscale.cli import data as data_cli
+from tests.conftest import REPO, write_pair
+from tests.in_process import run_in_process
+
+
+def _tree(root: Path) -> Path:
+    """Grey masks of 10, 20 and 30 with a void border of 0; val holds the same levels."""
+    rng = np.random.default_rng(0)
+    for split, names in (("train", ("a", "b")), ("val", ("c",))):
+        for name in names:
+            mask = np.full((32, 32), 10, np.uint8)
+            mask[8:16] = 20
+            mask[16:20] = 30 if name != "b" else 10  # b holds no 30
+            mask[:2] = 0  # 64 void pixels per mask
+            image = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            write_pair(root, split, name, image, mask)
+    return root
+
+
+def _data(*overrides: str) -> subprocess.CompletedProcess[str]:
+    return run_in_process(data_cli.main, *overrides, program="data.py")
+
+
+def test_the_classes_of_a_tree_are_shown_and_written_without_training(tmp_path):
+    root, out = _tree(tmp_path / "data"), tmp_path / "out"
+    done = _data(
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule/classes=auto",
+        "datamodule.ignore_ids=[0]",
+        "datamodule.patch_size=16",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (out / "data.log").read_text()
+    assert "classes (found by datamodule/classes=auto), in the training masks (grey levels):" in log
+    table = log[log.index("  class ") :].splitlines()
+    assert table[0].split() == ["class", "value", "pixels", "share", "files"]
+    # per training mask: 576 px of 10 (+128 in b), 256 of 20, 128 of 30 (a only), 64 of 0
+    assert table[1].split() == ["class_10", "10", "1,280", "66.67%", "2"]
+    assert table[2].split() == ["class_20", "20", "512", "26.67%", "2"]
+    assert table[3].split() == ["class_30", "30", "128", "6.67%", "1"]
+    assert "ignore_ids [0]: 128 px, 6.2% of training pixels, ignored" in log
+    assert "ignore_ids [0]: 64 px, 6.2% of validation pixels, ignored" in log
+    assert "unknown mask values: none" in log
+    assert "images: 2 training, 1 validation; 3 channel(s), uint8" in log
+    classes = OmegaConf.load(out / "classes.yaml")
+    assert classes.label_ids == [10, 20, 30] and classes.ignore_ids == [0]
+    frequencies = json.loads((out / "class_frequencies.json").read_text())
+    assert frequencies["ignored"]["train"] == {"pixels": 128, "share": 0.0625}
+    # No network, no checkpoint: the run folder holds the report and nothing else.
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".hydra",
+        "class_frequencies.csv",
+        "class_frequencies.json",
+        "classes.yaml",
+        "data.log",
+    ]
+
+
+def test_a_classes_file_that_does_not_fit_is_refused_as_training_refuses_it(tmp_path):
+    root, out = _tree(tmp_path / "data"), tmp_path / "out"
+    done = _data(
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule/classes=binary",
+        "datamodule.patch_size=16",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    log = (out / "data.log").read_text()
+    assert "3 mask(s) hold 3 values that datamodule/classes=binary does not know" in log
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (out / "classes.yaml").exists()
+
+
+def test_a_missing_root_is_named(tmp_path):
+    done = _data("datamodule=folder", f"hydra.run.dir={tmp_path / 'out'}")
+    assert done.returncode == 2
+    assert "datamodule.source.root is not set" in done.stdout + done.stderr
+
+
+def test_data_py_inspects_the_synthetic_dataset(tiny_data_root, tmp_path):
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        str(REPO / "data.py"),
+        f"datamodule.source.root={tiny_data_root}",
+        "datamodule.source.num_train=2",
+        "datamodule.source.num_val=1",
+        "datamodule.source.image_size=192",
+        f"hydra.run.dir={out}",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "classes (of the classes file), in the training masks (grey levels):" in done.stdout
+    assert "impervious_surface" in done.stdout and "unknown mask values: none" in done.stdout
+    assert "torch.nn" not in done.stdout  # nothing about a network
+    assert (out / "class_frequencies.csv").is_file() and not (out / "classes.yaml").exists()
