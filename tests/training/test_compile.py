@@ -27,7 +27,11 @@ def train_losses(run: Path) -> dict[int, float]:
 
 @pytest.mark.slow
 def test_compile_trains_as_eager_does(tiny_data_root, tmp_path):
+    # DeepLabV3+'s ASPP dropout draws its masks from another random stream once compiled
+    # (inductor's own generator), so the two runs would differ from step 0 by design:
+    # the arithmetic is compared without it.
     common = [
+        "+model.decoder_aspp_dropout=0",
         "trainer.max_epochs=1",
         "trainer.log_every_n_steps=1",
         "trainer.limit_val_batches=0",
@@ -42,5 +46,12 @@ def test_compile_trains_as_eager_does(tiny_data_root, tmp_path):
         runs[name] = train_losses(run)
     eager, compiled = runs["eager"], runs["compiled"]
     assert sorted(eager) == sorted(compiled) == list(range(4))
+    # The first step's loss is the forward pass alone: equal to float32 rounding. Each
+    # update then amplifies rounding differences (the kernels sum in another order):
+    # compiled against eager measured 2e-6, 1e-5 and 3.4e-3 at steps 1-3, where eager
+    # at 1 thread against eager at 2 threads differs by 1.2e-3 at step 3. Later steps
+    # are held to 1%, still far below what a wrong gradient or a missed update does
+    # (the loss falls by a third over these four steps).
+    assert compiled[0] == pytest.approx(eager[0], rel=1e-5)
     for step, loss in eager.items():
-        assert compiled[step] == pytest.approx(loss, rel=1e-4), f"step {step}"
+        assert compiled[step] == pytest.approx(loss, rel=1e-2), f"step {step}"
