@@ -93,13 +93,16 @@ def train_until_signal(out: Path, repo: Path, extra: list[str]) -> dict[str, Any
 
 
 def commit_of(repo: Path) -> str:
-    """The short commit of ``repo``'s checkout (``+changes`` when its tree is not clean)."""
+    """The short commit of ``repo``, with ``+changes`` when its run's code differs from it.
+
+    Only what the run executes counts (``src``, ``train.py``, tracked ``tests``).
+    """
     git = ["git", "-C", str(repo)]
     commit = subprocess.run(
         [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--untracked-files=no"],
+        [*git, "status", "--porcelain", "--untracked-files=no", "--", "src", "train.py", "tests"],
         capture_output=True,
         text=True,
         check=True,
