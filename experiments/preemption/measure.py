@@ -126,7 +126,12 @@ def table(stored: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for run in stored["runs"]:
-        newest = max(run["checkpoints"].items(), key=lambda item: item[1], default=None)
+        # last.ckpt names the newest when best.ckpt was saved at the same step.
+        newest = max(
+            run["checkpoints"].items(),
+            key=lambda item: (item[1], item[0] == "last.ckpt"),
+            default=None,
+        )
         checkpoint = f"step {newest[1]} (`{newest[0]}`)" if newest else "none"
         lines.append(
             f"| {run['label']} | {run['signal_to']} | {run['code']} | {run['exit']} | "
