@@ -34,6 +34,7 @@ def main(runs: Path, out: Path) -> None:
         "| final val loss | wall time (s) |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    per_epoch: list[str] = []
     for name, label in RUNS.items():
         curve = validation_curve(runs / name)
         summary = json.loads((runs / name / "summary.json").read_text())
@@ -45,6 +46,13 @@ def main(runs: Path, out: Path) -> None:
             f"| {summary['scaling']['warmup_epochs']:g} | {summary['steps']} | {miou[-1]:.3f} "
             f"| {loss[-1]:.3f} | {summary['wall_time_s']:.0f} |"
         )
+        if not per_epoch:
+            per_epoch = [
+                "| run | " + " | ".join(map(str, epochs)) + " |",
+                "|---" * (1 + len(epochs)) + "|",
+            ]
+        per_epoch.append(f"| {name} | " + " | ".join(f"{v:.3f}" for v in miou) + " |")
+    lines += ["", "Validation mIoU after each epoch:", "", *per_epoch]
     loss_axis.set(title="Validation loss", xlabel="Epoch")
     miou_axis.set(title="Validation mean IoU", xlabel="Epoch")
     for axis in (loss_axis, miou_axis):

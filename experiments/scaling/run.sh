@@ -2,7 +2,7 @@
 # The scaling study (README.md here): bench.py on the default config and at 512², each
 # run measuring 1 and 2 ddp processes with synchronized batch norm on and off, and the
 # model's prediction of both. From the repository root, on an otherwise idle machine:
-#   bash experiments/scaling/run.sh        # about 12 minutes on 2 CPU cores
+#   bash experiments/scaling/run.sh        # about 11 minutes on 2 CPU cores
 set -euo pipefail
 out=outputs/scaling
 python bench.py hydra.run.dir=$out/cpu-default
