@@ -246,3 +246,22 @@ def test_a_missing_folder_names_the_keys_and_the_other_forms(tmp_path: Path):
 def test_a_split_of_the_wrong_form_is_a_config_error(tmp_path: Path, splits, message):
     with pytest.raises(ConfigError, match=message):
         FolderTiles(str(tmp_path), splits=splits)
+
+
+def test_a_list_of_names_with_its_own_folders_pairs_like_pascal_voc(tmp_path: Path):
+    image, mask = _blank()
+    for stem in ("2007_000032", "2007_000039"):
+        _write(tmp_path / "JPEGImages" / f"{stem}.jpg", image)
+        _write(tmp_path / "SegmentationClass" / f"{stem}.png", mask)
+    (tmp_path / "ImageSets/Segmentation").mkdir(parents=True)
+    (tmp_path / "ImageSets/Segmentation/train.txt").write_text("2007_000039\n2007_000032\n")
+    split = {
+        "list": "ImageSets/Segmentation/train.txt",
+        "images": "JPEGImages",
+        "masks": "SegmentationClass",
+    }
+    pairs = FolderTiles(str(tmp_path), splits={"train": split}).pairs("train")
+    assert [(p.image.name, p.mask.name) for p in pairs] == [
+        ("2007_000039.jpg", "2007_000039.png"),
+        ("2007_000032.jpg", "2007_000032.png"),
+    ]
