@@ -247,6 +247,15 @@ def test_data_named_that_differ_from_the_checkpoint_s_are_refused_naming_both(
     assert "other_data=true" in message
 
 
+def test_a_checkpoint_from_before_the_name_suffixes_is_the_same_data_named(tmp_path: Path):
+    # Its data_source has no image_suffix/mask_suffix: it was trained with their default.
+    root = _dataset(tmp_path / "data")
+    ckpt = _trained_on(
+        oracle_checkpoint(tmp_path / "oracle.ckpt"), _folder_source(root), tmp_path / "f.ckpt"
+    )
+    assert evaluate(_config(root, ckpt, tmp_path / "out", "split=test"))["MeanIoU"] == 1.0
+
+
 def test_other_data_true_evaluates_the_data_named(tmp_path: Path):
     root = _dataset(tmp_path / "data")
     other = _dataset(tmp_path / "other")

@@ -144,6 +144,23 @@ def test_missing_mask_and_missing_image(tmp_path: Path):
     assert "val/masks/v1.png: no image for it" in message
 
 
+def test_many_files_without_a_partner_are_one_count_and_a_few_examples(tmp_path: Path):
+    # CamVid's 367 list lines once gave 367 near-identical lines: a kind is summarised.
+    root = _dataset(tmp_path)
+    tiny = np.zeros((4, 4), np.uint8)
+    for i in range(40):
+        Image.fromarray(tiny).save(root / f"train/images/lonely{i:02}.png")
+    (root / "val/masks/v1.png").unlink()  # one of another kind: listed as it is
+    lines = _problems(root).splitlines()
+    assert lines[0] == "41 problem(s) in the dataset (datamodule.source):"
+    assert lines[1] == f"  40 images without a mask in {root}/train/masks, for example:"
+    assert lines[2] == f"    {root}/train/images/lonely00.png: no mask for it in {root}/train/masks"
+    assert lines[4].startswith(f"    {root}/train/images/lonely02.png")
+    assert lines[5] == "    ... and 37 more"
+    assert lines[6] == f"  {root}/val/images/v1.png: no mask for it in {root}/val/masks"
+    assert len(lines) == 7
+
+
 def test_size_mismatch(tmp_path: Path):
     root = _dataset(tmp_path)
     Image.fromarray(np.zeros((30, 32), np.uint8)).save(root / "train/masks/t2.png")

@@ -78,9 +78,9 @@ def test_freezing_needs_its_callback(make_config):
             "datamodule.source.root=/path/to/data",
         ),
         (
-            ["datamodule=folder", "datamodule.source.splits.train={images: a, masks: b}"],
-            "datamodule.source.splits.train={'images': 'a', 'masks': 'b'} is not allowed: "
-            "expected a folder under datamodule.source.root holding images/ and masks/",
+            ["datamodule=folder", "datamodule.source.splits.train={images: a, mask: b}"],
+            "datamodule.source.splits.train={'images': 'a', 'mask': 'b'} is not allowed "
+            "(unknown key 'mask'): expected one of: datamodule.source.splits.train=train",
         ),
     ],
 )

@@ -1,44 +1,78 @@
-"""A dataset of the user's own files: an image folder and a mask folder, paired by name."""
+"""A dataset of the user's own files: per split, image and mask folders or a list file."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from segscale.data.list_files import ListedLine, read_list, resolve_listed
+from segscale.data.name_pairing import Naming, files_by_key, pair_folders, unusable
 from segscale.data.sources import IMAGE_SUFFIXES, MASK_SUFFIXES, FileProblem, ImageMaskPair
-from segscale.errors import ConfigError
+from segscale.errors import ConfigError, require
+
+SPLIT_KEYS = {
+    "images": "the split's image folder",
+    "masks": "the split's mask folder",
+    "list": "the split's list file",
+}
+"""The keys of a split given as a mapping, and what each names (under the root)."""
+
+
+@dataclass(frozen=True)
+class SplitFiles:
+    """Where one split's files are: image and mask folders, and the list file if any."""
+
+    images: Path
+    masks: Path
+    listing: Path | None = None
 
 
 @dataclass(frozen=True)
 class FolderTiles:
-    """Images and masks paired by file stem: ``images/a.png`` ↔ ``masks/a.png``.
+    """Images and masks of each split, paired by name or listed in pairs.
 
-    Each entry of ``splits`` (``train``, ``val``, ``test``) names, under ``root``, either
+    Each entry of ``splits`` (``train``, ``val``, ``test``) is one of
 
-    - a folder with its own ``images``/``masks`` subfolders
-      (``train/images/a.png`` ↔ ``train/masks/a.png``), or
-    - a text file (``.txt``) listing the split's images, one per line, as stems or paths
-      relative to ``root/images`` (``a``, ``a.png`` or ``zone1/a.tif``), paired with
-      ``root/masks`` the same way; blank lines and ``#`` comments are skipped.
+    - a name under ``root``: the folder ``root/<name>`` with its own ``images``/``masks``
+      subfolders (``train/images/a.png`` ↔ ``train/masks/a.png``), else the list file
+      ``root/<name>`` (or ``root/<name>.txt`` for a name without extension);
+    - ``{images: <folder>, masks: <folder>}``: two folders under ``root``, named freely
+      (CamVid's ``train`` and ``trainannot``; Cityscapes' ``leftImg8bit/train`` and
+      ``gtFine/train``);
+    - ``{list: <file>}``: a list file under ``root`` (``images``/``masks`` may be added:
+      the folders that its one-name lines are looked up in).
 
-    A name without suffix finds either: ``test`` is the folder ``root/test`` or, if
-    there is none, the list ``root/test.txt``. A split is looked for only when it is
-    read (training reads ``train`` and ``val``; ``evaluate.py split=test`` reads
-    ``test``), so a missing test split is no error until then.
+    A list holds per line an image name, looked up under the ``images`` folder (``root/
+    images`` unless the split says otherwise) and paired with the ``masks`` folder by
+    name, or an image path and its mask path (``segscale.data.list_files``); blank lines
+    and ``#`` comments are skipped. A split is looked for only when it is read (training
+    reads ``train`` and ``val``; ``evaluate.py split=test`` reads ``test``).
 
-    Subfolders are followed; the pairing key is the path below ``images``/``masks``
-    without its suffix, so an image and its mask may differ in format (``a.jpg`` ↔
-    ``a.png``). Images: PNG, JPEG, TIFF; masks: PNG, TIFF.
+    Folders are searched with their subfolders, and images pair with the mask of the
+    same key (``Naming``): the path below the folder without extension and without
+    ``image_suffix``/``mask_suffix`` (Cityscapes: ``_leftImg8bit`` and
+    ``_gtFine_labelIds``). Images: PNG, JPEG, TIFF; masks: PNG, TIFF.
     """
 
     root: str
     images: str = "images"
     masks: str = "masks"
-    splits: Mapping[str, str | None] = field(
+    splits: Mapping[str, str | Mapping[str, str] | None] = field(
         default_factory=lambda: {"train": "train", "val": "val", "test": "test"}
     )
+    image_suffix: str = ""
+    mask_suffix: str = ""
+
+    def __post_init__(self) -> None:
+        """Refuse a split or a name suffix of the wrong form (``ConfigError``)."""
+        check_splits(self.splits)
+        for name in ("image_suffix", "mask_suffix"):
+            expected = "a string that file names end with (before or with the extension)"
+            require(getattr(self, name), f"datamodule.source.{name}", _is_str, expected)
 
     @property
     def cache_key(self) -> str:
@@ -60,11 +94,11 @@ class FolderTiles:
             )
 
     def has_split(self, split: str) -> bool:
-        """Whether ``split`` is configured (``scan`` finds its folder or list, or says so)."""
+        """Whether ``split`` is configured (``scan`` finds its files, or says why not)."""
         return bool(self.splits.get(split))
 
     def pairs(self, split: str) -> list[ImageMaskPair]:
-        """The complete image/mask pairs of ``split``, in name order."""
+        """The complete image/mask pairs of ``split``, in name (or list) order."""
         return self.scan(split)[0]
 
     def problems(self, split: str) -> list[FileProblem]:
@@ -73,127 +107,219 @@ class FolderTiles:
 
     def scan(self, split: str) -> tuple[list[ImageMaskPair], list[FileProblem]]:
         """Pair the files of ``split``; return the pairs and the files left unpaired."""
+        files = self.split_files(split)
+        if files.listing is not None:
+            return self._pair_listed(files, files.listing)
+        return pair_folders(files.images, files.masks, self._naming("image"), self._naming("mask"))
+
+    def split_files(self, split: str) -> SplitFiles:
+        """Where ``split``'s files are; ``ConfigError`` naming the keys if they are not there."""
         entry = self.splits.get(split)
         if not entry:
             raise ConfigError(
-                f"datamodule.source.splits.{split} is not set; expected a folder under "
-                f"{self.root} (with {self.images}/ and {self.masks}/) or a .txt list"
+                f"datamodule.source.splits.{split} is not set; expected {_forms(split)}"
             )
-        location = self._location(split, entry)
-        if location.is_file():
-            image_dir, mask_dir = Path(self.root) / self.images, Path(self.root) / self.masks
-            return self._pair_listed(location, image_dir, mask_dir)
-        return _pair_folders(location / self.images, location / self.masks)
+        if isinstance(entry, str):
+            return self._named_split(split, entry)
+        return self._mapped_split(split, entry)
 
-    def _location(self, split: str, entry: str) -> Path:
-        """The folder or list that ``splits[split]`` names (``entry``: its value)."""
-        location = Path(self.root) / entry
-        if location.exists():
-            return location
-        if location.suffix:
-            raise ConfigError(
-                f"datamodule.source.splits.{split}={entry!r}: {location} does not exist; "
-                "expected a folder or a .txt list of image names"
-            )
+    def _naming(self, what: str) -> Naming:
+        if what == "image":
+            return Naming("image", IMAGE_SUFFIXES, self.image_suffix, "image_suffix")
+        return Naming("mask", MASK_SUFFIXES, self.mask_suffix, "mask_suffix")
+
+    def _named_split(self, split: str, entry: str) -> SplitFiles:
+        """``splits[split]`` given as a name: a folder with images/ and masks/, or a list."""
+        root = Path(self.root)
+        location = root / entry
+        if location.is_file():
+            return SplitFiles(root / self.images, root / self.masks, location)
+        if (location / self.images).is_dir() and (location / self.masks).is_dir():
+            return SplitFiles(location / self.images, location / self.masks)
         listing = location.with_name(f"{location.name}.txt")
-        if listing.is_file():
-            return listing
+        if not location.suffix and listing.is_file():
+            return SplitFiles(root / self.images, root / self.masks, listing)
+        key = f"datamodule.source.splits.{split}={entry!r}"
+        if location.is_dir():
+            missing = [f"{n}/" for n in (self.images, self.masks) if not (location / n).is_dir()]
+            raise ConfigError(
+                f"{key}: the folder {location} has no {' and no '.join(missing)} subfolder "
+                f"(datamodule.source.images={self.images!r}, datamodule.source.masks="
+                f"{self.masks!r}) and there is no list {listing}; expected "
+                f"{_forms(split, self._mask_folder_beside(location))}"
+            )
+        if location.suffix:
+            raise ConfigError(f"{key}: {location} does not exist; expected {_forms(split)}")
         raise ConfigError(
-            f"datamodule.source.splits.{split}={entry!r}: neither the folder {location} "
-            f"(with {self.images}/ and {self.masks}/) nor the list {listing} exists; "
-            f"expected one of them, or datamodule.source.splits.{split} set to the "
-            "split's folder or .txt list under datamodule.source.root"
+            f"{key}: neither the folder {location} (with {self.images}/ and {self.masks}/) "
+            f"nor the list {listing} exists; expected {_forms(split)}"
         )
+
+    def _mapped_split(self, split: str, entry: Mapping[str, str]) -> SplitFiles:
+        """``splits[split]`` given as ``{images, masks}`` or ``{list}``, under the root."""
+        root = Path(self.root)
+        key = f"datamodule.source.splits.{split}"
+        images = root / entry.get("images", self.images)
+        masks = root / entry.get("masks", self.masks)
+        if "list" in entry:
+            listing = root / entry["list"]
+            if not listing.is_file():
+                raise ConfigError(
+                    f"{key}.list={entry['list']!r}: {listing} is not a file; expected a list "
+                    f"under datamodule.source.root={self.root!r}, or {_forms(split)}"
+                )
+            return SplitFiles(images, masks, listing)
+        for name, folder in (("images", images), ("masks", masks)):
+            if not folder.is_dir():
+                raise ConfigError(
+                    f"{key}.{name}={entry[name]!r}: {folder} is not a folder; expected "
+                    f"{SPLIT_KEYS[name]} under datamodule.source.root={self.root!r}, or "
+                    f"{_forms(split)}"
+                )
+        return SplitFiles(images, masks)
+
+    def _mask_folder_beside(self, location: Path) -> str:
+        """A sibling of ``location`` that may hold its masks (``trainannot``), for messages."""
+        siblings = sorted(
+            p.name
+            for p in location.parent.iterdir()
+            if p.is_dir() and p.name != location.name and p.name.startswith(location.name)
+        )
+        return siblings[0] if siblings else "<mask folder>"
 
     def _pair_listed(
-        self, listing: Path, image_dir: Path, mask_dir: Path
+        self, files: SplitFiles, listing: Path
     ) -> tuple[list[ImageMaskPair], list[FileProblem]]:
+        """Pair the lines of ``listing``: a name each, or an image and a mask path."""
+        bases = tuple(dict.fromkeys((listing.parent, Path(self.root))))
+        named = _NamedFiles(files, self._naming("image"), self._naming("mask"))
+        pairs: list[ImageMaskPair] = []
         problems: list[FileProblem] = []
-        explained: set[str] = set()
-        images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems, explained)
-        masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems, explained)
-        pairs = []
-        for number, line in enumerate(listing.read_text().splitlines(), 1):
-            name = line.split("#", 1)[0].strip()
-            if not name:
-                continue
-            key = str(Path(name).with_suffix("")) if Path(name).suffix else name
-            where = f"{listing}:{number}"
-            if key in explained and (key not in images or key not in masks):
-                continue  # its unusable image or mask is listed already
-            if key not in images:
-                problems.append(FileProblem(Path(where), f"no image {name!r} in {image_dir}"))
-            elif key not in masks:
-                problems.append(FileProblem(images[key], f"no mask for it in {mask_dir}"))
+        for line in read_list(listing):
+            found: ImageMaskPair | FileProblem | None
+            if len(line.fields) == 2:
+                found = _listed_pair(line, bases, listing.name)
+            elif len(line.fields) == 1:
+                found = named.pair(line, listing.name)
             else:
-                pairs.append(ImageMaskPair(images[key], masks[key]))
-        return pairs, problems
+                found = FileProblem(
+                    Path(line.where),
+                    f"{len(line.fields)} fields; expected an image name, or an image path "
+                    "and its mask path (paths without spaces)",
+                    kind=f"lines of {listing.name} that are neither",
+                )
+            if isinstance(found, ImageMaskPair):
+                pairs.append(found)
+            elif found is not None:
+                problems.append(found)
+        return pairs, named.problems + problems
 
 
-def _pair_folders(image_dir: Path, mask_dir: Path) -> tuple[list[ImageMaskPair], list[FileProblem]]:
-    """Pair every image under ``image_dir`` with the mask of the same key."""
-    problems = [
-        FileProblem(folder, "folder does not exist")
-        for folder in (image_dir, mask_dir)
-        if not folder.is_dir()
-    ]
-    if problems:
-        return [], problems
-    explained: set[str] = set()
-    images = _files_by_key(image_dir, IMAGE_SUFFIXES, problems, explained)
-    masks = _files_by_key(mask_dir, MASK_SUFFIXES, problems, explained)
-    pairs = [ImageMaskPair(images[k], masks[k]) for k in sorted(images) if k in masks]
-    problems += [
-        FileProblem(images[k], f"no mask for it in {mask_dir}")
-        for k in sorted(images)
-        if k not in masks and k not in explained
-    ]
-    problems += [
-        FileProblem(masks[k], f"no image for it in {image_dir}")
-        for k in sorted(masks)
-        if k not in images and k not in explained
-    ]
-    return pairs, problems
+def check_splits(splits: object) -> None:
+    """Raise ``ConfigError`` for a ``datamodule.source.splits`` value of the wrong form.
 
-
-def _files_by_key(
-    folder: Path, suffixes: tuple[str, ...], problems: list[FileProblem], explained: set[str]
-) -> dict[str, Path]:
-    """Files under ``folder`` with one of ``suffixes``, by relative path without suffix.
-
-    A second file with the same key (``a.png`` and ``a.tif``) is ambiguous: it is added
-    to ``problems`` and left out. So is an entry named like an image that cannot be
-    used (``_unusable``), with what it is; its key goes into ``explained``, so that its
-    partner is not also reported as unpaired.
+    Each split is a name (``str``), ``null``, or a mapping of ``SPLIT_KEYS`` to names:
+    ``images`` and ``masks``, or ``list`` (with or without them).
     """
-    found: dict[str, Path] = {}
-    for path in sorted(folder.rglob("*")):
-        if path.name.startswith(".") or path.suffix.lower() not in IMAGE_SUFFIXES:
-            continue
-        key = str(path.relative_to(folder).with_suffix(""))
-        reason = _unusable(path, suffixes)
-        if reason:
-            problems.append(FileProblem(path, reason))
-            explained.add(key)
-        elif key in found:
-            problems.append(FileProblem(path, f"same name as {found[key].name}; keep one"))
-        else:
-            found[key] = path
-    return found
-
-
-def _unusable(path: Path, suffixes: tuple[str, ...]) -> str | None:
-    """Why ``path``, named like an image, is no file of ``suffixes``; ``None`` if it is one."""
-    if path.is_symlink() and not path.exists():
-        return f"a link to {path.readlink()}, which does not exist"
-    if path.is_dir():
-        return "a folder, not an image file; rename or move it"
-    if not path.is_file():
-        return "not a regular file (a device, a pipe or a socket)"
-    if path.suffix.lower() not in suffixes:  # an image format masks may not have
-        return (
-            f"a {path.suffix.lstrip('.').upper()} mask; masks must be "
-            f"{'/'.join(s.lstrip('.').upper() for s in suffixes)} (lossy compression "
-            "changes the label values)"
+    if not isinstance(splits, Mapping):
+        raise ConfigError(
+            f"datamodule.source.splits={_shown(splits)!r} is not allowed: expected a mapping "
+            "from split (train, val, test) to its files, e.g. {train: train, val: val}"
         )
-    return None
+    for name, entry in splits.items():
+        split = str(name)
+        key = f"datamodule.source.splits.{split}"
+        if entry is None or isinstance(entry, str):
+            continue
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{key}={_shown(entry)!r} is not allowed: expected {_forms(split)}")
+        unknown = [str(k) for k in entry if k not in SPLIT_KEYS]
+        if unknown or ("list" not in entry and not {"images", "masks"} <= set(entry)):
+            what = f"unknown key {unknown[0]!r}" if unknown else "it needs images and masks"
+            raise ConfigError(
+                f"{key}={_shown(entry)!r} is not allowed ({what}): expected {_forms(split)}"
+            )
+        for item, value in entry.items():
+            if not isinstance(value, str):
+                raise ConfigError(
+                    f"{key}.{item}={_shown(value)!r} is not allowed: expected "
+                    f"{SPLIT_KEYS[str(item)]}, a path under datamodule.source.root"
+                )
+
+
+def _forms(split: str, masks: str = "<mask folder>") -> str:
+    """The forms a split may take, for messages (``masks``: the example's mask folder)."""
+    key = f"datamodule.source.splits.{split}"
+    return (
+        f"one of: {key}={split} (a folder under datamodule.source.root with images/ and "
+        f"masks/, or else the list {split}.txt); {key}={{images:{split},masks:{masks}}} "
+        f"(an image folder and a mask folder under the root); {key}={{list:{split}.txt}} "
+        "(a list file under the root: an image name, or an image and a mask path, per line)"
+    )
+
+
+def _shown(value: object) -> object:
+    """``value`` as plain Python, for messages (a config node shows as a dict or list)."""
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+class _NamedFiles:
+    """The files of a list's one-name lines: its image and mask folders, read when needed."""
+
+    def __init__(self, files: SplitFiles, image_naming: Naming, mask_naming: Naming) -> None:
+        self.files = files
+        self.image_naming, self.mask_naming = image_naming, mask_naming
+        self.problems: list[FileProblem] = []
+        self.explained: set[str] = set()
+        self._by_key: tuple[dict[str, Path], dict[str, Path]] | None = None
+
+    def pair(self, line: ListedLine, list_name: str) -> ImageMaskPair | FileProblem | None:
+        """The pair that ``line`` names, its problem, or ``None`` if reported already."""
+        if self._by_key is None:
+            self._by_key = (
+                files_by_key(self.files.images, self.image_naming, self.problems, self.explained),
+                files_by_key(self.files.masks, self.mask_naming, self.problems, self.explained),
+            )
+        images, masks = self._by_key
+        name = line.fields[0]
+        key = self.image_naming.key(Path(name))  # a name without the suffix: as it is
+        key = key or replace(self.image_naming, name_suffix="").key(Path(name)) or name
+        if key in self.explained and (key not in images or key not in masks):
+            return None  # its unusable image or mask is listed already
+        if key not in images:
+            where = self.files.images
+            kind = f"names in {list_name} with no image in {where}"
+            return FileProblem(Path(line.where), f"no image {name!r} in {where}", kind)
+        if key not in masks:
+            where = self.files.masks
+            kind = f"images listed in {list_name} without a mask in {where}"
+            return FileProblem(images[key], f"no mask for it in {where}", kind)
+        return ImageMaskPair(images[key], masks[key])
+
+
+def _listed_pair(
+    line: ListedLine, bases: tuple[Path, ...], list_name: str
+) -> ImageMaskPair | FileProblem:
+    """The image and mask that a two-path line names, or why they cannot be used."""
+    found = []
+    for text, formats, what in zip(
+        line.fields, (IMAGE_SUFFIXES, MASK_SUFFIXES), ("image", "mask"), strict=True
+    ):
+        path = resolve_listed(text, bases)
+        if path is None:
+            under = " or ".join(str(base) for base in bases)
+            reason = (
+                f"{what} {text!r} not found, as written nor by its trailing parts under {under}"
+            )
+            return FileProblem(
+                Path(line.where), reason, f"lines of {list_name} whose {what} is missing"
+            )
+        why = unusable(path, formats)
+        if why:
+            return FileProblem(path, f"{why} (listed at {line.where})")
+        found.append(path)
+    return ImageMaskPair(found[0], found[1])

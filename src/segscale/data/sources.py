@@ -45,10 +45,16 @@ class Tile:
 
 @dataclass(frozen=True)
 class FileProblem:
-    """One file that cannot be used, and why."""
+    """One file that cannot be used, and why.
+
+    ``kind`` names a problem that many files can share ("images without a mask in
+    /data/train/masks"): a report shows many problems of one kind as their count and a
+    few examples, not one line each.
+    """
 
     path: Path
     reason: str
+    kind: str = ""
 
 
 class TileSource(Protocol):

@@ -54,6 +54,10 @@ _ROWS_PER_CHUNK = 1024  # rows read at a time, so a memory-mapped tile is never 
 MAX_MASK_VALUES = 1024
 """Distinct values of one mask kept in the cache (those with the most pixels). A mask of
 classes holds a few; one with more is reported (an image in the mask folder?)."""
+MAX_LINES_PER_KIND = 5
+"""Problems of one kind listed one per line; more are summarised (see ``_message``)."""
+EXAMPLES_PER_KIND = 3
+"""Problems shown of a summarised kind."""
 MAX_VALUES = {"uint8": 255.0, "uint16": 65535.0, "float32": 1.0}
 """The value of full intensity for each pixel type (images are scaled by it)."""
 
@@ -588,13 +592,34 @@ def _message(
     unknown: MaskValueCensus | None = None,
     labels: LabelMap | None = None,
 ) -> str:
-    """Every problem: those of single files one per line, then unknown mask values."""
+    """Every problem: those of single files one per line, then unknown mask values.
+
+    More than ``MAX_LINES_PER_KIND`` problems of one ``kind`` (images without a mask,
+    ...) are one line with their count, then the first ``EXAMPLES_PER_KIND``.
+    """
     files = len(unknown.all_files) if unknown else 0
     lines = [f"{len(problems) + files} problem(s) in the dataset (datamodule.source):"]
-    lines += [f"  {problem.path}: {problem.reason}" for problem in problems]
+    lines += _problem_lines(problems)
     if unknown and labels is not None:
         lines += _unknown_values(unknown, labels, files)
     return "\n".join(lines)
+
+
+def _problem_lines(problems: list[FileProblem]) -> list[str]:
+    """One line per problem; a kind with many problems summarised where it first occurs."""
+    of_kind: dict[str, list[FileProblem]] = {}
+    for problem in problems:
+        of_kind.setdefault(problem.kind, []).append(problem)
+    lines: list[str] = []
+    for problem in problems:
+        same = of_kind[problem.kind]
+        if not problem.kind or len(same) <= MAX_LINES_PER_KIND:
+            lines.append(f"  {problem.path}: {problem.reason}")
+        elif problem is same[0]:
+            lines.append(f"  {len(same)} {problem.kind}, for example:")
+            lines += [f"    {p.path}: {p.reason}" for p in same[:EXAMPLES_PER_KIND]]
+            lines.append(f"    ... and {len(same) - EXAMPLES_PER_KIND} more")
+    return lines
 
 
 def _unknown_values(unknown: MaskValueCensus, labels: LabelMap, files: int) -> list[str]:

@@ -14,6 +14,7 @@ ships, with plain values: a checkpoint never names code to run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -27,9 +28,10 @@ from segscale.training.builders import data_source_record
 
 log = logging.getLogger(__name__)
 
-KNOWN_SOURCES = tuple(
-    f"{kind.__module__}.{kind.__qualname__}" for kind in (FolderTiles, SyntheticTiles)
-)
+SOURCE_KINDS: dict[str, type] = {
+    f"{kind.__module__}.{kind.__qualname__}": kind for kind in (FolderTiles, SyntheticTiles)
+}
+KNOWN_SOURCES = tuple(SOURCE_KINDS)
 """The ``_target_`` of every source that a checkpoint's ``data_source`` may name."""
 
 
@@ -43,7 +45,7 @@ def use_checkpoint_data(
     given: the checkpoint's replace the composed default. A checkpoint written before
     segscale stored its data keeps the composed source, and the log says so.
     """
-    trained_on = trained.data_source
+    trained_on = _with_new_defaults(trained.data_source)
     composed = data_source_record(datamodule.source)
     if trained_on is None:
         log.warning(
@@ -72,6 +74,23 @@ def use_checkpoint_data(
     log.info("evaluating the data ckpt was trained on: %s", describe(trained_on))
     with open_dict(datamodule):
         datamodule.source = OmegaConf.create(trained_on)
+
+
+def _with_new_defaults(source: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored source with the defaults of keys its kind gained since (``image_suffix``).
+
+    A checkpoint written before a key existed was trained as its default says: the same
+    data named today, default included, are the checkpoint's.
+    """
+    kind = SOURCE_KINDS.get(str(source.get("_target_"))) if source else None
+    if source is None or kind is None:
+        return source
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(kind)
+        if f.default is not dataclasses.MISSING and f.name not in source
+    }
+    return {**source, **defaults}
 
 
 def describe(source: dict[str, Any]) -> str:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_types import check_types
+from segscale.data.folder import check_splits
 from segscale.data.samplers import SHUFFLE_MODES
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
@@ -66,6 +67,8 @@ def check_config(cfg: DictConfig) -> None:
 def check_data_source(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for a data source value left unset (``???``) or of the wrong form.
 
+    The splits of a folder dataset are checked by ``check_splits``.
+
     Hydra would raise ``MissingMandatoryValue`` when the source is built (``datamodule=folder``
     without ``datamodule.source.root``), naming neither what to give nor how.
     """
@@ -80,21 +83,8 @@ def check_data_source(cfg: DictConfig) -> None:
                 f"datamodule.source.{name} is not set: give it on the command line, e.g. "
                 f"datamodule.source.{name}=/path/to/data{hint}"
             )
-    splits = source.get("splits")
-    for key, entry in splits.items() if isinstance(splits, DictConfig) else ():
-        split = str(key)
-        if entry is not None and not isinstance(entry, str):
-            shown = (
-                OmegaConf.to_container(entry)
-                if isinstance(entry, (DictConfig, ListConfig))
-                else entry
-            )
-            raise ConfigError(
-                f"datamodule.source.splits.{split}={shown!r} is not allowed: expected a "
-                f"folder under datamodule.source.root holding images/ and masks/ (e.g. "
-                f"{split}), or a .txt file under it listing image names (e.g. {split}.txt); "
-                "separate image and mask folders per split are not supported"
-            )
+    if "splits" in source:
+        check_splits(source.splits)
 
 
 def check_loader_options(cfg: DictConfig) -> None:
