@@ -78,14 +78,17 @@ def _train(root: Path, run: Path, *overrides: str):
     )
 
 
-def test_camvid_as_distributed_trains_with_its_root_alone(tmp_path: Path):
+def test_camvid_as_distributed_trains_with_its_root_alone(tmp_path: Path, monkeypatch):
     # train/ holds no images/ and masks/: the split is train.txt, its paths SegNet's.
     root = _camvid(tmp_path / "CamVid")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     done = _train(root, tmp_path / "run")
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 2
-    assert (root / ".segscale/validation.json").is_file()  # the cache, beside the data
+    # The validation pass cached what it read, in the user's cache, not the dataset.
+    assert list((tmp_path / "cache/segscale/validation").glob("*.json"))
+    assert not (root / ".segscale").exists()
 
 
 def test_a_cityscapes_like_tree_trains_with_suffixes_and_classes_found(tmp_path: Path):

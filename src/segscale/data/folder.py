@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -81,7 +82,9 @@ class FolderTiles:
             "root": str(Path(self.root).resolve()),
             "images": self.images,
             "masks": self.masks,
-            "splits": dict(self.splits),
+            "splits": {name: _plain(split) for name, split in self.splits.items()},
+            "image_suffix": self.image_suffix,
+            "mask_suffix": self.mask_suffix,
         }
         return json.dumps(settings, sort_keys=True)
 
@@ -323,3 +326,13 @@ def _listed_pair(
             return FileProblem(path, f"{why} (listed at {line.where})")
         found.append(path)
     return ImageMaskPair(found[0], found[1])
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every mapping a plain dict, so that it can be written as JSON.
+
+    A split given as ``{images: …, masks: …}`` arrives as a config node.
+    """
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
