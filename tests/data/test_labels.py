@@ -42,3 +42,18 @@ def test_bad_label_ids_name_the_key(label_ids, ignore_ids, message):
     with pytest.raises(ConfigError, match=message) as error:
         LabelMap(3, 255, label_ids, ignore_ids)
     assert "datamodule." in str(error.value)
+
+
+def test_automatic_colours_are_neither_the_ignored_grey_nor_the_white_background():
+    from segscale.data.labels import automatic_palette, class_colours
+    from segscale.training.plots import IGNORED_COLOUR
+
+    count = len(automatic_palette())
+    assert count >= 20
+    colours = class_colours(None, count).astype(int)
+    assert len({tuple(c) for c in colours}) == count  # as many distinct colours
+    spread = colours.max(axis=1) - colours.min(axis=1)
+    assert spread.min() >= 60  # no white, black or grey: class_0 was white, class_8 grey
+    distance = np.abs(colours - np.asarray(IGNORED_COLOUR)).sum(axis=1)
+    assert distance.min() > 60
+    assert class_colours([[1, 2, 3], [4, 5, 6]], 2).tolist() == [[1, 2, 3], [4, 5, 6]]

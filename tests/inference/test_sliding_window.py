@@ -186,3 +186,31 @@ def test_default_config_instantiates() -> None:
     assert isinstance(window, SlidingWindow)
     assert (window.tile_size, window.stride, window.batch_size) == (512, 384, 8)
     assert window.flip_tta is False
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (70, 45), (33, 100)])
+def test_blend_none_without_overlap_predicts_as_the_validation_grid(shape) -> None:
+    """evaluate.py's default inference is training's validation: pixel for pixel."""
+    from segscale.data.patches import GridPatchDataset, grid_inference
+    from segscale.data.sources import Tile
+    from segscale.training.whole_tile_prediction import predict_whole_tile
+
+    model = context_model()  # tile borders matter: the tiling must be the same one
+    image = (random_image(*shape) * 255).astype(np.uint8)
+    grid = GridPatchDataset([Tile(image, np.zeros(shape, np.uint8))], patch_size=16)
+
+    def classify(images: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return model(images.float()).argmax(1)
+
+    expected = predict_whole_tile(classify, grid, 0)
+    window = SlidingWindow(**grid_inference(16), batch_size=5)
+    assert np.array_equal(window.predict(model, image, CLASSES), expected)
+    # predict.py's Gaussian blend of the same tiles is another prediction
+    blended = SlidingWindow(tile_size=16, overlap=0.0).predict(model, image, CLASSES)
+    assert not np.array_equal(blended, expected) or shape == (64, 64)
+
+
+def test_an_unknown_blend_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"inference\.blend='mean' is not allowed"):
+        SlidingWindow(blend="mean")

@@ -35,6 +35,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
     args = [
         *tiny_overrides(tiny_data_root, None),
         f"hydra.run.dir={run}",
+        "training.output_network=last-iteration",  # the checkpoint before the bad step
         "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
         f"+callbacks.poison.step={per_epoch + 1}",  # the second step of the second epoch
         *devices,
@@ -98,6 +99,7 @@ def test_an_infinite_gradient_stops_the_run_naming_its_step(tiny_data_root, tmp_
         *tiny_overrides(tiny_data_root, None),
         f"hydra.run.dir={run}",
         "training.gradient_threshold=1.0",
+        "training.output_network=last-iteration",  # the checkpoint before the bad step
         *INF_GRADIENT_AT_STEP_5,
         cwd=tmp_path,
     )

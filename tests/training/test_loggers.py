@@ -134,3 +134,15 @@ def test_only_a_busy_store_is_retried(fake_store, monkeypatch, tmp_path):
     with pytest.raises(TypeError, match="a bug"):
         _ = logger.experiment
     assert len(calls) == 2  # the busy store once more, the bug not again
+
+
+def test_per_class_columns_are_in_natural_order(tmp_path):
+    logger = CSVLogger(save_dir=str(tmp_path), name="", version="")
+    names = [f"val/IoU_class_{k}" for k in range(12)]
+    logger.log_metrics({name: 0.5 for name in reversed(names)}, step=0)
+    logger.save()
+    logger.log_metrics({"val/mIoU": 0.5}, step=1)  # a new column rewrites the header
+    logger.save()
+    with (tmp_path / "metrics.csv").open(newline="") as file:
+        header = next(csv.reader(file))
+    assert [h for h in header if h.startswith("val/IoU_")] == names  # class_2 before class_10

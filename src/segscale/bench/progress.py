@@ -11,7 +11,11 @@ class Progress:
     """The progress bar: one tick per measurement, the latest one named beside it."""
 
     def __init__(self, total: int) -> None:
-        self.bar = tqdm(total=total, desc="bench", file=sys.stderr, dynamic_ncols=True)
+        # disable=None: no bar unless stderr is a terminal (tqdm's own rule), so a
+        # redirected log holds no bar redraws between its lines.
+        self.bar = tqdm(
+            total=total, desc="bench", file=sys.stderr, dynamic_ncols=True, disable=None
+        )
 
     def __call__(self, done: str) -> None:
         """One more measurement is done."""

@@ -1,8 +1,10 @@
 """``python evaluate.py ckpt=... datamodule=folder datamodule.source.root=...``.
 
-Full-image sliding-window inference on every labelled image of a split, accumulated
-into one confusion matrix: MATLAB's ``evaluateSemanticSegmentation`` (global and mean
-accuracy, mean and weighted IoU, per-class IoU and Dice) as JSON, CSV and PNG.
+Full-image sliding-window inference on every labelled image of a split (by default as
+training validated: the checkpoint's patch grid, ``conf/inference/validation.yaml``),
+accumulated into one confusion matrix: MATLAB's ``evaluateSemanticSegmentation``
+(global and mean accuracy, mean and weighted IoU, per-class IoU and Dice) as JSON, CSV
+and PNG, with the inference settings that made them.
 
 The classes, label IDs and normalization are the checkpoint's; a classes file or key
 given that differs from them is refused (``segscale.inference.checkpoint_classes``).
@@ -25,7 +27,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.fabric import Fabric
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
@@ -61,9 +63,14 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     caller named the data (``datamodule.source``); if not, those the checkpoint was
     trained on replace the composed ones (``use_checkpoint_data``).
     """
-    # The class keys hold "checkpoint" until the checkpoint's classes replace them.
-    check_types(cfg, filled_in=[f"datamodule.{key}" for key in CLASS_KEYS])
+    # The class keys (and the validation tile size) hold "checkpoint" until the
+    # checkpoint's values replace them.
+    filled_in = [f"datamodule.{key}" for key in CLASS_KEYS]
+    if cfg.inference.get("tile_size") == "checkpoint":
+        filled_in.append("inference.tile_size")
+    check_types(cfg, filled_in=filled_in)
     trained = load_trained(cfg.ckpt)
+    use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
     other_data = cfg.get("other_data", False)
@@ -112,10 +119,63 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     )
     confusion = torch.from_numpy(counts)
     output = Path(cfg.output_dir)
-    write_evaluation(output, confusion, trained.class_names, f"Confusion matrix, split={cfg.split}")
-    metrics = evaluation_report(confusion, trained.class_names)
+    inference = inference_record(window)
+    write_evaluation(
+        output,
+        confusion,
+        trained.class_names,
+        f"Confusion matrix, split={cfg.split}",
+        inference=inference,
+    )
+    metrics = evaluation_report(confusion, trained.class_names) | {"inference": inference}
     log.info("%s", json.dumps({k: v for k, v in metrics.items() if k != "classes"}))
+    log.info("per class:\n%s", class_table(metrics["classes"]))
+    log.info("evaluation written to %s", output)
     return metrics
+
+
+def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> None:
+    """Fill ``inference.tile_size: checkpoint`` (in place) with the validation grid's side.
+
+    A checkpoint written before segscale recorded it (``validation_inference``) gets
+    predict.py's tile size (``conf/inference/default.yaml``), and the log says so.
+    """
+    if inference.get("tile_size") != "checkpoint":
+        return
+    recorded = trained.validation_inference
+    if recorded is None:
+        default = OmegaConf.load(Path(CONFIG_DIR) / "inference" / "default.yaml")
+        log.warning(
+            "ckpt=%r does not record the patch size it was validated with (it was written "
+            "by an earlier segscale): evaluating with inference.tile_size=%d",
+            ckpt,
+            default.tile_size,
+        )
+        recorded = {"tile_size": default.tile_size}
+    inference.tile_size = int(recorded["tile_size"])
+
+
+def inference_record(window: SlidingWindow) -> dict[str, object]:
+    """The inference settings a number was measured with, for ``metrics.json`` and the log."""
+    return {
+        "tile_size": window.tile_size,
+        "overlap": window.overlap,
+        "blend": window.blend,
+        "flip_tta": window.flip_tta,
+    }
+
+
+def class_table(classes: dict[str, dict[str, float | None]]) -> str:
+    """Per-class accuracy, IoU and Dice as aligned text lines (``-``: class absent)."""
+    width = max([5, *(len(name) for name in classes)])
+    lines = [f"{'class':<{width}}  Accuracy       IoU      Dice"]
+    for name, values in classes.items():
+        cells = [
+            "-" if values[key] is None else f"{values[key]:.4f}"
+            for key in ("Accuracy", "IoU", "Dice")
+        ]
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>8}" for c in cells))
+    return "\n".join(lines)
 
 
 def _confusion_of_share(

@@ -203,7 +203,6 @@ def _triplet(entry: Sequence[int]) -> tuple[int, int, int]:
 
 
 DEFAULT_COLOURS = (
-    (255, 255, 255),
     (0, 0, 255),
     (0, 255, 255),
     (0, 255, 0),
@@ -211,17 +210,31 @@ DEFAULT_COLOURS = (
     (255, 0, 0),
     (128, 0, 128),
     (255, 128, 0),
-    (128, 128, 128),
     (0, 128, 128),
 )
-"""ISPRS Potsdam's six class colours first, then more for larger class sets."""
+"""Saturated colours for classes that come without any; then tab20's (``class_colours``)."""
+
+MIN_COLOURFULNESS = 60
+"""The least spread between an automatic colour's channels (0-255): white, black and the
+greys (ignored pixels are drawn light grey, figures have a white background) have none."""
+
+
+def automatic_palette() -> np.ndarray:
+    """The colours ``class_colours`` gives classes without any (``n×3`` uint8), in order.
+
+    ``DEFAULT_COLOURS``, then matplotlib's ``tab20`` without its greys: no class takes
+    the ignored pixels' grey or the figures' white background.
+    """
+    tab20 = cast(ListedColormap, matplotlib.colormaps["tab20"])  # a listed colormap
+    more = (np.asarray(tab20.colors) * 255).round()
+    palette = np.concatenate([np.asarray(DEFAULT_COLOURS), more]).astype(np.uint8)
+    spread = palette.max(axis=1).astype(int) - palette.min(axis=1)
+    return palette[spread >= MIN_COLOURFULNESS]
 
 
 def class_colours(colours: Sequence[Sequence[int]] | None, num_classes: int) -> np.ndarray:
-    """RGB per class (``num_classes×3`` uint8): ``colours``, else a default palette."""
+    """RGB per class (``num_classes×3`` uint8): ``colours``, else ``automatic_palette``."""
     if colours:
         return np.asarray(colours, np.uint8)[:num_classes]
-    tab20 = cast(ListedColormap, matplotlib.colormaps["tab20"])  # a listed colormap
-    more = np.asarray(tab20.colors) * 255
-    palette = np.concatenate([np.asarray(DEFAULT_COLOURS), more.round()]).astype(np.uint8)
-    return np.resize(palette, (num_classes, 3))  # repeats beyond 30 classes
+    # Repeats beyond the palette's 23 colours.
+    return np.resize(automatic_palette(), (num_classes, 3))

@@ -267,6 +267,17 @@ class GridPatchDataset(Dataset):
         return _as_sample(image, mask, (t, y, x))
 
 
+def grid_inference(patch_size: int) -> dict[str, Any]:
+    """The sliding-window settings that predict a whole tile as ``GridPatchDataset`` does.
+
+    Tiles of ``patch_size`` without overlap, and each pixel from the first tile that
+    covers it (``blend: none``): the last row and column, moved back inside the tile,
+    score only the pixels no earlier tile did, as the grid's ignored margins make them.
+    Stored in checkpoints, so that ``evaluate.py`` measures what validation measured.
+    """
+    return {"tile_size": int(patch_size), "overlap": 0.0, "blend": "none"}
+
+
 def _grid(length: int, size: int) -> list[tuple[int, int]]:
     """Window starts along one axis, with how many leading pixels repeat the last window."""
     if size > length:

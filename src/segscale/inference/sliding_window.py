@@ -27,6 +27,9 @@ Origin = tuple[int, int]
 MIN_WEIGHT = 1e-4
 """Floor of the blending window, relative to its peak of 1 (see ``gaussian_window``)."""
 
+BLENDS = ("gaussian", "none")
+"""How tiles that share pixels combine: ``SlidingWindow``'s ``blend``."""
+
 
 def tile_starts(length: int, tile: int, stride: int) -> list[int]:
     """Tile starts along an axis of ``length`` pixels: ``0, stride, 2·stride, …``.
@@ -65,7 +68,11 @@ class SlidingWindow:
     tile shared with its neighbour, in [0, 1); the stride is
     ``round(tile_size × (1 − overlap))``, at least 1. ``batch_size``: tiles per forward
     pass. ``flip_tta``: average each tile's softmax with those of its horizontal and
-    vertical flips (flipped back), at 3× the compute.
+    vertical flips (flipped back), at 3× the compute. ``blend``: ``gaussian`` weighs the
+    tiles that share a pixel with ``gaussian_window``; ``none`` gives each pixel the
+    prediction of the first tile (row-major) that covers it, which with ``overlap=0`` is
+    the validation grid of training (``GridPatchDataset``: the last row and column of
+    tiles moved back inside the image score only the pixels no earlier tile scored).
     """
 
     def __init__(
@@ -74,13 +81,15 @@ class SlidingWindow:
         overlap: float = 0.25,
         batch_size: int = 8,
         flip_tta: bool = False,
+        blend: str = "gaussian",
     ) -> None:
         _require(tile_size, "inference.tile_size", _is_int(1), "an integer >= 1")
         _require(overlap, "inference.overlap", _is_fraction, "a number with 0 <= overlap < 1")
         _require(batch_size, "inference.batch_size", _is_int(1), "an integer >= 1")
         _require(flip_tta, "inference.flip_tta", lambda v: isinstance(v, bool), "true or false")
+        _require(blend, "inference.blend", lambda v: v in BLENDS, f"one of {BLENDS}")
         self.tile_size, self.overlap = tile_size, float(overlap)
-        self.batch_size, self.flip_tta = batch_size, flip_tta
+        self.batch_size, self.flip_tta, self.blend = batch_size, flip_tta, blend
         self.stride = max(1, round(tile_size * (1 - self.overlap)))
 
     def tile_origins(self, height: int, width: int) -> Iterator[Origin]:
@@ -146,8 +155,9 @@ class SlidingWindow:
             image = image[:, :, None]  # a view: a memmap stays unread
         height, width = image.shape[:2]
         tile_shape = (min(self.tile_size, height), min(self.tile_size, width))
-        window = gaussian_window(*tile_shape)
-        bands = _BandAccumulator(num_classes, tile_shape[0], width, window)
+        first_wins = self.blend == "none"
+        window = np.ones(tile_shape, np.float32) if first_wins else gaussian_window(*tile_shape)
+        bands = _BandAccumulator(num_classes, tile_shape[0], width, window, first_wins)
         for origins in _batches(self.tile_origins(height, width), self.batch_size):
             tiles = np.stack([_read_tile(image, origin, tile_shape) for origin in origins])
             probabilities = self._probabilities(model, tiles, num_classes, device)
@@ -179,10 +189,13 @@ class _BandAccumulator:
     Tiles must arrive row-major; once a tile starting at row ``y`` arrives, rows above
     ``y`` are final (later tiles start at ``y`` or below) and ``release(y)`` hands them
     out and shifts the buffers up, so they never hold more than one tile's height.
+    ``first_wins``: a pixel keeps the first tile's values, later tiles add nothing to it.
     """
 
-    def __init__(self, num_classes: int, rows: int, width: int, window: np.ndarray) -> None:
-        self.top, self.window = 0, window
+    def __init__(
+        self, num_classes: int, rows: int, width: int, window: np.ndarray, first_wins: bool
+    ) -> None:
+        self.top, self.window, self.first_wins = 0, window, first_wins
         # Host memory, not the device's: it holds a full image row, the device only a batch.
         self.sums = np.zeros((num_classes, rows, width), dtype=np.float32)
         self.weights = np.zeros((rows, width), dtype=np.float32)
@@ -191,6 +204,11 @@ class _BandAccumulator:
         """Add one tile's window-weighted probabilities (``K×h×w``) at image pixel (y, x)."""
         rows = slice(y - self.top, y - self.top + weighted.shape[1])
         columns = slice(x, x + weighted.shape[2])
+        if self.first_wins:
+            unscored = self.weights[rows, columns] == 0
+            self.sums[:, rows, columns] += weighted * unscored
+            self.weights[rows, columns] += self.window * unscored
+            return
         self.sums[:, rows, columns] += weighted
         self.weights[rows, columns] += self.window
 

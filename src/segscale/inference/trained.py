@@ -48,6 +48,10 @@ class TrainedModel:
     data_source: dict[str, Any] | None = None
     """The training run's ``datamodule.source`` (resolved, ``root`` absolute); ``None``
     for a checkpoint written before segscale stored it."""
+    validation_inference: dict[str, Any] | None = None
+    """How training's validation predicted whole images (``grid_inference``): the
+    sliding-window settings ``evaluate.py`` uses by default; ``None`` for a checkpoint
+    written before segscale stored them."""
 
     @property
     def num_classes(self) -> int:
@@ -80,4 +84,5 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
         class_colors=meta["class_colors"],
         mask_labels=mask_labels,
         data_source=meta.get("data_source"),
+        validation_inference=meta.get("validation_inference"),
     )

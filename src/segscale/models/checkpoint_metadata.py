@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from torch import nn
 
 from segscale.data.labels import LabelMap
+from segscale.data.patches import grid_inference
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import load_checkpoint_file
 from segscale.models.networks import build_network
@@ -51,6 +52,8 @@ def inference_metadata(
         "mean": [float(v) for v in datamodule.mean],
         "std": [float(v) for v in datamodule.std],
         "max_value": float(datamodule.max_value),
+        # How validation predicted whole tiles: evaluate.py's default inference.
+        "validation_inference": grid_inference(datamodule.patch_size),
     }
 
 
@@ -70,6 +73,7 @@ LATER_METADATA: dict[str, type | tuple[type, ...]] = {
     "ignore_ids": list,
     "data_source": dict,  # the training datamodule.source (added by training.builders)
     "segscale_version": str,
+    "validation_inference": dict,
 }
 """Entries that checkpoints written before segscale stored them lack: checked if present.
 

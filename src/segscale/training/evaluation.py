@@ -21,17 +21,22 @@ def write_evaluation(
     class_names: Sequence[str],
     title: str = "Confusion matrix",
     figures: BackgroundFigures | None = None,
+    inference: dict[str, object] | None = None,
 ) -> None:
     """Write ``evaluation_report`` and the confusion matrix into ``folder``.
 
     ``metrics.json`` (data-set and per-class metrics), ``class_metrics.csv`` (accuracy,
     IoU, Dice per class), ``confusion_matrix.csv`` (rows: true class, columns:
     predicted) and ``confusion_matrix.png`` (headed ``title``, in % of each true
-    class's pixels), drawn by ``figures`` in the background if given.
+    class's pixels), drawn by ``figures`` in the background if given. ``inference``:
+    how the predictions were made (tile size, overlap, blend), recorded in
+    ``metrics.json`` so that two reports of one checkpoint say why they differ.
     """
     names = list(class_names)
     folder.mkdir(parents=True, exist_ok=True)
     report = evaluation_report(confusion, names)
+    if inference is not None:
+        report["inference"] = inference
     write_text_atomically(folder / "metrics.json", json.dumps(report, indent=2))
     classes = [
         [name, values["Accuracy"], values["IoU"], values["Dice"]]

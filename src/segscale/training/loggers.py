@@ -20,6 +20,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.atomic_files import write_csv_atomically
+from segscale.natural_order import natural_key
 
 T = TypeVar("T")
 
@@ -30,8 +31,15 @@ class _AppendingWriter(ExperimentWriter):
     """Lightning's CSV writer, except that an existing ``metrics.csv`` is continued.
 
     Lightning deletes the file when its folder is reused; a resumed run writes into its
-    own run folder, so the rows before the interruption would be lost.
+    own run folder, so the rows before the interruption would be lost. Its columns are
+    in natural order (``val/IoU_class_2`` before ``val/IoU_class_10``), where Lightning
+    sorts them as text.
     """
+
+    def _record_new_keys(self) -> set[str]:
+        new_keys = super()._record_new_keys()
+        self.metrics_keys.sort(key=natural_key)
+        return new_keys
 
     def _check_log_dir_exists(self) -> None:
         if self._fs.isfile(self.metrics_file_path):

@@ -19,6 +19,14 @@ def test_output_network_picks_the_reported_checkpoint(make_config, tmp_path, cho
     assert summary["output_checkpoint"].endswith(expected)
 
 
+def test_the_output_checkpoint_is_best_ckpt_as_in_the_readme_examples(make_config):
+    summary = train(make_config())
+    assert summary["output_network"] == "best-validation"
+    assert summary["output_checkpoint"] == summary["best_checkpoint"]
+    assert summary["output_checkpoint"].endswith("checkpoints/best.ckpt")
+    assert summary["last_checkpoint"].endswith("checkpoints/last.ckpt")
+
+
 def test_the_fine_tuning_settings_are_in_the_summary(make_config):
     summary = train(
         make_config("training.freeze_encoder_epochs=1", "training.encoder_lr_factor=0.1")

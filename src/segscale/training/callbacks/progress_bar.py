@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import lightning as L
@@ -17,10 +18,16 @@ class TQDMProgressBar(LightningTQDMProgressBar):
     Lightning would read a progress-bar value on the host after every step, a host sync
     each. This bar reads the loss of each logging step once, when that step ends (a
     logger reads it then anyway), and shows the last one read.
+
+    The bar is drawn only on a terminal: written to a file or a pipe (a cluster's job
+    log, ``> train.log 2>&1``), each redraw would land between the log lines, and the
+    log has periodic rows of its own (``VerboseLog``, ``callbacks.verbose_log.frequency``).
     """
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False):
         super().__init__(refresh_rate, process_position, leave)
+        if not sys.stdout.isatty():  # where Lightning draws its bars
+            self.disable()
         self.loss: float | None = None  # the training loss of the last logging step
         self._logs = False  # whether the step now running logs its loss
 

@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
+from segscale.natural_order import natural_key
 from segscale.training.run_clock import RunClock
 from segscale.training.run_times import RunTimes
 from segscale.training.summary_file import write_summary
@@ -49,7 +50,7 @@ class RunSummary(L.Callback):
     def __init__(
         self,
         output_dir: str,
-        output_network: str = "last-iteration",
+        output_network: str = "best-validation",
         scaling: dict[str, Any] | None = None,
         fine_tuning: dict[str, Any] | None = None,
         clock: RunClock | None = None,
@@ -201,7 +202,13 @@ class RunSummary(L.Callback):
         return {
             "status": "finished",
             "error": None,
-            "metrics": {k: _number(v) for k, v in sorted(metrics) if k not in rates},
+            "metrics": {
+                k: _number(v)
+                for k, v in sorted(metrics, key=lambda item: natural_key(item[0]))
+                if k not in rates
+            },
+            # How validation predicted whole images: evaluate.py's default inference.
+            "validation_inference": _checkpoint_metadata(pl_module).get("validation_inference"),
             "best_checkpoint": best,
             "best_score": _number(getattr(checkpoint, "best_model_score", None)),
             "last_checkpoint": last,
@@ -230,6 +237,11 @@ class RunSummary(L.Callback):
             "started_at": self._started_at,
             "finished_at": _now(),
         }
+
+
+def _checkpoint_metadata(pl_module: L.LightningModule) -> dict[str, Any]:
+    """The module's checkpoint metadata (``inference_metadata``), or ``{}`` without one."""
+    return getattr(pl_module, "inference_metadata", None) or {}
 
 
 def monitored_rates(trainer: L.Trainer) -> set[str]:

@@ -129,7 +129,11 @@ class ValidationReport(L.Callback):
         # Only a SegmentationModule has a validation confusion matrix.
         module = cast("SegmentationModule", pl_module)
         title = f"Validation confusion matrix at iteration {self.validated_at}"
-        write_evaluation(self.folder, confusion, list(module.class_names), title, self.figures)
+        # How validation predicted (its patch grid): evaluate.py's default, to compare with.
+        inference = (module.inference_metadata or {}).get("validation_inference")
+        write_evaluation(
+            self.folder, confusion, list(module.class_names), title, self.figures, inference
+        )
         self._plot_samples(trainer, module)
 
     def _plot_samples(self, trainer: L.Trainer, module: SegmentationModule) -> None:

@@ -1,0 +1,97 @@
+"""One validation number: train.py's val/mIoU is what ``evaluate.py split=val`` gives.
+
+One tiny training (through train.py's entry point) serves the tests of this file; its
+patch size (80) does not divide the validation tiles (192), so the validation grid's
+last row and column are moved back inside the tile, as in real data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from segscale.cli.evaluate import main as evaluate_main
+from segscale.cli.train import main as train_main
+from tests.conftest import tiny_overrides
+from tests.in_process import run_in_process
+
+PATCH = 80
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_data_root: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A finished tiny run: its folder and what train.py wrote on stdout and stderr."""
+    run = tmp_path_factory.mktemp("validated") / "run"
+    done = run_in_process(
+        train_main,
+        *tiny_overrides(tiny_data_root, run),
+        f"datamodule.patch_size={PATCH}",
+        "callbacks.verbose_log.frequency=2",
+        f"hydra.run.dir={run}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run, done
+
+
+@pytest.mark.slow
+def test_evaluate_split_val_gives_the_validation_miou_of_training(trained_run, tmp_path: Path):
+    run, _ = trained_run
+    summary = json.loads((run / "summary.json").read_text())
+    out = tmp_path / "evaluated"
+    done = run_in_process(
+        evaluate_main,
+        f"ckpt={summary['best_checkpoint']}",
+        "split=val",
+        "accelerator=cpu",
+        f"hydra.run.dir={out}",
+        cwd=tmp_path,
+        program="evaluate.py",
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["MeanIoU"] == pytest.approx(summary["best_score"], abs=1e-3)
+    # Each number says which inference made it: the same one here.
+    grid = {"tile_size": PATCH, "overlap": 0.0, "blend": "none"}
+    assert summary["validation_inference"] == grid
+    assert metrics["inference"] == grid | {"flip_tta": False}
+    # The log names the folder and shows the classes' scores.
+    assert f"evaluation written to {out}" in output
+    assert "class" in output and "IoU" in output
+    rows = [line.split() for line in output.splitlines()]
+    assert all(
+        any(row[:1] == [name] and len(row) == 4 for row in rows) for name in metrics["classes"]
+    )
+
+
+@pytest.mark.slow
+def test_evaluate_with_predict_s_inference_says_so(trained_run, tmp_path: Path):
+    run, _ = trained_run
+    out = tmp_path / "evaluated"
+    done = run_in_process(
+        evaluate_main,
+        f"ckpt={run / 'checkpoints/best.ckpt'}",
+        "inference=default",
+        "accelerator=cpu",
+        f"hydra.run.dir={out}",
+        cwd=tmp_path,
+        program="evaluate.py",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["inference"] == {
+        "tile_size": 512,
+        "overlap": 0.25,
+        "blend": "gaussian",
+        "flip_tta": False,
+    }
+
+
+@pytest.mark.slow
+def test_a_redirected_training_log_has_rows_and_no_progress_bar(trained_run):
+    _, done = trained_run  # its stdout and stderr were not a terminal
+    output = done.stdout + done.stderr
+    assert "it/s]" not in output and "\r" not in output
+    assert "| Epoch | Iteration |" in output
