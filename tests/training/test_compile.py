@@ -10,9 +10,9 @@ import csv
 from pathlib import Path
 
 import pytest
-from tests.conftest import compose_config, tiny_overrides
 
 from segscale.training.run import train
+from tests.conftest import compose_config, tiny_overrides
 
 
 def train_losses(run: Path) -> dict[int, float]:
