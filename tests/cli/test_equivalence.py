@@ -1,4 +1,4 @@
-"""DESIGN.md §5: DDP over 2 ranks × batch b equals one process × batch 2b.
+"""DDP over 2 ranks × batch b equals one process × batch 2b (docs/architecture.md).
 
 And with uneven devices (``scaling.worker_load``): 2 ranks with batches 4 and 2 equal
 one process with batch 6.

@@ -1,4 +1,4 @@
-"""The GPU tier: what only a CUDA device shows (DESIGN.md §5), skipped without one.
+"""The GPU tier: what only a CUDA device shows (docs/architecture.md), skipped without one.
 
 Training in each precision with channels_last, torch.compile against eager, a resume,
 predict / evaluate / export from a GPU-trained checkpoint and that checkpoint on the CPU

@@ -1,4 +1,4 @@
-"""DESIGN.md §4: no avoidable host syncs in the training step, counted on CPU.
+"""No avoidable host syncs in the training step (docs/architecture.md), counted on CPU.
 
 ``HostSyncCounter`` first (what it counts, what it leaves alone), then a training
 step of the module on two gloo ranks, then whole steps of real two-rank DDP runs.

@@ -2,7 +2,7 @@
 
 Every random choice for patch ``i`` of epoch ``e`` comes from ``patch_rng(seed, e, i)``,
 so a patch does not depend on which rank or DataLoader worker draws it, nor on what was
-drawn before it (DESIGN.md §4).
+drawn before it (docs/architecture.md, "Randomness addressed by index").
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ so a fresh pass, a cached one and every rank's own pass keep the same pixels.
 drawn with the requested weights, a tile in proportion to its pixels of that class, one
 of the tile's kept pixels of it. Its draws come from ``centre_rng(seed, epoch, index)``,
 a stream of its own beside the patch's generator, so a patch is still a pure function of
-``(seed, epoch, index)`` (DESIGN.md §4), and a patch that is not class-centred is exactly
-the patch that uniform sampling draws.
+``(seed, epoch, index)`` (docs/architecture.md, "Randomness addressed by index"), and a
+patch that is not class-centred is exactly the patch that uniform sampling draws.
 """
 
 from __future__ import annotations

@@ -222,8 +222,9 @@ def clip_gradients(parameters: list[nn.Parameter], threshold: float, method: str
     ``global-l2norm`` rescales all gradients together when their joint L2 norm does;
     ``absolute-value`` clamps every gradient element to ``[-threshold, threshold]``.
     The norms never leave the device: each gradient is multiplied by
-    ``min(1, threshold / norm)`` rather than compared on the host (DESIGN.md §4), with
-    PyTorch's multi-tensor (foreach) kernels where the device has them.
+    ``min(1, threshold / norm)`` rather than compared on the host (docs/architecture.md,
+    "No avoidable host syncs"), with PyTorch's multi-tensor (foreach) kernels where the
+    device has them.
     """
     if math.isinf(threshold):
         return

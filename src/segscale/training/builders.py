@@ -1,7 +1,7 @@
 """The objects a composed config describes, each from the config group of its name.
 
 ``train.py``, ``bench.py``, the sweepers and the Python API build through these, so a
-config means the same thing everywhere (DESIGN.md §3).
+config means the same thing everywhere (docs/architecture.md, "One config group, one object").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Counting the operations that make the host wait for the device (DESIGN.md §4).
+"""Counting the operations that make the host wait for the device (docs/architecture.md).
 
 A GPU runs the kernels the host queues while the host goes on queuing; an operation
 whose result the host must *read* (a number it branches on, a shape it allocates)

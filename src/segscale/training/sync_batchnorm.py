@@ -6,8 +6,8 @@ statistics are noisy; synchronizing them makes N devices × b behave like one de
 and one in the backward pass, and never makes the host wait for the device. It
 replaces PyTorch's ``nn.SyncBatchNorm`` on GPUs too: that one gathers every rank's
 statistics and drops those of empty ranks with boolean masks, three host syncs per
-layer and step (DESIGN.md §4), and it does not run on CPUs at all, where the test
-suite proves DDP equivalence with this layer.
+layer and step (docs/architecture.md, "No avoidable host syncs"), and it does not run
+on CPUs at all, where the test suite proves DDP equivalence with this layer.
 """
 
 from __future__ import annotations
