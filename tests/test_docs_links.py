@@ -95,6 +95,25 @@ def test_no_page_names_what_lies_outside_the_repository(document):
     assert outside_mentions(document, document.read_text(encoding="utf-8")) == []
 
 
+def test_no_code_or_config_names_what_lies_outside_the_repository():
+    # Code, tests, configs and scripts cite the design by docs/architecture.md's
+    # headings, not by a file that users and contributors do not have.
+    files = [
+        path
+        for folder in ("src", "tests", "experiments", ".ci")
+        for path in (REPO / folder).rglob("*")
+        if path.suffix in {".py", ".yaml", ".sh", ".toml", ""} and path.is_file()
+    ]
+    files += [REPO / "pyproject.toml", REPO / "mkdocs.yml"]
+    found = [
+        mention
+        for path in files
+        if path != Path(__file__)
+        for mention in outside_mentions(path, path.read_text(encoding="utf-8", errors="ignore"))
+    ]
+    assert len(files) > 100 and found == []
+
+
 def test_the_documents_were_found():
     names = {p.relative_to(REPO).as_posix() for p in DOCUMENTS}
     assert {"README.md", "docs/index.md", "docs/configuration.md"} <= names
