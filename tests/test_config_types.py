@@ -188,8 +188,13 @@ def test_every_shipped_config_passes(name, group, option):
     "overrides", [("predict",), ("evaluate",), ("evaluate", "datamodule=folder")]
 )
 def test_inference_configs_pass(overrides):
-    # evaluate's class keys say "checkpoint" until evaluate.py fills them in from ckpt
-    check_types(compose_config(*overrides), [f"datamodule.{key}" for key in CLASS_KEYS])
+    # evaluate's class keys and its validation tile size say "checkpoint" until
+    # evaluate.py fills them in from ckpt
+    cfg = compose_config(*overrides)
+    filled_in = [f"datamodule.{key}" for key in CLASS_KEYS]
+    if cfg.inference.get("tile_size") == "checkpoint":
+        filled_in.append("inference.tile_size")
+    check_types(cfg, filled_in)
 
 
 def test_inference_configs_refuse_wrong_kinds():
