@@ -9,11 +9,11 @@ import torch
 from hydra.utils import instantiate
 from PIL import Image
 
-from segscale.cli.predict import predict
 from segscale.configs import CONFIG_DIR
 from segscale.data.sources import read_mask_values
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
+from segscale.inference.prediction import predict
 from segscale.training.builders import instantiate_each
 from segscale.training.run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
