@@ -8,9 +8,9 @@ from PIL import Image
 
 from segscale.cli.evaluate import main as evaluate_main
 from segscale.cli.train import main as train_main
+from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.labels import LabelMap
 from segscale.data.sources import ImageMaskPair
-from segscale.data.validation import InvalidDatasetError
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.checkpoint_evaluation import evaluate, image_confusion
 from segscale.inference.sliding_window import SlidingWindow

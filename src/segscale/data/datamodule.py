@@ -18,6 +18,7 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from segscale.data.augment import Augmentation
+from segscale.data.dataset_report import DatasetReport
 from segscale.data.deferred_loader import DeferredStartLoader
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
@@ -28,7 +29,7 @@ from segscale.data.sources import (
     check_max_image_pixels,
     load_tiles,
 )
-from segscale.data.validation import DatasetReport, validate_dataset
+from segscale.data.validation import validate_dataset
 from segscale.devices import cpus_available
 from segscale.errors import ConfigError
 

@@ -28,13 +28,14 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
 from segscale.data.labels import LabelMap
+from segscale.data.pixel_types import pixel_type_mismatch
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     ImageMaskPair,
     read_image,
     read_mask_values,
 )
-from segscale.data.validation import pixel_type_mismatch, validate_dataset
+from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
 from segscale.inference.checkpoint_classes import CLASS_KEYS, use_checkpoint_classes
 from segscale.inference.checkpoint_data import use_checkpoint_data

@@ -24,12 +24,12 @@ from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
 from segscale.config_types import check_types
+from segscale.data.image_headers import check_image_headers
 from segscale.data.sources import (
     FileProblem,
     check_max_image_pixels,
     describe_read_error,
 )
-from segscale.data.validation import check_image_headers
 from segscale.errors import ConfigError
 from segscale.inference.devices import run_on_devices
 from segscale.inference.inputs import (
