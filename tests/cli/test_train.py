@@ -265,7 +265,8 @@ def test_the_trainer_follows_the_schedule(make_config, tmp_path):
 
 
 def test_the_matlab_preset_has_the_users_settings(make_config):
-    cfg = compose_config("train", "experiment=matlab_deeplabv3plus", "output_dir=/tmp/x")
+    preset = "experiment=deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512"
+    cfg = compose_config("train", preset, "output_dir=/tmp/x")
     assert cfg.model.encoder == "inceptionresnetv2" and cfg.model.output_stride == 16
     assert cfg.datamodule.num_classes == 6 and cfg.datamodule.patch_size == 512
     assert cfg.datamodule.patches_per_image == 1500 and cfg.datamodule.batch_size == 20
@@ -282,7 +283,7 @@ def test_the_matlab_preset_has_the_users_settings(make_config):
     # from random weights: tests run offline.
     summary = train(
         make_config(
-            "experiment=matlab_deeplabv3plus",
+            preset,
             "model.encoder_weights=null",
             "trainer.max_epochs=1",
             "datamodule.batch_size=4",
