@@ -10,8 +10,8 @@ from PIL import Image
 
 import segscale
 from segscale import api
-from segscale.cli.predict import predict as predict_command
 from segscale.errors import ConfigError
+from segscale.inference.prediction import predict as predict_command
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, tiny_overrides
 

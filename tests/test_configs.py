@@ -35,3 +35,20 @@ def test_speed_max_sets_the_fast_path():
     assert cfg.training.compile is False  # not until its GPU test passes
     default = compose_config("train", [])
     assert default.optimizer.fused is None and default.trainer.precision == "32-true"
+
+
+PRESET = "deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512"
+
+
+def test_the_preset_is_named_for_what_it_trains_and_its_old_name_still_works():
+    named = compose_config("train", [f"experiment={PRESET}"])
+    old = compose_config("train", ["experiment=matlab_deeplabv3plus"])
+    assert named.model.encoder == "inceptionresnetv2" and named.model.output_stride == 16
+    assert named.datamodule.batch_size == 20 and named.trainer.max_epochs == 10
+    assert named.datamodule.patch_size == 512
+    assert named.task_name == PRESET
+    # The old name is the same preset; its runs keep their folder (task_name), so a run
+    # started under it resumes with experiment=matlab_deeplabv3plus ckpt_path=last.
+    assert old.task_name == "matlab_deeplabv3plus"
+    old.task_name = PRESET
+    assert old == named

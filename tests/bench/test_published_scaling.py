@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from segscale.bench import prediction
+from segscale.bench import step_model
 from segscale.bench.arrival_spread import (
     ALTERNATIVE,
     CONSTANT,
@@ -46,7 +46,7 @@ from segscale.bench.arrival_spread import (
     ArrivalSpread,
 )
 from segscale.bench.interconnects import Interconnect, find_interconnect
-from segscale.bench.prediction import (
+from segscale.bench.step_model import (
     STEP_TERMS,
     SYNC_BATCHNORM_COLLECTIVES,
     BatchNormSync,
@@ -342,7 +342,7 @@ def predicted(
     )
     curve = find_interconnect(row.link)
     curve = Interconnect(curve.name, tuple((x, t * link) for x, t in curve.points), curve.source)
-    return prediction.predict(profile, gradients, row.devices, curve, host, sync).efficiency
+    return step_model.predict(profile, gradients, row.devices, curve, host, sync).efficiency
 
 
 def largest_move(row: Row) -> float:
@@ -456,8 +456,8 @@ def test_sync_batchnorm_is_what_separates_the_hrnet_rows():
     assert predicted(plain) - predicted(synced) > 0.4
 
 
-def _mutated(term: str, factor: float) -> Callable[..., prediction.Prediction]:
-    original = prediction.from_terms
+def _mutated(term: str, factor: float) -> Callable[..., step_model.Prediction]:
+    original = step_model.from_terms
 
     def from_terms(n, interconnect, batch, terms, single, data_rate_n=None):
         return original(
@@ -473,7 +473,7 @@ SEEN_TERMS = [term for term in STEP_TERMS if term not in UNSEEN_TERMS]
 @pytest.mark.parametrize("factor", [0.0, 2.0], ids=["dropped", "doubled"])
 @pytest.mark.parametrize("term", SEEN_TERMS)
 def test_a_step_model_without_a_term_fails_a_published_row(monkeypatch, term, factor):
-    monkeypatch.setattr(prediction, "from_terms", _mutated(term, factor))
+    monkeypatch.setattr(step_model, "from_terms", _mutated(term, factor))
     assert every_failure()
 
 
@@ -483,7 +483,7 @@ def test_the_terms_no_published_row_sees(monkeypatch, term):
     # sees one (a slow link, a large model) moves it out of UNSEEN_TERMS.
     base = [predicted(row) for row in ROWS]
     for factor in (0.0, 2.0):
-        monkeypatch.setattr(prediction, "from_terms", _mutated(term, factor))
+        monkeypatch.setattr(step_model, "from_terms", _mutated(term, factor))
         moved = [abs(predicted(row) - b) for row, b in zip(ROWS, base, strict=True)]
         monkeypatch.undo()
         assert max(moved) < TOLERANCE / 2

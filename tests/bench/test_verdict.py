@@ -5,7 +5,7 @@ import pytest
 
 from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread
 from segscale.bench.interconnects import find_interconnect
-from segscale.bench.prediction import (
+from segscale.bench.step_model import (
     BatchNormSync,
     Collectives,
     Gradients,

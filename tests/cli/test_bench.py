@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from segscale.bench.bench_config import device_counts
 from segscale.bench.benchmark import bench
 from segscale.bench.interconnects import INTERCONNECTS
 from segscale.bench.pipeline import rank_data_rate
-from segscale.bench.settings import device_counts
 from segscale.cli.bench import main
 from segscale.data import datamodule as datamodule_module
 from segscale.errors import ConfigError

@@ -16,6 +16,7 @@ from segscale.configs import CONFIG_DIR
 from segscale.training.run import train
 from tests.conftest import compose_config, tiny_overrides
 
+EXPERIMENT = "experiment=deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512"
 PRESETS = sorted(p.stem for p in (Path(CONFIG_DIR) / "debug").glob("*.yaml"))
 SLOW = {"overfit", "profile"}
 """Presets whose tiny run takes over ~20 s on two shared CPU cores."""
@@ -95,8 +96,8 @@ def test_no_preset_by_default():
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_preset_overrides_the_experiment(preset):
-    plain = compose_config("train", "experiment=matlab_deeplabv3plus")
-    cfg = compose_config("train", "experiment=matlab_deeplabv3plus", f"debug={preset}")
+    plain = compose_config("train", EXPERIMENT)
+    cfg = compose_config("train", EXPERIMENT, f"debug={preset}")
     assert plain.trainer.max_epochs == 10 and cfg.trainer.max_epochs != 10
     assert cfg.task_name == "debug"  # outputs/debug/<time>, not the experiment's folder
 

@@ -6,13 +6,13 @@ import pytest
 import torch
 from PIL import Image
 
-from segscale.cli.evaluate import evaluate, image_confusion
 from segscale.cli.evaluate import main as evaluate_main
 from segscale.cli.train import main as train_main
+from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.labels import LabelMap
 from segscale.data.sources import ImageMaskPair
-from segscale.data.validation import InvalidDatasetError
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.inference.checkpoint_evaluation import evaluate, image_confusion
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import load_trained
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file

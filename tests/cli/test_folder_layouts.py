@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segscale.cli.evaluate import evaluate
 from segscale.cli.train import main as train_main
 from segscale.data.synthetic import draw_tile
 from segscale.errors import EXIT_BAD_INPUT
+from segscale.inference.checkpoint_evaluation import evaluate
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image
 from tests.in_process import run_in_process
 

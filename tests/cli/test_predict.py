@@ -9,15 +9,12 @@ import tifffile
 import torch
 from PIL import Image
 
-from segscale.cli.predict import (
-    EXIT_SKIPPED,
-    UnreadableImageError,
-    predict,
-    run_prediction,
-)
+from segscale.cli.predict import EXIT_SKIPPED
 from segscale.cli.predict import main as predict_main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_TAGS
+from segscale.inference.inputs import UnreadableImageError
+from segscale.inference.prediction import predict, run_prediction
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
 from tests.data.declared_size import png_declaring

@@ -9,11 +9,11 @@ import torch
 from hydra.utils import instantiate
 from PIL import Image
 
-from segscale.cli.predict import predict
 from segscale.configs import CONFIG_DIR
 from segscale.data.sources import read_mask_values
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
+from segscale.inference.prediction import predict
 from segscale.training.builders import instantiate_each
 from segscale.training.run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
@@ -265,7 +265,8 @@ def test_the_trainer_follows_the_schedule(make_config, tmp_path):
 
 
 def test_the_matlab_preset_has_the_users_settings(make_config):
-    cfg = compose_config("train", "experiment=matlab_deeplabv3plus", "output_dir=/tmp/x")
+    preset = "experiment=deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512"
+    cfg = compose_config("train", preset, "output_dir=/tmp/x")
     assert cfg.model.encoder == "inceptionresnetv2" and cfg.model.output_stride == 16
     assert cfg.datamodule.num_classes == 6 and cfg.datamodule.patch_size == 512
     assert cfg.datamodule.patches_per_image == 1500 and cfg.datamodule.batch_size == 20
@@ -282,7 +283,7 @@ def test_the_matlab_preset_has_the_users_settings(make_config):
     # from random weights: tests run offline.
     summary = train(
         make_config(
-            "experiment=matlab_deeplabv3plus",
+            preset,
             "model.encoder_weights=null",
             "trainer.max_epochs=1",
             "datamodule.batch_size=4",

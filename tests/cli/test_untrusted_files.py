@@ -12,9 +12,9 @@ from segscale.cli import evaluate as evaluate_py
 from segscale.cli import export as export_py
 from segscale.cli import predict as predict_py
 from segscale.cli import train as train_py
-from segscale.cli.evaluate import evaluate
-from segscale.cli.predict import predict
 from segscale.errors import ConfigError
+from segscale.inference.checkpoint_evaluation import evaluate
+from segscale.inference.prediction import predict
 from segscale.models.checkpoint_io import save_checkpoint_file
 from segscale.training.builders import build_datamodule, build_module
 from segscale.training.run import train

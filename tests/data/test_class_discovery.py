@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from segscale.data import validation
+from segscale.data import dataset_problems, validation_cache
 from segscale.data.class_discovery import infer_classes
+from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap, class_colours, mask_codes
+from segscale.data.mask_value_scan import scan_mask_values
 from segscale.data.mask_values import MaskValueCensus
-from segscale.data.validation import InvalidDatasetError, scan_mask_values, validate_dataset
+from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
 from tests.conftest import write_pair
 
@@ -67,14 +69,16 @@ def test_classes_from_files_and_a_val_value_no_training_mask_holds(tmp_path: Pat
     write_pair(tmp_path, "train", "t2", image, rgb(RED, RED, RED, RED))
     write_pair(tmp_path, "val", "v1", image, rgb(RED, BLUE, GREEN, BLACK))
     reads = []
-    inspect = validation.inspect_pair
-    monkeypatch.setattr(validation, "inspect_pair", lambda p, *a: reads.append(p) or inspect(p, *a))
+    inspect = validation_cache.inspect_pair
+    monkeypatch.setattr(
+        validation_cache, "inspect_pair", lambda p, *a: reads.append(p) or inspect(p, *a)
+    )
     source = FolderTiles(str(tmp_path))
     found = infer_classes(scan_mask_values(source), ignore_ids=[list(BLACK)])
     assert found.label_ids == (GREEN, RED) and found.pixels == (64, 384) and len(reads) == 2
     settings = found.settings()
     labels = LabelMap(2, 255, settings["label_ids"], settings["ignore_ids"])
-    monkeypatch.setattr(validation, "_classes_option", lambda: "auto")
+    monkeypatch.setattr(dataset_problems, "_classes_option", lambda: "auto")
     with pytest.raises(InvalidDatasetError) as refused:
         validate_dataset(source, labels, found.class_names, 16, None)
     lines = str(refused.value).splitlines()

@@ -118,3 +118,35 @@ def test_a_bad_sampling_config_names_its_key(make_config, override, message):
 
     with pytest.raises(ConfigError, match=message):
         train(make_config(*BALANCED, override))
+
+
+def test_the_config_keys_reach_the_datamodule_as_its_grouped_settings(tmp_path):
+    from segscale.data.datamodule import SegmentationDataModule, segmentation_datamodule
+    from segscale.data.datamodule_settings import (
+        ClassSettings,
+        LoaderSettings,
+        Normalization,
+        PatchSettings,
+    )
+    from segscale.data.synthetic import SyntheticTiles
+
+    source = SyntheticTiles(root=str(tmp_path), num_train=2, num_val=1, image_size=96)
+    flat = segmentation_datamodule(
+        source, 3, ["a", "b", "c"], patch_size=32, batch_size=4, seed=7, mean=None, ignore_ids=[9]
+    )
+    grouped = SegmentationDataModule(
+        source,
+        ClassSettings(3, ["a", "b", "c"], ignore_ids=[9]),
+        PatchSettings(patch_size=32, seed=7),
+        LoaderSettings(batch_size=4),
+        Normalization(mean=None),
+    )
+    for dm in (flat, grouped):
+        assert (dm.num_classes, dm.class_names, dm.patch_size, dm.seed) == (
+            3,
+            ("a", "b", "c"),
+            32,
+            7,
+        )
+        assert (dm.batch_size, dm.val_batch_size, dm.num_workers) == (4, 4, "auto")
+        assert dm.labels.ignore_ids == (9,) and dm._mean is None and dm._in_channels == 3

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segscale.data import mask_values, validation
+from segscale.data import mask_values, validation_cache
+from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.folder import FolderTiles
+from segscale.data.image_headers import check_image_headers
 from segscale.data.labels import LabelMap
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
 from segscale.data.user_cache import cache_file
-from segscale.data.validation import InvalidDatasetError, check_image_headers, validate_dataset
+from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
 from segscale.training.builders import build
 from tests.cli.test_output_folder import as_user, unprivileged  # noqa: F401 (a fixture)
@@ -274,9 +276,9 @@ def test_three_different_faults_are_all_reported(tmp_path: Path):
 def test_the_pass_is_cached_by_size_and_modification_time(tmp_path: Path, monkeypatch):
     root = _dataset(tmp_path)
     reads = []
-    inspect = validation.inspect_pair
+    inspect = validation_cache.inspect_pair
     monkeypatch.setattr(
-        validation, "inspect_pair", lambda p, *args: reads.append(p) or inspect(p, *args)
+        validation_cache, "inspect_pair", lambda p, *args: reads.append(p) or inspect(p, *args)
     )
     first = _validate(root)
     assert len(reads) == 3 and _cache_of(root).is_file()
@@ -343,13 +345,13 @@ def test_header_check_lists_unreadable_images_and_wrong_channel_counts(tmp_path:
 def test_class_locations_are_kept_compact_and_cached(tmp_path: Path, monkeypatch):
     root = _dataset(tmp_path)
     reads = []
-    inspect = validation.inspect_pair
+    inspect = validation_cache.inspect_pair
 
     def counted(pair, *args):
         reads.append(pair)
         return inspect(pair, *args)
 
-    monkeypatch.setattr(validation, "inspect_pair", counted)
+    monkeypatch.setattr(validation_cache, "inspect_pair", counted)
     plain = _validate(root)  # a cache written without locations (as before they existed)
     assert plain.class_locations == {} and len(reads) == 3
     report = validate_dataset(

@@ -185,7 +185,7 @@ def test_a_checkpoint_never_fetches():
 
 
 def test_the_matlab_preset_starts_from_imagenet_weights():
-    cfg = compose_config("train", "experiment=matlab_deeplabv3plus")
+    cfg = compose_config("train", "experiment=deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512")
     assert cfg.model.encoder_weights == "imagenet"
     assert list(cfg.datamodule.mean) == list(cfg.datamodule.std) == [0.5, 0.5, 0.5]
     named = named_weights(cfg.model.encoder, cfg.model.encoder_weights)

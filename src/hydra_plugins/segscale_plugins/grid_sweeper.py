@@ -3,7 +3,7 @@
 Hydra's ``BasicSweeper`` composes every job's config before the first job starts (so a
 key that does not exist stops the sweep at once), runs the grid, and raises the first
 failed job's error after all jobs ran. This one also writes the sweep's table and
-curves (``segscale.sweeps.summary``) at the end, whether or not a job failed, and
+curves (``segscale.sweeps.sweep_summary``) at the end, whether or not a job failed, and
 holds the sweep folder meanwhile (``sweep_folder``): one sweep per folder.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
 from hydra_plugins.segscale_plugins.sweep_folder import sweep_folder_held
-from segscale.sweeps.summary import write_sweep_summary
+from segscale.sweeps.sweep_summary import write_sweep_summary
 
 log = logging.getLogger(__name__)
 

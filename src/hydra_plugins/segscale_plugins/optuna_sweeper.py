@@ -152,8 +152,11 @@ class OptunaSweeper(Sweeper):
                 raise ConfigError(f"hydra.sweeper.{key}={value!r} is not allowed: expected >= 1")
         self.params = dict(params or {})
         self.direction = cast(Direction, direction)  # one of DIRECTIONS, checked above
-        self.n_trials, self.n_jobs = n_trials, n_jobs
-        self.study_name, self.storage, self.sampler = study_name, storage, sampler
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.study_name = study_name
+        self.storage = storage
+        self.sampler = sampler
         options = pruner_options or {}
         if isinstance(options, DictConfig):
             options = OmegaConf.to_container(options, resolve=True)
@@ -173,7 +176,8 @@ class OptunaSweeper(Sweeper):
         """Keep the config and build the launcher that runs the trials."""
         from hydra.core.plugins import Plugins
 
-        self.config, self.hydra_context = config, hydra_context
+        self.config = config
+        self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )

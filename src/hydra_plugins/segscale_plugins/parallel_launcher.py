@@ -91,7 +91,9 @@ class ParallelLauncher(Launcher):
                 f"hydra.launcher.cpu_jobs={cpu_jobs!r} is not allowed: expected the number "
                 "of jobs to run at once on the CPU (an integer >= 1)"
             )
-        self.cpu_jobs, self.gpus, self.poll_s = cpu_jobs, gpus, poll_s
+        self.cpu_jobs = cpu_jobs
+        self.gpus = gpus
+        self.poll_s = poll_s
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self._pool: JobPool | None = None
@@ -100,7 +102,8 @@ class ParallelLauncher(Launcher):
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         """Keep the sweep's config (the jobs run as processes, not the task function)."""
-        self.config, self.hydra_context = config, hydra_context
+        self.config = config
+        self.hydra_context = hydra_context
 
     def gpu_ids(self) -> list[str]:
         """The GPUs to share out, as ``CUDA_VISIBLE_DEVICES`` names them."""

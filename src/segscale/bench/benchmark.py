@@ -6,9 +6,9 @@ measures in turn: the data pipeline (``segscale.bench.pipeline``), one device's 
 step in Lightning and in a bare PyTorch loop (``segscale.bench.compute``), DDP's gradient
 buckets (``segscale.bench.gradients``), FLOPs (``segscale.bench.flops``), the framework's
 overhead per step (``segscale.bench.overhead``), the performance options one at a time
-(``segscale.bench.options``), short ``train.py`` runs with ``strategy=ddp`` on 1, 2, …
-devices (``segscale.bench.scaling``) and, on CPUs, N loops side by side
-(``segscale.bench.sharing``). From these the step model (``segscale.bench.prediction``)
+(``segscale.bench.performance_options``), short ``train.py`` runs with ``strategy=ddp`` on 1, 2, …
+devices (``segscale.bench.ddp_runs``) and, on CPUs, N loops side by side
+(``segscale.bench.sharing``). From these the step model (``segscale.bench.step_model``)
 predicts 2, 4 and 8 devices over the interconnects of ``segscale.bench.interconnects``
 and this machine's N; the verdict (``segscale.bench.verdict``), a table, ``bench.json``
 and two plots (``segscale.bench.report``) go into the run folder.
@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig
 
 from segscale.bench import report
+from segscale.bench.bench_config import check_bench, device_counts
 from segscale.bench.compute import (
     StepPlan,
     autocast,
@@ -32,17 +33,16 @@ from segscale.bench.compute import (
     gradient_bytes,
     parameter_count,
 )
-from segscale.bench.flops import measure_utilisation
-from segscale.bench.forecast import ModelInputs, prediction_rows
-from segscale.bench.gradients import buffer_bytes, measure_gradients
-from segscale.bench.options import measure_options, option_variants
-from segscale.bench.overhead import measure_overhead
-from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_counts
-from segscale.bench.progress import Progress
-from segscale.bench.scaling import (
+from segscale.bench.ddp_runs import (
     measure_scaling,
 )
-from segscale.bench.settings import check_bench, device_counts
+from segscale.bench.flops import measure_utilisation
+from segscale.bench.gradients import buffer_bytes, measure_gradients
+from segscale.bench.overhead import measure_overhead
+from segscale.bench.performance_options import measure_options, option_variants
+from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_counts
+from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
+from segscale.bench.progress import Progress
 from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.verdict import findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator

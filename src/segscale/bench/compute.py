@@ -196,7 +196,8 @@ class RepeatedBatch(Dataset):
     """One batch, ``length`` times: the Lightning run's data, already in memory."""
 
     def __init__(self, batch: dict[str, torch.Tensor], length: int) -> None:
-        self.batch, self.length = batch, length
+        self.batch = batch
+        self.length = length
 
     def __len__(self) -> int:
         return self.length

@@ -221,7 +221,8 @@ class RoundClock(L.Callback):
             self.start = time.perf_counter()
         if done == trainer.max_steps and done > self.warmup:
             synchronize(pl_module.device)
-            self.end, self.steps = time.perf_counter(), done - self.warmup
+            self.end = time.perf_counter()
+            self.steps = done - self.warmup
 
     @property
     def step_s(self) -> float:

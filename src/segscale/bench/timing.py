@@ -107,7 +107,8 @@ class StepTimer(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the clock."""
-        self._clock, self.durations = StepClock(pl_module.device), []
+        self._clock = StepClock(pl_module.device)
+        self.durations = []
         self._clock.mark()
 
     def on_train_batch_end(

@@ -1,229 +1,25 @@
 """``python evaluate.py ckpt=... datamodule=folder datamodule.source.root=...``.
 
-Full-image sliding-window inference on every labelled image of a split (by default as
-training validated: the checkpoint's patch grid, ``conf/inference/validation.yaml``),
-accumulated into one confusion matrix: MATLAB's ``evaluateSemanticSegmentation``
-(global and mean accuracy, mean and weighted IoU, per-class IoU and Dice) as JSON, CSV
-and PNG, with the inference settings that made them.
-
-The classes, label IDs and normalization are the checkpoint's; a classes file or key
-given that differs from them is refused (``segscale.inference.checkpoint_classes``).
-So are the data, unless the command line names others (``datamodule=...``,
-``datamodule.source...``): those must be the checkpoint's, or ``other_data=true``
-(``segscale.inference.checkpoint_data``).
+The run itself is ``segscale.inference.checkpoint_evaluation``; this module parses the
+command line (did it name the data?), calls it and exits 2 (``EXIT_BAD_INPUT``) on a
+refused config.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-from pathlib import Path
-from typing import cast
 
 import hydra
-import numpy as np
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from lightning.fabric import Fabric
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
-from segscale.data.labels import LabelMap
-from segscale.data.sources import (
-    DEFAULT_MAX_IMAGE_PIXELS,
-    ImageMaskPair,
-    read_image,
-    read_mask_values,
-)
-from segscale.data.validation import pixel_type_mismatch, validate_dataset
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.checkpoint_classes import CLASS_KEYS, use_checkpoint_classes
-from segscale.inference.checkpoint_data import use_checkpoint_data
-from segscale.inference.devices import run_on_devices
-from segscale.inference.inputs import check_pixels
-from segscale.inference.sliding_window import SlidingWindow
-from segscale.inference.trained import TrainedModel, load_trained
-from segscale.models.metrics import evaluation_report
-from segscale.models.networks import check_input_side
-from segscale.training.builders import build
-from segscale.training.config_checks import check_data_source
-from segscale.training.evaluation import write_evaluation
+from segscale.inference.checkpoint_evaluation import evaluate
 
 log = logging.getLogger(__name__)
-
-
-def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
-    """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics.
-
-    The datamodule's class keys are filled in from the checkpoint first (``cfg`` is
-    changed in place); one given otherwise raises ``ConfigError``. ``data_given``: the
-    caller named the data (``datamodule.source``); if not, those the checkpoint was
-    trained on replace the composed ones (``use_checkpoint_data``).
-    """
-    # The class keys (and the validation tile size) hold "checkpoint" until the
-    # checkpoint's values replace them.
-    filled_in = [f"datamodule.{key}" for key in CLASS_KEYS]
-    if cfg.inference.get("tile_size") == "checkpoint":
-        filled_in.append("inference.tile_size")
-    check_types(cfg, filled_in=filled_in)
-    trained = load_trained(cfg.ckpt)
-    use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
-    check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
-    use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
-    other_data = cfg.get("other_data", False)
-    if not isinstance(other_data, bool):
-        raise ConfigError(f"other_data={other_data!r} is not allowed: expected true or false")
-    if data_given:
-        check_data_source(cfg)  # datamodule=folder without its root, named as train.py does
-    use_checkpoint_data(cfg.datamodule, trained, str(cfg.ckpt), data_given, other_data)
-    datamodule = build(cfg.datamodule)
-    if not datamodule.source.has_split(cfg.split):
-        raise ConfigError(
-            f"split={cfg.split!r}: the dataset (datamodule.source: "
-            f"{type(datamodule.source).__name__}) has no such split; expected train, val, "
-            "or test where the dataset has one (the embedded synthetic one has train and "
-            "val; a folder dataset's are datamodule.source.splits)"
-        )
-    datamodule.source.prepare()
-    network = f"the network of ckpt={str(cfg.ckpt)!r}"  # what the images must suit
-    # Whole images are evaluated, so any size will do (patch_size 1).
-    report = validate_dataset(
-        datamodule.source,
-        datamodule.labels,
-        datamodule.class_names,
-        1,
-        trained.in_channels,
-        splits=(cfg.split,),
-        max_image_pixels=datamodule.max_image_pixels,
-        channels_from=network,
-    )
-    pairs = report.pairs[cfg.split]
-    # Every image has the report's pixel type (validation refuses a mix): one check.
-    mismatch = pixel_type_mismatch(report.dtype, trained.max_value, network)
-    if mismatch and pairs:
-        raise ConfigError(f"split={cfg.split}: {pairs[0].image}: {mismatch}")
-    window = build(cfg.inference)
-    log.info("evaluating %s on %d %s image(s)", cfg.ckpt, len(pairs), cfg.split)
-    counts = run_on_devices(
-        cfg.accelerator,
-        cfg.devices,
-        _confusion_of_share,
-        pairs,
-        trained,
-        window,
-        datamodule.labels,
-        datamodule.max_image_pixels,
-    )
-    confusion = torch.from_numpy(counts)
-    output = Path(cfg.output_dir)
-    inference = inference_record(window)
-    write_evaluation(
-        output,
-        confusion,
-        trained.class_names,
-        f"Confusion matrix, split={cfg.split}",
-        inference=inference,
-    )
-    metrics = evaluation_report(confusion, trained.class_names) | {"inference": inference}
-    log.info("%s", json.dumps({k: v for k, v in metrics.items() if k != "classes"}))
-    log.info("per class:\n%s", class_table(metrics["classes"]))
-    log.info("evaluation written to %s", output)
-    return metrics
-
-
-def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> None:
-    """Fill ``inference.tile_size: checkpoint`` (in place) with the validation grid's side.
-
-    A checkpoint written before segscale recorded it (``validation_inference``) gets
-    predict.py's tile size (``conf/inference/default.yaml``), and the log says so.
-    """
-    if inference.get("tile_size") != "checkpoint":
-        return
-    recorded = trained.validation_inference
-    if recorded is None:
-        default = OmegaConf.load(Path(CONFIG_DIR) / "inference" / "default.yaml")
-        log.warning(
-            "ckpt=%r does not record the patch size it was validated with (it was written "
-            "by an earlier segscale): evaluating with inference.tile_size=%d",
-            ckpt,
-            default.tile_size,
-        )
-        recorded = {"tile_size": default.tile_size}
-    inference.tile_size = int(recorded["tile_size"])
-
-
-def inference_record(window: SlidingWindow) -> dict[str, object]:
-    """The inference settings a number was measured with, for ``metrics.json`` and the log."""
-    return {
-        "tile_size": window.tile_size,
-        "overlap": window.overlap,
-        "blend": window.blend,
-        "flip_tta": window.flip_tta,
-    }
-
-
-def class_table(classes: dict[str, dict[str, float | None]]) -> str:
-    """Per-class accuracy, IoU and Dice as aligned text lines (``-``: class absent)."""
-    width = max([5, *(len(name) for name in classes)])
-    lines = [f"{'class':<{width}}  Accuracy       IoU      Dice"]
-    for name, values in classes.items():
-        cells = [
-            "-" if values[key] is None else f"{values[key]:.4f}"
-            for key in ("Accuracy", "IoU", "Dice")
-        ]
-        lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>8}" for c in cells))
-    return "\n".join(lines)
-
-
-def _confusion_of_share(
-    fabric: Fabric,
-    pairs: list[ImageMaskPair],
-    trained: TrainedModel,
-    window: SlidingWindow,
-    labels: LabelMap,
-    max_image_pixels: int | None,
-) -> np.ndarray:
-    trained.module.to(fabric.device)
-    confusion = torch.zeros(trained.num_classes, trained.num_classes, dtype=torch.int64)
-    for pair in pairs:
-        confusion += image_confusion(pair, trained, window, labels, fabric.device, max_image_pixels)
-    # Every rank's counts, summed: the confusion matrix of the whole split. Returned as
-    # numpy, which crosses back from a spawned rank by value (a tensor would be shared
-    # memory that dies with its process).
-    # all_reduce gives back the kind of collection it was given: a tensor for a tensor.
-    summed = fabric.all_reduce(confusion.to(fabric.device), reduce_op="sum")
-    return cast(torch.Tensor, summed).cpu().numpy()
-
-
-def image_confusion(
-    pair: ImageMaskPair,
-    trained: TrainedModel,
-    window: SlidingWindow,
-    labels: LabelMap,
-    device: torch.device,
-    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
-) -> torch.Tensor:
-    """Confusion matrix (true × predicted pixels) of one whole image, band by band.
-
-    ``max_image_pixels``: the size limit of the readers (``datamodule.max_image_pixels``).
-    """
-    raw = read_mask_values(pair.mask, max_image_pixels)
-    classes = trained.num_classes
-    counts = np.zeros(classes * classes, np.int64)
-
-    def count(y0: int, predicted: np.ndarray) -> None:
-        truth = labels.decode(np.asarray(raw[y0 : y0 + len(predicted)])).ravel()
-        labelled = truth < classes  # the ignore index (and unknown values) are not counted
-        pairs = truth[labelled].astype(np.int64) * classes + predicted.ravel()[labelled]
-        counts[:] += np.bincount(pairs, minlength=classes * classes)
-
-    image = read_image(pair.image, max_image_pixels)
-    check_pixels(pair.image, image, trained.max_value)
-    window.predict(trained.module, image, classes, device, on_band=count)
-    return torch.from_numpy(counts.reshape(classes, classes))
 
 
 def names_data(overrides: list[str]) -> bool:

@@ -1,212 +1,30 @@
 """``python predict.py ckpt=... input=...``: label maps of images of any size.
 
-Every image goes through ``SlidingWindow`` (the ``inference`` config group); its label
-map is written as a palette PNG or TIFF (class indices that open in colour in any
-viewer), with an overlay of the classes on the image beside it. Before any of that,
-every input's header is checked, so an unreadable file stops the run before it starts
-(or, with ``skip_unreadable``, is left out).
-
-Exit statuses: 0, every image predicted; 2 (``EXIT_BAD_INPUT``), refused: a config value
-or an unreadable input (all listed); 3 (``EXIT_SKIPPED``), the readable images were
-predicted and the unreadable ones, listed in the log, skipped.
+The run itself is ``segscale.inference.prediction``; this module parses the command
+line, calls it and maps the outcome to an exit status: 0, every image predicted; 2
+(``EXIT_BAD_INPUT``), refused: a config value or an unreadable input (all listed); 3
+(``EXIT_SKIPPED``), the readable images were predicted and the unreadable ones, listed
+in the log, skipped.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import hydra
-import numpy as np
-import torch
-from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
-from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
-from segscale.data.sources import (
-    FileProblem,
-    check_max_image_pixels,
-    describe_read_error,
-)
-from segscale.data.validation import check_image_headers
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.devices import run_on_devices
-from segscale.inference.inputs import (
-    UnreadableImageError,
-    check_output_names,
-    input_images,
-    output_stems,
-    read_input_georeference,
-    read_input_image,
-)
-from segscale.inference.outputs import BandImage, overlay
-from segscale.inference.sliding_window import SlidingWindow
-from segscale.inference.trained import TrainedModel, load_trained
-from segscale.models.networks import check_input_side
-from segscale.training.builders import build
+from segscale.inference.prediction import PredictionRun, predict, run_prediction
+
+__all__ = ["EXIT_SKIPPED", "PredictionRun", "main", "predict", "run_prediction"]
 
 log = logging.getLogger(__name__)
 
 EXIT_SKIPPED = 3
 """Exit status of a run that predicted the readable images and skipped the others."""
-
-
-@dataclass(frozen=True)
-class PredictionRun:
-    """What a prediction run did: the masks it wrote and the inputs it skipped."""
-
-    written: list[Path]
-    """Mask files written by every rank."""
-    skipped: list[FileProblem]
-    """Inputs left out as unreadable (``skip_unreadable=true``), each with its reason."""
-
-
-def predict(cfg: DictConfig) -> list[Path]:
-    """Predict every image that ``input`` names; return the mask files written.
-
-    ``run_prediction`` does the work and also reports the inputs skipped as unreadable.
-    """
-    return run_prediction(cfg).written
-
-
-def run_prediction(cfg: DictConfig) -> PredictionRun:
-    """Check every input's header, then predict the readable images.
-
-    Inputs whose outputs would share a name are refused (``check_output_names``). Every
-    input is opened first, without decoding (``check_image_headers``: size limit
-    ``max_image_pixels``, channel count, pixel type against the checkpoint's, PNG
-    checksums). Problems raise one
-    ``UnreadableImageError`` listing every bad file, before anything is predicted or
-    written; an image that fails only while it is decoded stops the run the same way,
-    naming it. With ``skip_unreadable`` such files are logged and left out instead.
-    With several devices every rank writes its share into the same folder.
-    """
-    check_max_image_pixels(cfg.max_image_pixels, "max_image_pixels")
-    if not isinstance(cfg.skip_unreadable, bool):
-        raise ConfigError(
-            f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"
-        )
-    check_types(cfg)
-    trained = load_trained(cfg.ckpt)
-    check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
-    images = input_images(cfg.input)
-    check_output_names(images, cfg.overlay)
-    network = f"the network of ckpt={str(cfg.ckpt)!r}"
-    unreadable = check_image_headers(
-        images, trained.in_channels, network, cfg.max_image_pixels, trained.max_value
-    )
-    _refuse_or_skip(unreadable, cfg, "nothing was predicted")
-    skipped = {problem.path for problem in unreadable}
-    readable = [path for path in images if path not in skipped]
-    window = build(cfg.inference)
-    output = Path(cfg.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    log.info("%d image(s) → %s", len(readable), output)
-    written, failed = run_on_devices(
-        cfg.accelerator, cfg.devices, _predict_share, readable, trained, window, output, cfg
-    )
-    undecodable = [FileProblem(path, reason) for path, reason in failed]
-    _refuse_or_skip(undecodable, cfg, "prediction stopped there; masks written before stay")
-    return PredictionRun(written, unreadable + undecodable)
-
-
-def _refuse_or_skip(problems: list[FileProblem], cfg: DictConfig, outcome: str) -> None:
-    """Raise ``UnreadableImageError`` listing ``problems``, or log them as skipped."""
-    if not problems:
-        return
-    listing = "\n".join(f"  {problem.path}: {problem.reason}" for problem in problems)
-    if not cfg.skip_unreadable:
-        raise UnreadableImageError(
-            f"{len(problems)} input image(s) of input={cfg.input!r} cannot be read; "
-            f"{outcome} (skip_unreadable=true predicts the others):\n{listing}"
-        )
-    log.warning("skipping %d unreadable input image(s):\n%s", len(problems), listing)
-
-
-def _predict_share(
-    fabric: Fabric,
-    images: list[Path],
-    trained: TrainedModel,
-    window: SlidingWindow,
-    output: Path,
-    cfg: DictConfig,
-) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """Predict the images of this rank; return every rank's masks and undecodable inputs.
-
-    An image that cannot be decoded is skipped with ``skip_unreadable``; without, it
-    ends this rank's share (one device: the run stops at it).
-    """
-    trained.module.to(fabric.device)
-    written: list[Path] = []
-    failed: list[tuple[Path, str]] = []
-    for path in images:
-        try:
-            written.append(predict_image(path, trained, window, output, cfg, fabric.device))
-        except UnreadableImageError as error:
-            failed.append((path, describe_read_error(path, error)))
-            if not cfg.skip_unreadable:
-                break
-    fabric.barrier()
-    # Plain tuples, not FileProblem: Lightning hands rank 0's result back from a spawned
-    # process through a walk that cannot rebuild frozen dataclasses.
-    return _all_ranks(fabric, written), _all_ranks(fabric, failed)
-
-
-def _all_ranks(fabric: Fabric, items: list[Any]) -> list[Any]:
-    """The lists ``items`` of every rank, joined in rank order (on every rank)."""
-    if fabric.world_size == 1:
-        return items
-    return [item for rank in range(fabric.world_size) for item in fabric.broadcast(items, rank)]
-
-
-def predict_image(
-    path: Path,
-    trained: TrainedModel,
-    window: SlidingWindow,
-    output: Path,
-    cfg: DictConfig,
-    device: torch.device,
-) -> Path:
-    """Write ``<stem>.<format>`` (and ``<stem>_overlay.<format>``) for one image.
-
-    A GeoTIFF input's georeferencing goes with them (``BandImage``).
-
-    Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
-    ``max_image_pixels``); nothing is written then.
-    """
-    network = f"the network of ckpt={str(cfg.ckpt)!r}"
-    image = read_input_image(
-        path, trained.in_channels, cfg.max_image_pixels, trained.max_value, network
-    )
-    geo = read_input_georeference(path)  # the outputs lie where the input lies
-    height, width = image.shape[:2]
-    mask_stem, *overlay_stem = output_stems(path, cfg.overlay)
-    outputs = [BandImage(output / mask_stem, (height, width), cfg.format, trained.colours, geo)]
-    for stem in overlay_stem:
-        outputs.append(BandImage(output / stem, (height, width, 3), cfg.format, None, geo))
-
-    def write(y0: int, labels: np.ndarray) -> None:
-        outputs[0].write(y0, labels)
-        if cfg.overlay:
-            rows = image[y0 : y0 + len(labels)]
-            blended = overlay(rows, labels, trained.colours, cfg.overlay_alpha, trained.max_value)
-            outputs[1].write(y0, blended)
-
-    try:
-        window.predict(trained.module, image, trained.num_classes, device, on_band=write)
-    except BaseException:
-        for out in outputs:
-            out.discard()
-        raise
-    mask = outputs[0].close()
-    for out in outputs[1:]:
-        out.close()
-    log.info("%s (%dx%d) → %s", path, width, height, mask.name)
-    return mask
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")

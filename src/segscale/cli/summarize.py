@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from segscale.sweeps.summary import markdown_table, write_sweep_summary
+from segscale.sweeps.sweep_summary import markdown_table, write_sweep_summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,7 +63,9 @@ class LocationSampler:
     """
 
     def __init__(self, num_classes: int, per_class: int, width: int) -> None:
-        self.num_classes, self.per_class, self.width = num_classes, per_class, width
+        self.num_classes = num_classes
+        self.per_class = per_class
+        self.width = width
         empty = np.zeros(0, np.uint64)
         self._kept = [(empty, empty.astype(np.int64)) for _ in range(num_classes)]
 
@@ -168,7 +170,8 @@ class ClassCentres:
     def __init__(
         self, locations: Sequence[TileClassLocations], probabilities: np.ndarray, p: float
     ) -> None:
-        self.locations, self.p = list(locations), p
+        self.locations = list(locations)
+        self.p = p
         self.class_cdf = np.cumsum(probabilities)
         # Per class, tiles in proportion to their pixels of it: every pixel of the class
         # in the training split is then equally likely to be the centre.

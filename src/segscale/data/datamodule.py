@@ -18,6 +18,13 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from segscale.data.augment import Augmentation
+from segscale.data.datamodule_settings import (
+    ClassSettings,
+    LoaderSettings,
+    Normalization,
+    PatchSettings,
+)
+from segscale.data.dataset_report import DatasetReport
 from segscale.data.deferred_loader import DeferredStartLoader
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
@@ -28,7 +35,7 @@ from segscale.data.sources import (
     check_max_image_pixels,
     load_tiles,
 )
-from segscale.data.validation import DatasetReport, validate_dataset
+from segscale.data.validation import validate_dataset
 from segscale.devices import cpus_available
 from segscale.errors import ConfigError
 
@@ -54,12 +61,9 @@ class SegmentationDataModule(L.LightningDataModule):
     Under DDP each rank reads its rank and the world size from the trainer and draws
     only its own shard (``EpochShardSampler``); the trainer must therefore be built with
     ``use_distributed_sampler=False``, which ``segscale.training.run`` does.
-    ``batch_size`` is the training batch of every device, unless ``rank_batch_sizes``
-    gives one per rank (uneven devices, ``scaling.worker_load``).
-
-    Loader settings: ``num_workers`` per rank (``"auto"``: ``auto_num_workers``),
-    ``pin_memory`` (``None``: on when training on a GPU), ``persistent_workers`` (keep
-    workers across epochs) and ``prefetch_factor`` (batches each worker keeps ready).
+    It takes the settings its config keys form (``segscale.data.datamodule_settings``:
+    the classes, the patches of an epoch, the loaders, the normalization); the
+    ``datamodule`` group builds it from its flat keys through ``segmentation_datamodule``.
 
     ``max_image_pixels`` refuses, before decoding, an image or mask whose header
     declares more pixels (``None``: no limit; memory-mapped TIFFs decode nothing and are
@@ -72,47 +76,48 @@ class SegmentationDataModule(L.LightningDataModule):
     def __init__(
         self,
         source: TileSource,
-        num_classes: int,
-        class_names: Sequence[str],
-        patch_size: int = 128,
-        patches_per_image: int = 64,
-        batch_size: int = 8,
-        num_workers: int | str = "auto",
+        classes: ClassSettings,
+        patches: PatchSettings | None = None,
+        loader: LoaderSettings | None = None,
+        normalization: Normalization | None = None,
         augmentation: Augmentation | None = None,
-        ignore_index: int = 255,
-        seed: int = 0,
-        shuffle: str = "every-epoch",
-        val_batch_size: int | None = None,
-        pin_memory: bool | None = None,
-        mean: Sequence[float] | None = (0.485, 0.456, 0.406),
-        std: Sequence[float] | None = (0.229, 0.224, 0.225),
-        in_channels: int | None = 3,
-        class_colors: Sequence[Sequence[int]] | None = None,
-        rank_batch_sizes: Sequence[int] | None = None,
-        label_ids: Sequence[Any] | None = None,
-        ignore_ids: Sequence[Any] = (),
-        persistent_workers: bool = True,
-        prefetch_factor: int = 2,
         max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
         sampling: PatchSampling | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        patches = patches or PatchSettings()
+        loader = loader or LoaderSettings()
+        normalization = normalization or Normalization()
         check_max_image_pixels(max_image_pixels, "datamodule.max_image_pixels")
         if not isinstance(sampling, PatchSampling):  # a node without _target_, or none
             sampling = PatchSampling(**(sampling or {}))
-        sampling.check_classes(num_classes)
+        sampling.check_classes(classes.num_classes)
         self.sampling = sampling
-        self.source, self.num_classes, self.class_names = source, num_classes, tuple(class_names)
-        self.patch_size, self.patches_per_image = patch_size, patches_per_image
-        self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
-        self.rank_batch_sizes = list(rank_batch_sizes) if rank_batch_sizes else None
-        self.num_workers, self.pin_memory = num_workers, pin_memory
-        self.persistent_workers, self.prefetch_factor = persistent_workers, prefetch_factor
+        self.source = source
+        self.num_classes = classes.num_classes
+        self.class_names = tuple(classes.class_names)
+        self.class_colors = (
+            [tuple(c) for c in classes.class_colors] if classes.class_colors else None
+        )
+        self.ignore_index = classes.ignore_index
+        self.labels = LabelMap(
+            classes.num_classes, classes.ignore_index, classes.label_ids, classes.ignore_ids
+        )
+        self.patch_size = patches.patch_size
+        self.patches_per_image = patches.patches_per_image
+        self.seed = patches.seed
+        self.shuffle = patches.shuffle
+        self.batch_size = loader.batch_size
+        self.val_batch_size = loader.val_batch_size or loader.batch_size
+        self.rank_batch_sizes = list(loader.rank_batch_sizes) if loader.rank_batch_sizes else None
+        self.num_workers = loader.num_workers
+        self.pin_memory = loader.pin_memory
+        self.persistent_workers = loader.persistent_workers
+        self.prefetch_factor = loader.prefetch_factor
+        self._mean = normalization.mean
+        self._std = normalization.std
+        self._in_channels = normalization.in_channels
         self.augmentation = augmentation or Augmentation()
-        self.ignore_index, self.seed, self.shuffle = ignore_index, seed, shuffle
-        self._mean, self._std, self._in_channels = mean, std, in_channels
-        self.class_colors = [tuple(c) for c in class_colors] if class_colors else None
-        self.labels = LabelMap(num_classes, ignore_index, label_ids, ignore_ids)
         self.max_image_pixels = max_image_pixels
         self.report: DatasetReport | None = None
         self.train_set: RandomPatchDataset | None = None
@@ -318,3 +323,54 @@ def _end_with_parent() -> None:
     """
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def segmentation_datamodule(
+    source: TileSource,
+    num_classes: int,
+    class_names: Sequence[str],
+    patch_size: int = 128,
+    patches_per_image: int = 64,
+    batch_size: int = 8,
+    num_workers: int | str = "auto",
+    augmentation: Augmentation | None = None,
+    ignore_index: int = 255,
+    seed: int = 0,
+    shuffle: str = "every-epoch",
+    val_batch_size: int | None = None,
+    pin_memory: bool | None = None,
+    mean: Sequence[float] | None = (0.485, 0.456, 0.406),
+    std: Sequence[float] | None = (0.229, 0.224, 0.225),
+    in_channels: int | None = 3,
+    class_colors: Sequence[Sequence[int]] | None = None,
+    rank_batch_sizes: Sequence[int] | None = None,
+    label_ids: Sequence[Any] | None = None,
+    ignore_ids: Sequence[Any] = (),
+    persistent_workers: bool = True,
+    prefetch_factor: int = 2,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    sampling: PatchSampling | Mapping[str, Any] | None = None,
+) -> SegmentationDataModule:
+    """The ``datamodule`` group's object, from its flat keys (each documented in the group).
+
+    The keys are gathered into ``ClassSettings``, ``PatchSettings``, ``LoaderSettings``
+    and ``Normalization``; the others go to ``SegmentationDataModule`` as they are.
+    """
+    return SegmentationDataModule(
+        source,
+        ClassSettings(num_classes, class_names, class_colors, label_ids, ignore_ids, ignore_index),
+        PatchSettings(patch_size, patches_per_image, seed, shuffle),
+        LoaderSettings(
+            batch_size,
+            val_batch_size,
+            rank_batch_sizes,
+            num_workers,
+            pin_memory,
+            persistent_workers,
+            prefetch_factor,
+        ),
+        Normalization(mean, std, in_channels),
+        augmentation=augmentation,
+        max_image_pixels=max_image_pixels,
+        sampling=sampling,
+    )

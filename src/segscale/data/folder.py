@@ -275,7 +275,8 @@ class _NamedFiles:
 
     def __init__(self, files: SplitFiles, image_naming: Naming, mask_naming: Naming) -> None:
         self.files = files
-        self.image_naming, self.mask_naming = image_naming, mask_naming
+        self.image_naming = image_naming
+        self.mask_naming = mask_naming
         self.problems: list[FileProblem] = []
         self.explained: set[str] = set()
         self._by_key: tuple[dict[str, Path], dict[str, Path]] | None = None

@@ -36,7 +36,8 @@ class LabelMap:
         label_ids: Sequence[Any] | None = None,
         ignore_ids: Sequence[Any] = (),
     ) -> None:
-        self.num_classes, self.ignore_index = num_classes, ignore_index
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
         self.colour = False
         self.table: dict[LabelId, int] = {}
         self._plain = label_ids is None and not ignore_ids

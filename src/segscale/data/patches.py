@@ -178,8 +178,12 @@ class RandomPatchDataset(Dataset):
             raise ValueError("RandomPatchDataset needs at least one tile")
         if centres is not None and len(centres.locations) != len(tiles):
             raise ValueError(f"{len(centres.locations)} class locations for {len(tiles)} tiles")
-        self.tiles, self.patch_size, self.patches_per_image = tiles, patch_size, patches_per_image
-        self.augmentation, self.seed, self.ignore_index = augmentation, seed, ignore_index
+        self.tiles = tiles
+        self.patch_size = patch_size
+        self.patches_per_image = patches_per_image
+        self.augmentation = augmentation
+        self.seed = seed
+        self.ignore_index = ignore_index
         self.centres = centres
 
     def __len__(self) -> int:
@@ -246,7 +250,9 @@ class GridPatchDataset(Dataset):
     """
 
     def __init__(self, tiles: list[Tile], patch_size: int, ignore_index: int = 255) -> None:
-        self.tiles, self.patch_size, self.ignore_index = tiles, patch_size, ignore_index
+        self.tiles = tiles
+        self.patch_size = patch_size
+        self.ignore_index = ignore_index
         self.windows: list[tuple[int, int, int, int, int]] = []  # tile, y, x, skip_y, skip_x
         for t, tile in enumerate(tiles):
             height, width = tile.shape

@@ -73,8 +73,12 @@ class EpochShardSampler(Sampler[list[Key]]):
             raise ConfigError(
                 f"datamodule.shuffle={shuffle!r} is unknown: expected one of {list(SHUFFLE_MODES)}"
             )
-        self.dataset_len, self.batch_sizes, self.rank = dataset_len, list(batch_sizes), rank
-        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.dataset_len = dataset_len
+        self.batch_sizes = list(batch_sizes)
+        self.rank = rank
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
         self.position = position
 
     def set_epoch(self, epoch: int) -> None:

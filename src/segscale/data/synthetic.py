@@ -122,7 +122,8 @@ class _Canvas:
     """Per-class colour layers that are composited through the mask at the end."""
 
     def __init__(self, size: int, rng: np.random.Generator) -> None:
-        self.size, self.rng = size, rng
+        self.size = size
+        self.rng = rng
         self.layers = {c: np.zeros((size, size, 3), np.float32) for c in range(len(CLASS_NAMES))}
         self.shadow = np.zeros((size, size), np.float32)
 

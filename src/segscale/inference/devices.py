@@ -43,7 +43,9 @@ class _Share(Generic[T]):
     """
 
     def __init__(self, work: Callable[..., T], items: Sequence[Any], args: tuple) -> None:
-        self.work, self.items, self.args = work, items, args
+        self.work = work
+        self.items = items
+        self.args = args
 
     def __call__(self, fabric: Fabric) -> T:
         """Run this rank's share, then leave the process group."""

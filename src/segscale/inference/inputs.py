@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from segscale.data.pixel_types import pixel_type_mismatch
 from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
-from segscale.data.validation import pixel_type_mismatch
 from segscale.errors import ConfigError
 from segscale.inference.georeference import Georeference, read_georeference
 

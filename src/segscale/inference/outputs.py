@@ -49,7 +49,8 @@ class BandImage:
         if file_format not in FORMATS:
             raise ConfigError(f"format={file_format!r} is not allowed; expected one of {FORMATS}")
         # Not with_suffix: the stem of "scene.2024.tif" is "scene.2024", not "scene".
-        self.path, self.palette = path.with_name(f"{path.name}.{file_format}"), palette
+        self.path = path.with_name(f"{path.name}.{file_format}")
+        self.palette = palette
         self.georeference = georeference
         self.temporary = temporary_beside(self.path)
         # None once discarded.

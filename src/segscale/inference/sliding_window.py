@@ -88,8 +88,11 @@ class SlidingWindow:
         _require(batch_size, "inference.batch_size", _is_int(1), "an integer >= 1")
         _require(flip_tta, "inference.flip_tta", lambda v: isinstance(v, bool), "true or false")
         _require(blend, "inference.blend", lambda v: v in BLENDS, f"one of {BLENDS}")
-        self.tile_size, self.overlap = tile_size, float(overlap)
-        self.batch_size, self.flip_tta, self.blend = batch_size, flip_tta, blend
+        self.tile_size = tile_size
+        self.overlap = float(overlap)
+        self.batch_size = batch_size
+        self.flip_tta = flip_tta
+        self.blend = blend
         self.stride = max(1, round(tile_size * (1 - self.overlap)))
 
     def tile_origins(self, height: int, width: int) -> Iterator[Origin]:
@@ -195,7 +198,9 @@ class _BandAccumulator:
     def __init__(
         self, num_classes: int, rows: int, width: int, window: np.ndarray, first_wins: bool
     ) -> None:
-        self.top, self.window, self.first_wins = 0, window, first_wins
+        self.top = 0
+        self.window = window
+        self.first_wins = first_wins
         # Host memory, not the device's: it holds a full image row, the device only a batch.
         self.sums = np.zeros((num_classes, rows, width), dtype=np.float32)
         self.weights = np.zeros((rows, width), dtype=np.float32)

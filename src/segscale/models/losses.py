@@ -182,8 +182,11 @@ class SegmentationLoss(nn.Module):
                 "but loss.cross_entropy is 0; set loss.cross_entropy > 0 or "
                 "loss.class_weights=null"
             )
-        self.num_classes, self.ignore_index = num_classes, ignore_index
-        self.cross_entropy, self.dice, self.focal = float(cross_entropy), float(dice), float(focal)
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
+        self.cross_entropy = float(cross_entropy)
+        self.dice = float(dice)
+        self.focal = float(focal)
         # Not persistent: the weights follow from the config and the data, and a
         # checkpoint should load into a module built with another loss.
         self.register_buffer(

@@ -114,18 +114,17 @@ class SegmentationModule(L.LightningModule):
         self._pending: PendingVerdict | None = None  # the last step's, read at the next
         self.stopped_at_step: int | None = None  # the non-finite step that stopped the run
         self._buffers_before: list[torch.Tensor] = []  # batch-norm statistics, under skip
-        self.network, self.optimizer_factory = network, optimizer
+        self.network = network
+        self.optimizer_factory = optimizer
         self.schedule = schedule or Schedule("none")
         self.gradient_threshold = gradient_threshold
         self.gradient_threshold_method = gradient_threshold_method
         # channels_last (NHWC) lets cuDNN use tensor-core kernels for convolutions.
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.network.to(memory_format=self.memory_format)
-        self.num_classes, self.class_names, self.ignore_index = (
-            num_classes,
-            tuple(class_names),
-            ignore_index,
-        )
+        self.num_classes = num_classes
+        self.class_names = tuple(class_names)
+        self.ignore_index = ignore_index
         # mean and std are fractions of full intensity; images arrive in raw pixel values.
         mean_t = torch.tensor(mean).view(1, -1, 1, 1)
         std_t = torch.tensor(std).view(1, -1, 1, 1)
@@ -314,7 +313,9 @@ class SegmentationModule(L.LightningModule):
                 else:
                     self._pending = PendingVerdict.of(verdict, self.trainer.global_step)
         finally:
-            self._nonfinite, self._buffers_before = None, []  # the next step starts afresh
+            # the next step starts afresh
+            self._nonfinite = None
+            self._buffers_before = []
         clip_gradients(parameters, self.gradient_threshold, self.gradient_threshold_method)
 
     def _step_verdict(self, parameters: list[nn.Parameter]) -> torch.Tensor:

@@ -161,9 +161,13 @@ class Schedule:
             raise ConfigError("scheduler.warmup_epochs and scheduler.warmup_steps must be >= 0")
         if warmup_epochs and warmup_steps:
             raise ConfigError("set scheduler.warmup_epochs or scheduler.warmup_steps, not both")
-        self.name, self.drop_period, self.drop_factor = name, drop_period, drop_factor
-        self.power, self.min_factor = power, min_factor
-        self.warmup_epochs, self.warmup_steps = warmup_epochs, warmup_steps
+        self.name = name
+        self.drop_period = drop_period
+        self.drop_factor = drop_factor
+        self.power = power
+        self.min_factor = min_factor
+        self.warmup_epochs = warmup_epochs
+        self.warmup_steps = warmup_steps
         self.warmup_start_factor = warmup_start_factor
 
     def factor(self, step: int, steps_per_epoch: int, total_steps: int) -> float:

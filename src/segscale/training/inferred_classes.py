@@ -26,8 +26,8 @@ from segscale.data.class_discovery import (
     infer_classes,
     is_inferred,
 )
+from segscale.data.mask_value_scan import scan_mask_values
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, check_max_image_pixels
-from segscale.data.validation import scan_mask_values
 from segscale.errors import ConfigError
 from segscale.training.builders import build
 

@@ -12,7 +12,8 @@ from segscale.bench.compute import (
     BareLoopResult,
 )
 from segscale.bench.interconnects import INTERCONNECTS, Interconnect
-from segscale.bench.prediction import (
+from segscale.bench.sharing import Sharing
+from segscale.bench.step_model import (
     SYNC_BATCHNORM_COLLECTIVES,
     BatchNormSync,
     Collectives,
@@ -22,7 +23,6 @@ from segscale.bench.prediction import (
     expected_max_standard_normal,
     predict,
 )
-from segscale.bench.sharing import Sharing
 from segscale.bench.timing import Timing
 
 

@@ -13,7 +13,7 @@ from segscale.bench.interconnects import (
     from_published,
     ring_bytes,
 )
-from segscale.bench.prediction import (
+from segscale.bench.step_model import (
     BatchNormSync,
     Collectives,
     Gradients,

@@ -1,7 +1,7 @@
 import json
 
 from segscale.cli.summarize import main
-from segscale.sweeps.summary import write_sweep_summary
+from segscale.sweeps.sweep_summary import write_sweep_summary
 
 HEADER = "epoch,step,val/loss,val/mIoU,train/loss\n"
 

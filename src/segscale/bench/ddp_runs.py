@@ -34,8 +34,8 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.atomic_files import write_text_atomically
 from segscale.bench.compute import StepPlan
 from segscale.bench.interconnects import Interconnect, Published, from_published
-from segscale.bench.prediction import efficiency, speedup
 from segscale.bench.progress import Progress
+from segscale.bench.step_model import efficiency, speedup
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.configs import CONFIG_DIR
 from segscale.training.launch import TRAIN_COMMAND, free_port

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from segscale.bench.scaling import passed_on, scaling_command, sync_batchnorm, without_key
+from segscale.bench.ddp_runs import passed_on, scaling_command, sync_batchnorm, without_key
 
 
 def test_the_users_overrides_are_passed_on_except_what_the_runs_set():
@@ -51,7 +51,7 @@ def test_sync_batchnorm_follows_the_users_override_else_ddps_default():
 
 
 def test_this_machines_allreduce_is_a_curve_through_measured_points():
-    from segscale.bench.scaling import ALLREDUCE_SIZES, measure_allreduce
+    from segscale.bench.ddp_runs import ALLREDUCE_SIZES, measure_allreduce
 
     link = measure_allreduce(2, 2 * 2**20, cuda=False, repeats=2)
     # 4 B, 4 KiB, 64 KiB, 1 MiB and 2 MiB: ring bytes over 2 ranks are the bytes.

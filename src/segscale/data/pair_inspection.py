@@ -1,0 +1,140 @@
+"""One image and its mask read in row chunks: sizes, pixel sums, the mask's values.
+
+What it finds does not depend on the label settings, so the validation cache keeps it
+for any classes; asked for, it also keeps a few pixel locations of each class
+(``segscale.data.class_locations``), marked with the labels they were found with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+
+from segscale.data.class_locations import LocationSampler
+from segscale.data.labels import LabelMap, mask_codes
+from segscale.data.sources import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    READ_ERRORS,
+    ImageMaskPair,
+    describe_read_error,
+    read_image,
+    read_mask_values,
+)
+
+ROWS_PER_CHUNK = 1024
+"""Rows read at a time, so a memory-mapped tile is never loaded whole."""
+
+MAX_MASK_VALUES = 1024
+"""Distinct values of one mask kept in the cache (those with the most pixels). A mask of
+classes holds a few; one with more is reported (an image in the mask folder?)."""
+
+
+def inspect_pair(
+    pair: ImageMaskPair,
+    labels: LabelMap | None = None,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    locations_per_class: int = 0,
+) -> dict[str, Any]:
+    """Read one image and mask in row chunks; return sizes, statistics and problems.
+
+    What it returns does not depend on ``labels``: the mask's channels and its distinct
+    values (``mask_codes``) with their pixels (``mask_values``, at most
+    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all). A file whose header
+    declares more than ``max_image_pixels`` is a problem like any unreadable one, found
+    before it is decoded. ``locations_per_class > 0`` with ``labels`` also keeps that
+    many pixels of each class (``class_locations``, see ``LocationSampler``), marked
+    with the labels they were found with.
+    """
+    facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
+    try:
+        image = read_image(pair.image, max_image_pixels)
+        facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
+        facts |= {"dtype": str(image.dtype), **_pixel_sums(image)}
+    except READ_ERRORS as error:
+        reason = describe_read_error(pair.image, error)
+        facts["image_problems"].append(f"image cannot be read: {reason}")
+    try:
+        raw = read_mask_values(pair.mask, max_image_pixels)
+    except READ_ERRORS as error:
+        reason = describe_read_error(pair.mask, error)
+        facts["mask_problems"].append(f"mask cannot be read: {reason}")
+        return facts
+    mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
+    facts["mask_channels"] = mask_channels
+    if mask_channels not in (1, 3):
+        facts["mask_problems"].append(
+            f"mask has {mask_channels} channels; expected 1 (class indices or grey levels) "
+            "or 3 (RGB colours)"
+        )
+        return facts
+    if "shape" in facts and list(raw.shape[:2]) != facts["shape"]:
+        facts["mask_problems"].append(
+            f"mask is {raw.shape[1]}x{raw.shape[0]} but its image {pair.image.name} is "
+            f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
+        )
+    sampler = None
+    if labels is not None and locations_per_class and mask_channels == labels.channels:
+        sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
+    values, counts = _value_counts(raw, labels, sampler)
+    kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
+    kept.sort()
+    facts["mask_values"] = np.stack([values[kept], counts[kept]], axis=1).tolist()
+    facts["mask_distinct"] = len(values)
+    if sampler is not None and labels is not None:
+        facts["class_locations"] = {**sampler.facts(), "labels": labels_key(labels)}
+    return facts
+
+
+def _pixel_sums(image: np.ndarray) -> dict[str, Any]:
+    """Per-channel sum and sum of squares (float64), for the dataset's mean and std."""
+    total = np.zeros(image.shape[2])
+    squares = np.zeros(image.shape[2])
+    for start in range(0, image.shape[0], ROWS_PER_CHUNK):
+        chunk = np.asarray(image[start : start + ROWS_PER_CHUNK], np.float64)
+        total += chunk.sum((0, 1))
+        squares += (chunk**2).sum((0, 1))
+    pixels = image.shape[0] * image.shape[1]
+    return {"pixels": pixels, "sum": total.tolist(), "squares": squares.tolist()}
+
+
+def _value_counts(
+    raw: np.ndarray, labels: LabelMap | None = None, sampler: LocationSampler | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct mask values (as ``mask_codes``) and how many pixels have each.
+
+    ``sampler`` is offered each chunk's class indices (decoded by ``labels``) on the way.
+    """
+    totals: dict[int, int] = {}
+    for start in range(0, raw.shape[0], ROWS_PER_CHUNK):
+        chunk = np.asarray(raw[start : start + ROWS_PER_CHUNK])
+        codes = mask_codes(chunk)
+        if sampler is not None and labels is not None:
+            classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
+            sampler.add(classes, start)
+        values, counts = np.unique(codes, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            totals[value] = totals.get(value, 0) + count
+    values = np.array(sorted(totals), np.int64)
+    return values, np.array([totals[v] for v in values.tolist()], np.int64)
+
+
+def mask_holds_an_image(facts: dict[str, Any]) -> bool:
+    """Whether a mask holds more distinct values than masks of classes do (``facts``)."""
+    return bool(facts["mask_distinct"] > MAX_MASK_VALUES)
+
+
+def too_many_values(facts: dict[str, Any]) -> str:
+    """The problem of a mask that holds too many values to be one of classes."""
+    return (
+        f"mask holds {facts['mask_distinct']} distinct values; a mask of classes holds a "
+        "few (is it an image rather than a mask?)"
+    )
+
+
+def labels_key(labels: LabelMap) -> str:
+    """A short key for the label settings that class locations were found with."""
+    settings = {"num_classes": labels.num_classes, **labels.describe()}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]

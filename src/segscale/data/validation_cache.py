@@ -1,0 +1,100 @@
+"""What the validation pass learnt of each file, kept in the user's cache folder.
+
+``$XDG_CACHE_HOME/segscale/validation/<dataset>.json`` (``segscale.data.user_cache``),
+keyed by the image's and mask's path, size and modification time, so a second run
+re-reads only files that changed. It holds what does not depend on the label settings
+(``inspect_pair``), so other classes re-read nothing either; class locations are kept
+for the label settings that found them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from segscale.atomic_files import write_text_atomically
+from segscale.data.labels import LabelMap
+from segscale.data.pair_inspection import inspect_pair, labels_key
+from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource
+from segscale.data.user_cache import cache_file
+
+log = logging.getLogger(__name__)
+
+_CACHE_VERSION = 2  # 2: facts independent of the labels, with each mask's value counts
+
+
+class ValidationCache:
+    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged.
+
+    The file is the user's (``cache_file``), named for the dataset (``TileSource.cache_key``),
+    not the dataset's: a shared dataset folder stays as it is, a read-only one is cached.
+    """
+
+    def __init__(self, source: TileSource, max_image_pixels: int | None) -> None:
+        self.dataset = source.cache_key
+        self.path = cache_file("validation", self.dataset)
+        settings: list[Any] = [_CACHE_VERSION]
+        # Another limit can turn a refused file into a readable one, or back. The default
+        # is left out of the key so that caches written before the limit existed stay
+        # valid: at Pillow's own limit a file read then reads the same now.
+        if max_image_pixels != DEFAULT_MAX_IMAGE_PIXELS:
+            settings.append({"max_image_pixels": max_image_pixels})
+        self.settings = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+        self.max_image_pixels = max_image_pixels
+        self.entries: dict[str, Any] = {}
+        self.changed = False
+        if self.path.is_file():
+            try:
+                stored = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                stored = {}
+            if stored.get("settings") == self.settings and stored.get("dataset") == self.dataset:
+                self.entries = stored.get("pairs", {})
+
+    def facts(
+        self, pair: ImageMaskPair, labels: LabelMap | None = None, locations_per_class: int = 0
+    ) -> dict[str, Any]:
+        """The pair's facts: from the cache if both files are unchanged, else read afresh.
+
+        Class locations (``locations_per_class > 0``) are found with ``labels``: facts
+        with none, another number or other labels are read again (the labels are not
+        part of the settings key, since nothing else depends on them).
+        """
+        key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
+        stamp = [_stamp(pair.image), _stamp(pair.mask)]
+        entry = self.entries.get(key)
+        wanted = locations_per_class if labels is not None else 0
+        if entry and entry["stamp"] == stamp and _has_locations(entry["facts"], labels, wanted):
+            return entry["facts"]
+        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted)
+        self.entries[key] = {"stamp": stamp, "facts": facts}
+        self.changed = True
+        return facts
+
+    def save(self) -> None:
+        """Write the cache atomically; where that fails (a read-only home), say so and go on."""
+        if not self.changed:
+            return
+        stored = {"dataset": self.dataset, "settings": self.settings, "pairs": self.entries}
+        try:
+            write_text_atomically(self.path, json.dumps(stored))
+        except OSError as error:
+            log.warning("could not cache the validation in %s: %s", self.path, error)
+
+
+def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: int) -> bool:
+    """Whether ``facts`` hold the class locations asked for (or none are asked for)."""
+    if not per_class or labels is None or "mask_values" not in facts:
+        return True  # a mask that could not be read has none to keep
+    if facts["mask_channels"] != labels.channels:
+        return True  # nor has one of the wrong kind (a problem the pass reports)
+    kept = facts.get("class_locations") or {}
+    return kept.get("per_class") == per_class and kept.get("labels") == labels_key(labels)
+
+
+def _stamp(path: Path) -> list[int]:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]
