@@ -35,12 +35,12 @@ from segscale.inference.inputs import check_pixels, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
-from segscale.training.builders import build
-from segscale.training.config_checks import check_config
-from segscale.training.inferred_classes import resolve_inferred_classes
-from segscale.training.launch import TRAIN_COMMAND, quoted_override
-from segscale.training.resume import register_run_dir_resolver
-from segscale.training.summary_file import SUMMARY_FILE, read_summary
+from segscale.training.ranks.launch import TRAIN_COMMAND, quoted_override
+from segscale.training.run.builders import build
+from segscale.training.run.config_checks import check_config
+from segscale.training.run.inferred_classes import resolve_inferred_classes
+from segscale.training.run_folder.resume import register_run_dir_resolver
+from segscale.training.run_folder.summary_file import SUMMARY_FILE, read_summary
 
 ImageInput = Union[np.ndarray, str, "os.PathLike[str]"]
 """An image: an ``H×W×C`` (or ``H×W``) array of raw pixel values, or an image file."""

@@ -12,8 +12,8 @@ from segscale.bench.settings import device_counts
 from segscale.cli.bench import main
 from segscale.data import datamodule as datamodule_module
 from segscale.errors import ConfigError
-from segscale.training.builders import build, build_datamodule
-from segscale.training.resume import register_run_dir_resolver
+from segscale.training.run.builders import build, build_datamodule
+from segscale.training.run_folder.resume import register_run_dir_resolver
 from tests.conftest import compose_config, tiny_overrides
 from tests.in_process import run_in_process
 

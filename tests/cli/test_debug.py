@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides
 
 PRESETS = sorted(p.stem for p in (Path(CONFIG_DIR) / "debug").glob("*.yaml"))

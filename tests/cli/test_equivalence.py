@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 
 # No rotation or translation: no ignored pixels, so every patch weighs the same in the
 # loss on one process and on two ranks. No dropout: per-rank masks cannot match. Float64:

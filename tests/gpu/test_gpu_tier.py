@@ -32,7 +32,7 @@ from segscale.cli import evaluate as evaluate_cli
 from segscale.cli import export as export_cli
 from segscale.cli import predict as predict_cli
 from segscale.models.module import SegmentationModule
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 
 pytestmark = [
     pytest.mark.gpu,

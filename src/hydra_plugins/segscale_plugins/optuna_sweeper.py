@@ -70,8 +70,8 @@ from segscale.training.callbacks.trial_pruning import (
     held_database_error,
     open_storage,
 )
-from segscale.training.launch import quoted_override
-from segscale.training.summary_file import read_summary
+from segscale.training.ranks.launch import quoted_override
+from segscale.training.run_folder.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from omegaconf import DictConfig, open_dict
 from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
 from segscale.sweeps.objective import objective
-from segscale.training.launch import config_options, program_command
-from segscale.training.summary_file import read_summary
+from segscale.training.ranks.launch import config_options, program_command
+from segscale.training.run_folder.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 

@@ -47,9 +47,9 @@ from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.verdict import findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
 from segscale.models.networks import check_input_side
-from segscale.training.builders import build, build_datamodule, build_module
-from segscale.training.config_checks import check_config
-from segscale.training.inferred_classes import resolve_inferred_classes
+from segscale.training.run.builders import build, build_datamodule, build_module
+from segscale.training.run.config_checks import check_config
+from segscale.training.run.inferred_classes import resolve_inferred_classes
 
 
 def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:

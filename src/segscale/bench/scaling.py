@@ -38,7 +38,7 @@ from segscale.bench.prediction import efficiency, speedup
 from segscale.bench.progress import Progress
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.configs import CONFIG_DIR
-from segscale.training.launch import TRAIN_COMMAND, free_port
+from segscale.training.ranks.launch import TRAIN_COMMAND, free_port
 
 log = logging.getLogger(__name__)
 

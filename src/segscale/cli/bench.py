@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from segscale.bench.benchmark import bench, finish
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.training.resume import register_run_dir_resolver
+from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 

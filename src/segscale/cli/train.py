@@ -1,6 +1,6 @@
 """``python train.py`` / ``segscale-train``: Hydra parses the command line, the library trains.
 
-The run itself (checks, builders, ``Trainer.fit``) is ``segscale.training.run.train``;
+The run itself (checks, builders, ``Trainer.fit``) is ``segscale.training.run.training_run.train``;
 this module adds what belongs to a command: the config tree, exit statuses, and the
 quiet overrides of ranks that torchrun or SLURM started.
 """
@@ -21,11 +21,11 @@ from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
 from segscale.sweeps.objective import objective
-from segscale.training.launch import QUIET_RANK_OVERRIDES, external_rank
-from segscale.training.preemption import Preempted
-from segscale.training.relaunch import restore_overrides
-from segscale.training.resume import register_run_dir_resolver
-from segscale.training.run import train
+from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
+from segscale.training.ranks.preemption import Preempted
+from segscale.training.run.training_run import train
+from segscale.training.run_folder.relaunch import restore_overrides
+from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 
