@@ -14,11 +14,11 @@ import pytest
 
 from segscale.data.datamodule import PR_SET_PDEATHSIG, PREEMPTION_SIGNALS, init_worker
 from segscale.errors import ConfigError
+from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.ranks.preemption import (
     EXIT_PREEMPTED,
     Preempted,
     PreemptionSignals,
-    PreemptionStop,
     without_lightning_signal_handlers,
 )
 from tests.distributed import on_two_ranks

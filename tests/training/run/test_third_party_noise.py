@@ -6,8 +6,8 @@ from contextlib import contextmanager
 
 from lightning.pytorch.utilities._pytree import _tree_flatten
 
+from segscale.training.callbacks.third_party_noise_filter import ThirdPartyNoiseFilter
 from segscale.training.run.third_party_noise import (
-    ThirdPartyNoiseFilter,
     third_party_noise_filtered,
 )
 from tests.training.callbacks.scheduled_fit import scheduled_fit

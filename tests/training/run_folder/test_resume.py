@@ -11,10 +11,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
+from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run_folder.resume import (
-    ApplyLearningRate,
-    ForgetAbandonedBest,
     check_resumable,
     checkpoint_of_rank_zero,
 )

@@ -19,14 +19,18 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint_io import SafeCheckpointIO
 from segscale.models.networks import check_input_side
+from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
+from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
+from segscale.training.callbacks.launch_record import LaunchRecord
 from segscale.training.callbacks.periodic_checkpoint import ensure_writable
+from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.callbacks.run_summary import RunSummary
+from segscale.training.callbacks.third_party_noise_filter import ThirdPartyNoiseFilter
 from segscale.training.callbacks.trial_pruning import trial_pruning
 from segscale.training.ranks.dataloader_workers import WorkersEndWithRun
 from segscale.training.ranks.launch import job_ranks
 from segscale.training.ranks.preemption import (
     PreemptionSignals,
-    PreemptionStop,
     without_lightning_signal_handlers,
 )
 from segscale.training.ranks.threads import process_threads, resolve_threads
@@ -42,11 +46,9 @@ from segscale.training.run.builders import (
 from segscale.training.run.config_checks import check_config
 from segscale.training.run.inferred_classes import resolve_inferred_classes
 from segscale.training.run.third_party_noise import (
-    ThirdPartyNoiseFilter,
     third_party_noise_filtered,
 )
 from segscale.training.run_folder.lock import (
-    LaunchRecord,
     RunFolderLock,
     check_fresh_folder,
     has_launch_record,
@@ -55,8 +57,6 @@ from segscale.training.run_folder.lock import (
 )
 from segscale.training.run_folder.relaunch import check_relaunch
 from segscale.training.run_folder.resume import (
-    ApplyLearningRate,
-    ForgetAbandonedBest,
     check_resumable,
     checkpoint_of_rank_zero,
     resolve_checkpoint,

@@ -27,7 +27,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
-import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.atomic_files import (
@@ -252,22 +251,6 @@ def write_launch_record(folder: str | Path, record: dict[str, str]) -> Path:
     for name, text in record.items():
         write_text_atomically(target / name, text)
     return target
-
-
-class LaunchRecord(L.Callback):
-    """Writes a relaunch's record (a resume, a requeue) when it starts training.
-
-    Only then is the run known to continue: a launch refused before (by Lightning's
-    restore, say) leaves the run folder as it was. Rank 0 writes it.
-    """
-
-    def __init__(self, folder: str | Path, record: dict[str, str]) -> None:
-        self.folder, self.record = Path(folder), record
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Write the record."""
-        if trainer.is_global_zero:
-            write_launch_record(self.folder, self.record)
 
 
 def _hydra_files() -> dict[str, str]:

@@ -12,19 +12,16 @@ new one.
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import load_checkpoint_file
 from segscale.models.checkpoint_metadata import check_metadata
-from segscale.models.weights import LOAD_ERRORS, compare_state
+from segscale.models.weights import compare_state
 from segscale.training.ranks.launch import launcher_job_id
 
 if TYPE_CHECKING:
@@ -130,39 +127,6 @@ def check_resumable(path: str, module: SegmentationModule) -> None:
         )
 
 
-class ForgetAbandonedBest(L.Callback):
-    """After a resume from a checkpoint older than the run's best one, forget that best.
-
-    A run resumed from an earlier checkpoint than its newest takes a new branch from
-    there; a best checkpoint written later (``best.ckpt``) belongs to the branch it
-    left. Its score, kept in the restored state, no longer describes any weights of the
-    new branch, and a new branch that never beat it would end with ``best.ckpt`` still
-    holding the old branch's weights. So the restored best is dropped, and the new
-    branch's first validation writes ``best.ckpt`` again.
-
-    Rank 0 alone reads the files and decides, for every rank: a rank that decided
-    alone (a read error on one node) would keep another best than the others, and
-    their checkpoint callbacks would then disagree on when to save (a collective).
-    """
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Drop the best of each monitoring checkpoint callback whose file is newer."""
-        callbacks = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
-        decided = (
-            [_written_after(c, trainer.global_step) for c in callbacks]
-            if trainer.is_global_zero
-            else None
-        )
-        forget = cast(list[bool], trainer.strategy.broadcast(decided, src=0))
-        for callback, abandoned in zip(callbacks, forget, strict=True):
-            if abandoned:
-                callback.best_k_models = {}
-                callback.best_model_path = callback.kth_best_model_path = ""
-                callback.best_model_score = None
-                worst = math.inf if callback.mode == "min" else -math.inf
-                callback.kth_value = torch.tensor(worst)
-
-
 def checkpoint_of_rank_zero(trainer: L.Trainer, ckpt_path: str | None) -> str | None:
     """The checkpoint that rank 0 resolved ``ckpt_path=auto`` to, on every rank.
 
@@ -191,76 +155,6 @@ def checkpoint_of_rank_zero(trainer: L.Trainer, ckpt_path: str | None) -> str | 
             agreed,
         )
     return agreed
-
-
-class ApplyLearningRate(L.Callback):
-    """On a resume, the configured learning rate replaces the one the checkpoint restores.
-
-    Lightning restores the optimizer and scheduler states as they were saved, base rates
-    included, so ``optimizer.lr`` given on a resume would be ignored. Each parameter
-    group's base rate (``initial_lr``, the one the schedule multiplies; the encoder's
-    own under ``training.encoder_lr_factor``) is read as this launch's configuration
-    builds it (``on_fit_start``, before the restore) and put back after the restore
-    (``on_train_start``), in the optimizer and in its scheduler's ``base_lrs``; the
-    current rate keeps its place in the schedule (scaled by new base / old base). So a
-    changed learning rate applies from the resumed step on, and the optimizer's other
-    state (momentum, moments) continues.
-    """
-
-    def __init__(self) -> None:
-        self._configured: list[list[float]] = []
-
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Note each group's base rate as this launch's configuration built it."""
-        self._configured = [
-            [float(g.get("initial_lr", g["lr"])) for g in o.param_groups]
-            for o in trainer.optimizers
-        ]
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Put the configured base rates back where the restore replaced them."""
-        for optimizer, configured in zip(trainer.optimizers, self._configured, strict=True):
-            schedulers = [
-                c.scheduler
-                for c in trainer.lr_scheduler_configs
-                if c.scheduler.optimizer is optimizer
-            ]
-            changed = False
-            for index, (group, base) in enumerate(
-                zip(optimizer.param_groups, configured, strict=True)
-            ):
-                restored = float(group.get("initial_lr", group["lr"]))
-                if restored == base:
-                    continue
-                changed = True
-                group["lr"] = group["lr"] * base / restored if restored else base
-                if "initial_lr" in group:
-                    group["initial_lr"] = base
-                for scheduler in schedulers:
-                    if hasattr(scheduler, "base_lrs"):
-                        scheduler.base_lrs[index] = base
-                if index == 0 and trainer.is_global_zero:
-                    log.info(
-                        "resumed with another learning rate: the base rate is %.6g (was "
-                        "%.6g); the schedule continues at its step",
-                        base,
-                        restored,
-                    )
-            if changed:
-                for scheduler in schedulers:  # what get_last_lr() reports until its next step
-                    scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
-
-
-def _written_after(callback: ModelCheckpoint, step: int) -> bool:
-    """Whether ``callback``'s best file (a fixed name) was saved at a later step."""
-    best = callback.best_model_path
-    if not callback.monitor or not best or not Path(best).is_file():
-        return False
-    try:  # memory-mapped: only the small entries are read
-        saved = torch.load(best, map_location="cpu", weights_only=True, mmap=True)
-    except LOAD_ERRORS:
-        return True  # unreadable: nothing of it is worth keeping
-    return int(saved.get("global_step", 0)) > step
 
 
 def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
