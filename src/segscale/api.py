@@ -26,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from segscale.command_line import TRAIN_COMMAND, quoted_override
 from segscale.configs import compose_config
 from segscale.data.sources import (
     check_max_image_pixels,
@@ -35,7 +36,6 @@ from segscale.inference.inputs import check_pixels, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
-from segscale.training.ranks.launch import TRAIN_COMMAND, quoted_override
 from segscale.training.run.builders import build
 from segscale.training.run.config_checks import check_config
 from segscale.training.run.inferred_classes import resolve_inferred_classes

@@ -37,8 +37,9 @@ from segscale.bench.interconnects import Interconnect, Published, from_published
 from segscale.bench.prediction import efficiency, speedup
 from segscale.bench.progress import Progress
 from segscale.bench.timing import Timing, summarize_steps
+from segscale.command_line import TRAIN_COMMAND
 from segscale.configs import CONFIG_DIR
-from segscale.training.ranks.launch import TRAIN_COMMAND, free_port
+from segscale.training.ranks.launch import free_port
 
 log = logging.getLogger(__name__)
 

@@ -3,28 +3,17 @@ import os
 from typing import ClassVar
 
 import pytest
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from segscale.command_line import config_options
 from segscale.errors import ConfigError
 from segscale.training.ranks.launch import (
-    config_options,
-    included_devices,
     job_ranks,
     must_start_ranks,
     rank_command,
-    single_device_strategy,
     warn_if_restarts_may_hang,
 )
-
-
-def test_single_device_strategy_refuses_several_devices():
-    assert single_device_strategy("cpu", 1).root_device == torch.device("cpu")
-    with pytest.raises(ConfigError, match=r"trainer\.devices=2.*use strategy=ddp"):
-        single_device_strategy("cpu", 2)
-    with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 1\].*use strategy=ddp"):
-        single_device_strategy("cpu", OmegaConf.create([0, 1]))
 
 
 def test_ranks_are_started_only_by_the_launching_process(monkeypatch):
@@ -102,28 +91,6 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
     assert elapsed < 60
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "failed"  # rank 0 stopped in a collective, and says so
-
-
-def test_device_indices_must_exist(monkeypatch):
-    from segscale import devices as launch  # check_devices moved to the core layer
-
-    with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 2\] lists device indices"):
-        launch.check_devices(OmegaConf.create([0, 2]), "cpu")
-    launch.check_devices(2, "cpu")
-    monkeypatch.setattr(launch, "resolve_accelerator", lambda accelerator: "cuda")
-    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: 2)
-    launch.check_devices([0, 1], "gpu")
-    with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 2\] asks for GPU.*has 2"):
-        launch.check_devices(OmegaConf.create([0, 2]), "gpu")
-    with pytest.raises(ConfigError, match=r"trainer\.devices=4 asks for GPU"):
-        launch.check_devices(4, "gpu")
-
-
-def test_included_devices_drop_the_weight_zero_positions():
-    assert included_devices([0, 2, 3], "gpu", 3, (0, 2)) == [0, 3]
-    assert included_devices(3, "gpu", 3, (1, 2)) == [1, 2]
-    assert included_devices(3, "cpu", 3, (0, 2)) == 2
-    assert included_devices([1, 4], "gpu", 2, (0, 1)) == [1, 4]
 
 
 def test_ranks_load_the_jobs_own_config_folders(monkeypatch):

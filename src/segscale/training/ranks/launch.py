@@ -1,4 +1,4 @@
-"""How a job's processes start: the strategy object, and the extra ranks of a DDP job.
+"""The extra ranks of a DDP job: started, watched, stopped; what torchrun or SLURM started.
 
 Lightning's own ``ddp`` launcher re-executes ``sys.argv`` for every extra rank. Under a
 Hydra multirun that re-runs the whole sweep in each rank. We start the ranks ourselves
@@ -17,24 +17,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import cast
 
 import torch
-from lightning.pytorch.strategies import SingleDeviceStrategy
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from segscale.devices import (
-    available_devices,
-    devices_count,
-    is_device_list,
-    resolve_accelerator,
-    shown_devices,
-)
+from segscale.command_line import config_options, program_command, quoted_override
 from segscale.errors import ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
 
@@ -42,33 +34,6 @@ log = logging.getLogger(__name__)
 
 GRACE_S = 15.0
 """Seconds a failed rank's peers get to notice, report and exit before being stopped."""
-
-
-def included_devices(devices: Any, accelerator: str, count: int, included: Sequence[int]) -> Any:
-    """``trainer.devices`` (``count`` devices) narrowed to the positions in ``included``.
-
-    GPUs keep their indices; on CPUs the result is a count of processes.
-    """
-    if resolve_accelerator(accelerator) != "cuda":
-        return len(included)
-    indices = list(devices) if is_device_list(devices) else list(range(count))
-    return [indices[position] for position in included]
-
-
-def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> SingleDeviceStrategy:
-    """One process on one device; an error that names ``strategy=ddp`` for more."""
-    count = devices_count(devices, available_devices(accelerator))
-    if count != 1:
-        raise ConfigError(
-            f"strategy=single runs one process on one device, but "
-            f"trainer.devices={shown_devices(devices)} asks for {count}; use strategy=ddp "
-            "(or strategy=ddp_spawn) to train on several devices"
-        )
-    kind = resolve_accelerator(accelerator)
-    if kind == "cpu":
-        return SingleDeviceStrategy(device=torch.device("cpu"))
-    index = next(iter(devices)) if is_device_list(devices) else 0
-    return SingleDeviceStrategy(device=torch.device(kind, index))
 
 
 class RankProcesses:
@@ -275,18 +240,6 @@ def launcher_job_id() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
-TRAIN_COMMAND = (sys.executable, "-m", "segscale.cli.train")
-"""``train.py`` as a module of this interpreter: found wherever segscale is installed."""
-
-
-def program_command() -> list[str]:
-    """The interpreter and script (or ``-m`` module) that this process runs."""
-    spec = getattr(sys.modules["__main__"], "__spec__", None)
-    if spec is None:
-        return [sys.executable, os.path.abspath(sys.argv[0])]
-    return [sys.executable, "-m", spec.name]
-
-
 def rank_command(
     local_rank: int, output_dir: str, resolved: dict[str, str] | None = None
 ) -> list[str]:
@@ -312,35 +265,6 @@ def rank_command(
         *QUIET_RANK_OVERRIDES,
         f"hydra.job.name=rank{local_rank}",
     ]
-
-
-def config_options(hydra_cfg: DictConfig) -> list[str]:
-    """The options and overrides that make another process load the configs this job loaded.
-
-    ``hydra_cfg`` is the job's ``HydraConfig``. A user's own config folder, given with
-    ``--config-dir`` or ``hydra.searchpath=[...]``, holds presets (``experiment=mine``) the
-    ranks must find too; ``--config-path`` and ``--config-name`` may have replaced the
-    program's primary config. Both are passed always: repeating the defaults is harmless.
-    """
-    options = []
-    for source in OmegaConf.select(hydra_cfg, "runtime.config_sources", default=None) or []:
-        if source.provider == "command-line":  # --config-dir (Hydra makes it absolute)
-            options += ["--config-dir", source.path]
-        elif source.provider == "main":  # the primary folder: hydra.main's or --config-path
-            path = source.path if source.schema == "file" else f"{source.schema}://{source.path}"
-            options += ["--config-path", path]
-    config_name = OmegaConf.select(hydra_cfg, "job.config_name", default=None)
-    if config_name is not None:
-        options += ["--config-name", config_name]
-    hydra_overrides = OmegaConf.select(hydra_cfg, "overrides.hydra", default=None) or []
-    searchpath = [o for o in hydra_overrides if o.lstrip("+").startswith("hydra.searchpath=")]
-    return [*options, *searchpath]
-
-
-def quoted_override(value: str) -> str:
-    """A Hydra override value that keeps spaces, quotes and commas as they are."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
 
 
 def free_port() -> int:

@@ -16,12 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from segscale.data.datamodule import SegmentationDataModule
+from segscale.devices import included_devices
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_metadata import inference_metadata
 from segscale.models.module import SegmentationModule
 from segscale.models.optim import encoder_of
 from segscale.models.pretrained import named_weights, names_a_file, normalization
-from segscale.training.ranks.launch import included_devices
 from segscale.training.scaling.rules import Effective
 from segscale.training.scaling.sync_batchnorm import convert_sync_batchnorm
 
