@@ -35,3 +35,17 @@ def test_speed_max_sets_the_fast_path():
     assert cfg.training.compile is False  # not until its GPU test passes
     default = compose_config("train", [])
     assert default.optimizer.fused is None and default.trainer.precision == "32-true"
+
+
+def test_no_config_names_an_entry_point_module():
+    """A ``_target_`` in conf/ names library code: the import contract cannot see a config."""
+    import re
+    from pathlib import Path
+
+    targets = {
+        (path.relative_to(CONFIG_DIR).as_posix(), match)
+        for path in Path(CONFIG_DIR).rglob("*.yaml")
+        for match in re.findall(r"_target_:\s*(\S+)", path.read_text())
+    }
+    assert targets, "no _target_ found: the scan reads nothing"
+    assert not [t for t in targets if t[1].startswith("segscale.cli.")]

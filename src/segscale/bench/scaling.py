@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from segscale.atomic_files import write_text_atomically
 from segscale.bench.compute import StepPlan
@@ -38,7 +38,7 @@ from segscale.bench.prediction import efficiency, speedup
 from segscale.bench.progress import Progress
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.command_line import TRAIN_COMMAND
-from segscale.configs import CONFIG_DIR
+from segscale.configs import compose_config
 from segscale.training.ranks.launch import free_port
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def sync_batchnorm(overrides: list[str]) -> bool:
     for override in reversed(passed_on(overrides)):
         if override_key(override) == SYNC_BATCHNORM:
             return override.split("=", 1)[1].strip().lower() == "true"
-    return bool(OmegaConf.load(Path(CONFIG_DIR) / "strategy" / "ddp.yaml").sync_batchnorm)
+    return bool(compose_config("train", ["strategy=ddp"]).strategy.sync_batchnorm)
 
 
 def scaling_command(

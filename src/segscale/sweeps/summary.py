@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
-from segscale.training.reporting.plots import plt, save_figure
+from segscale.figure_files import plt, save_figure
 from segscale.training.run_folder.summary_file import read_summary
 
 BOOKKEEPING = ("search_trial.",)

@@ -15,12 +15,9 @@ import matplotlib.axes
 import matplotlib.patches
 import matplotlib.ticker
 import numpy as np
-
-from segscale.atomic_files import write_atomically
-
-matplotlib.use("Agg")  # files only; never open a window
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+
+from segscale.figure_files import save_figure
 
 IGNORED_COLOUR = (200, 200, 200)
 """Fill of pixels that are not scored (the ignore index): a neutral light grey."""
@@ -28,23 +25,6 @@ IGNORED_HATCH = "////"
 """Drawn over ignored pixels too: a class may have the same grey, never the hatch."""
 IGNORED_LABEL = "ignored (not scored)"
 CONFUSION_UNIT = "% of the true class's pixels"
-
-
-def save_figure(figure: Figure, path: Path) -> None:
-    """Write ``figure`` to ``path`` atomically (a reader never sees half a PNG).
-
-    A pyplot figure is closed afterwards; a ``Figure`` of its own is left to the collector.
-    """
-    try:
-        write_atomically(
-            path,
-            lambda stream: figure.savefig(
-                stream, format=path.suffix[1:], dpi=100, bbox_inches="tight"
-            ),
-        )
-    finally:
-        if figure.canvas.manager is not None:  # made by pyplot: it holds the figure
-            plt.close(figure)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
-from segscale.cli.output_folder import EXIT_BAD_INPUT, check_output_folder, unwritable_reason
 from segscale.configs import CONFIG_DIR
+from segscale.output_folder_check import EXIT_BAD_INPUT, check_output_folder, unwritable_reason
 from tests.conftest import REPO, tiny_overrides, train_command
 
 ROOT = os.geteuid() == 0
@@ -58,7 +58,7 @@ def as_user(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_a_read_only_folder_is_refused(unprivileged):
     folder = unprivileged / "read_only"
     script = (
-        "import sys; from segscale.cli.output_folder import unwritable_reason; "
+        "import sys; from segscale.output_folder_check import unwritable_reason; "
         "print(unwritable_reason(sys.argv[1])); print(unwritable_reason(sys.argv[2]))"
     )
     done = as_user(
@@ -91,7 +91,7 @@ def test_every_entry_point_registers_the_check(name):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(name, return_hydra_config=True)
     target = cfg.hydra.callbacks.output_folder._target_
-    assert target == "segscale.cli.output_folder.OutputFolderCheck"
+    assert target == "segscale.output_folder_check.OutputFolderCheck"
 
 
 def _run(command: list[str], cwd: Path) -> tuple[int, str]:
