@@ -37,8 +37,7 @@ from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.training.run.builders import build
-from segscale.training.run.config_checks import check_config
-from segscale.training.run.inferred_classes import resolve_inferred_classes
+from segscale.training.run.prepare import prepare
 from segscale.training.run_folder.resume import register_run_dir_resolver
 from segscale.training.run_folder.summary_file import SUMMARY_FILE, read_summary
 
@@ -213,8 +212,7 @@ def train(
         )
     register_run_dir_resolver()  # hydra.run.dir of conf/train.yaml asks it
     cfg = _compose(config_name, overrides, return_hydra_config=True)
-    resolve_inferred_classes(cfg)  # datamodule/classes=auto: checked as the run will find them
-    check_config(cfg)
+    prepare(cfg)  # datamodule/classes=auto: checked as the run will find them
     run_dir, folder = _run_folders(cfg)
     command = [
         *_train_program(),

@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint_io import SafeCheckpointIO
-from segscale.models.networks import check_input_side
 from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
 from segscale.training.callbacks.launch_record import LaunchRecord
@@ -43,8 +42,7 @@ from segscale.training.run.builders import (
     instantiate_each,
     trainer_devices,
 )
-from segscale.training.run.config_checks import check_config
-from segscale.training.run.inferred_classes import resolve_inferred_classes
+from segscale.training.run.prepare import prepare
 from segscale.training.run.third_party_noise import (
     third_party_noise_filtered,
 )
@@ -90,12 +88,12 @@ def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str
         check_fresh_folder(cfg.output_dir)  # every rank: torchrun's would wait for rank 0
     # datamodule/classes=auto: the training masks' classes go into cfg before anything reads
     # it, so the launch record and check_relaunch compare found classes on every launch.
-    resolve_inferred_classes(cfg, cfg.output_dir if leader else None)
-    if leader and not relaunch and not has_launch_record(cfg.output_dir):
-        write_launch_record(cfg.output_dir, launch_record(cfg))
+    try:
+        prepare(cfg, cfg.output_dir if leader else None)
+    finally:
+        if leader and not relaunch and not has_launch_record(cfg.output_dir):
+            write_launch_record(cfg.output_dir, launch_record(cfg))
     check_relaunch(cfg)  # a change the run cannot take mid-run is refused
-    check_config(cfg)
-    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
     clock.mark("config checks")
     L.seed_everything(cfg.seed, workers=True)
     # sync_batchnorm is ours (it converts the network below), not a strategy argument.
