@@ -63,7 +63,7 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
     assert [(row["devices"], row["variant"]) for row in measured] == [
         (1, None),
         (2, None),
-        (2, "strategy.sync_batchnorm=false"),  # ddp's default is on: what it costs
+        (2, "training.sync_batchnorm=false"),  # on by default: what it costs
     ]
     assert all(row["error"] is None and row["throughput"] > 0 for row in measured), measured
     assert measured[0]["speedup"] == 1.0

@@ -19,7 +19,7 @@ NOT_IN_THE_CONFIG = {
     "logger": "the logger group",
     "plugins": "segscale's checkpoint I/O",
     "use_distributed_sampler": "false: the datamodule shards each epoch by rank",
-    "sync_batchnorm": "strategy.sync_batchnorm converts the network itself",
+    "sync_batchnorm": "training.sync_batchnorm converts the network itself",
 }
 """Arguments that ``segscale.training.run.training_run`` passes itself, and what gives them."""
 

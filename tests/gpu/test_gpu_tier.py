@@ -303,7 +303,7 @@ def test_two_ranks_sharing_one_gpu_train_as_one_process(tiny_data_root, tmp_path
         tmp_path / "unsynced",
         *exact,
         "datamodule.batch_size=2",
-        "strategy.sync_batchnorm=false",
+        "training.sync_batchnorm=false",
     )
     reference = _final_parameters(single)
 

@@ -228,8 +228,8 @@ def test_a_module_step_syncs_once_inside_the_optimizer_step(ranks):
 # check inside the optimizer step: the read of step 0's verdict (a step old: on CUDA
 # from pinned host memory, tests/gpu/test_gpu_tier.py counts 0 syncs there).
 CONFIGS = {
-    "default": [],  # ddp's default: strategy.sync_batchnorm=true
-    "sync_batchnorm_off": ["strategy.sync_batchnorm=false"],
+    "default": [],  # the default: training.sync_batchnorm=true
+    "sync_batchnorm_off": ["training.sync_batchnorm=false"],
     "class_weights": ["loss.class_weights=[1.0,2.0,1.0,1.0,2.0,0.5]"],
     "gradient_threshold": ["training.gradient_threshold=0.5"],
 }

@@ -85,7 +85,7 @@ class ScalingPoint:
         }
 
 
-SYNC_BATCHNORM = "strategy.sync_batchnorm"
+SYNC_BATCHNORM = "training.sync_batchnorm"
 
 
 def override_key(override: str) -> str:
@@ -113,7 +113,7 @@ def sync_batchnorm(overrides: list[str]) -> bool:
     for override in reversed(passed_on(overrides)):
         if override_key(override) == SYNC_BATCHNORM:
             return override.split("=", 1)[1].strip().lower() == "true"
-    return bool(compose_config("train", ["strategy=ddp"]).strategy.sync_batchnorm)
+    return bool(compose_config("train").training.sync_batchnorm)
 
 
 def scaling_command(
@@ -243,7 +243,7 @@ def measure_scaling(
     sync = sync_batchnorm(overrides)
     runs: list[tuple[int, str | None]] = [(n, None) for n in counts]
     if max(counts) > 1:  # what synchronized batch norm costs, at the most devices
-        runs.append((max(counts), f"strategy.sync_batchnorm={str(not sync).lower()}"))
+        runs.append((max(counts), f"{SYNC_BATCHNORM}={str(not sync).lower()}"))
     points: list[tuple[ScalingPoint, str | None]] = []
     for n, variant in runs:
         run_folder = folder / (f"devices_{n}" + ("_sync_batchnorm_flipped" if variant else ""))

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
+from segscale.moved_keys import refuse_moved_overrides
 from segscale.sweeps.objective import objective
 from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
 from segscale.training.ranks.preemption import Preempted
@@ -45,6 +46,7 @@ def main() -> None:
     atexit.register(gc.freeze)
     # ckpt_path=last or a path: the resumed run's own overrides, the command line's on top.
     try:
+        refuse_moved_overrides(sys.argv[1:])  # the user's own; a record's are renamed
         sys.argv = restore_overrides(sys.argv)
     except ConfigError as error:  # before Hydra sets up logging: said on stderr
         print(f"Error: {error}", file=sys.stderr)

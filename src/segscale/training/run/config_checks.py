@@ -18,6 +18,7 @@ from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
+from segscale.moved_keys import refuse_moved_config_keys
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
 from segscale.training.ranks.threads import check_threads_setting
@@ -25,6 +26,7 @@ from segscale.training.ranks.threads import check_threads_setting
 
 def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
+    refuse_moved_config_keys(cfg)
     check_data_source(cfg)
     devices_count(cfg.trainer.get("devices", "auto"))
     for key in ("datamodule.num_classes", "model.num_classes"):

@@ -96,10 +96,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str
     check_relaunch(cfg)  # a change the run cannot take mid-run is refused
     clock.mark("config checks")
     L.seed_everything(cfg.seed, workers=True)
-    # sync_batchnorm is ours (it converts the network below), not a strategy argument.
-    strategy_cfg = cast(dict[str, Any], OmegaConf.to_container(cfg.strategy, resolve=True))
-    sync_batchnorm = strategy_cfg.pop("sync_batchnorm", False)
-    strategy = build(OmegaConf.create(strategy_cfg))
+    strategy = build(cfg.strategy)
     check_devices(cfg.trainer.devices, cfg.trainer.accelerator)
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     effective = build(cfg.scaling).resolve(
@@ -122,7 +119,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str
         datamodule,
         effective.learning_rate,
         effective.warmup_epochs,
-        sync_batchnorm=sync_batchnorm and effective.world_size > 1,
+        sync_batchnorm=bool(cfg.training.sync_batchnorm) and effective.world_size > 1,
     )
     clock.mark("model")
     scaling = {**cast(dict[str, Any], OmegaConf.to_container(cfg.scaling)), **effective.as_dict()}

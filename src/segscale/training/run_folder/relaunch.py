@@ -58,6 +58,7 @@ from omegaconf.errors import OmegaConfBaseException
 from segscale.configs import compose_config
 from segscale.devices import available_devices, devices_count
 from segscale.errors import ConfigError
+from segscale.moved_keys import renamed_overrides
 from segscale.training.run_folder.lock import RECORD_DIR
 from segscale.training.run_folder.recorded_overrides import read_recorded_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver
@@ -135,7 +136,9 @@ def restore_overrides(argv: Sequence[str]) -> list[str]:
         return list(argv)
     # Read as data: an override that could run code is refused (ConfigError).
     config_dirs = _config_dirs(parsed.config_dir, overrides)
-    recorded = read_recorded_overrides(record / "overrides.yaml", given, config_dirs)
+    recorded = renamed_overrides(
+        read_recorded_overrides(record / "overrides.yaml", given, config_dirs)
+    )
     merged = merge_overrides(recorded, given)
     restored = tuple(o for o in merged if o in recorded and o not in given)
     _restored = Restored(record, restored) if restored else None
