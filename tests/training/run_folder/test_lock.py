@@ -9,8 +9,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
-from omegaconf import OmegaConf
 
 from segscale.errors import ConfigError
 from segscale.training.run_folder.lock import (
@@ -18,9 +16,6 @@ from segscale.training.run_folder.lock import (
     RunFolderBusyError,
     RunFolderLock,
     check_fresh_folder,
-    has_launch_record,
-    launch_record,
-    write_launch_record,
 )
 
 HOLD = (
@@ -58,17 +53,6 @@ def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
         RunFolderLock(tmp_path).acquire()
     with RunFolderLock(tmp_path):  # released, so free again
         pass
-
-
-def test_each_launch_gets_its_own_record(tmp_path):
-    assert not has_launch_record(tmp_path)
-    for launch in (1, 2, 3):
-        record = write_launch_record(tmp_path, launch_record(OmegaConf.create({"launch": launch})))
-        assert record == tmp_path / ".hydra" / ("" if launch == 1 else f"launch-{launch}")
-        assert has_launch_record(tmp_path)
-    assert yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text()) == {"launch": 1}
-    launch3 = tmp_path / ".hydra" / "launch-3" / "config.yaml"
-    assert yaml.safe_load(launch3.read_text()) == {"launch": 3}
 
 
 def test_a_fresh_run_is_refused_a_folder_with_results(tmp_path):

@@ -46,12 +46,14 @@ from segscale.training.run.prepare import prepare
 from segscale.training.run.third_party_noise import (
     third_party_noise_filtered,
 )
-from segscale.training.run_folder.lock import (
-    RunFolderLock,
-    check_fresh_folder,
+from segscale.training.run_folder.launch_record import (
     has_launch_record,
     launch_record,
     write_launch_record,
+)
+from segscale.training.run_folder.lock import (
+    RunFolderLock,
+    check_fresh_folder,
 )
 from segscale.training.run_folder.relaunch import check_relaunch
 from segscale.training.run_folder.resume import (

@@ -25,16 +25,13 @@ import os
 import socket
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
-
-from omegaconf import DictConfig, OmegaConf
+from typing import Any
 
 from segscale.atomic_files import (
     NO_FLOCK,
     current_umask,
     remove_stale_temporaries,
     temporary_beside,
-    write_text_atomically,
 )
 from segscale.errors import ConfigError
 
@@ -42,8 +39,6 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 """The lock file in a run folder, with its holder's pid, host and start time."""
-RECORD_DIR = ".hydra"
-"""Where launch records go (Hydra's own name for its config folder)."""
 RESULTS = ("summary.json", "metrics.csv")
 """Files that only a run that trained writes (besides its checkpoints)."""
 
@@ -221,51 +216,6 @@ def check_fresh_folder(folder: str | Path) -> None:
             f"ckpt_path=auto (or a checkpoint of it), or start this run in another folder "
             "(hydra.run.dir)"
         )
-
-
-def has_launch_record(folder: str | Path) -> bool:
-    """Whether a launch has already recorded itself in ``folder``."""
-    return (Path(folder) / RECORD_DIR / "config.yaml").is_file()
-
-
-def launch_record(cfg: DictConfig) -> dict[str, str]:
-    """The current launch's record as file name → YAML: config, Hydra's config, overrides.
-
-    Outside a Hydra app (a test, the Python API) only the composed config.
-    """
-    return {"config.yaml": OmegaConf.to_yaml(cfg), **_hydra_files()}
-
-
-def write_launch_record(folder: str | Path, record: dict[str, str]) -> Path:
-    """Write ``record`` (``launch_record``) into ``folder``; return the record folder.
-
-    The first launch records into ``.hydra/``, every later one into the next free
-    ``.hydra/launch-<n>/`` (n = 2, 3, ...).
-    """
-    root = Path(folder) / RECORD_DIR
-    target = root
-    number = 1
-    while (target / "config.yaml").exists():
-        number += 1
-        target = root / f"launch-{number}"
-    for name, text in record.items():
-        write_text_atomically(target / name, text)
-    return target
-
-
-def _hydra_files() -> dict[str, str]:
-    """Hydra's own config and the command-line overrides, as Hydra writes them."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return {}
-    # Hydra annotates it HydraConf, but it holds the config masked to its "hydra" key.
-    hydra_cfg = cast(DictConfig | None, HydraConfig.instance().cfg)
-    assert hydra_cfg is not None
-    return {
-        "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
-        "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task),
-    }
 
 
 def _this_process() -> dict[str, Any]:

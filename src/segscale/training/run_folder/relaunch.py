@@ -59,7 +59,7 @@ from segscale.configs import compose_config
 from segscale.devices import available_devices, devices_count
 from segscale.errors import ConfigError
 from segscale.moved_keys import renamed_overrides
-from segscale.training.run_folder.lock import RECORD_DIR
+from segscale.training.run_folder.launch_record import RECORD_DIR
 from segscale.training.run_folder.recorded_overrides import read_recorded_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
