@@ -7,21 +7,18 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import pytest
 
 from segscale.data.datamodule import PR_SET_PDEATHSIG, PREEMPTION_SIGNALS, init_worker
 from segscale.errors import ConfigError
-from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.ranks.preemption import (
     EXIT_PREEMPTED,
     Preempted,
     PreemptionSignals,
     without_lightning_signal_handlers,
 )
-from tests.distributed import on_two_ranks
 
 
 def test_signal_names_and_the_exit_time_are_checked():
@@ -123,26 +120,6 @@ def test_a_run_that_ends_in_time_cancels_the_deadline_and_restores_the_wakeup_fd
     time.sleep(0.5)  # past the deadline: the test process is still here
     assert signal.set_wakeup_fd(before) == before
     assert not [t for t in threading.enumerate() if t.name == "signal-deadline"]
-
-
-def _stop_steps_on_rank(rank: int) -> int:
-    """Steps until PreemptionStop's agreement says stop, when rank 1 notes a signal at 2."""
-    signals = PreemptionSignals([])
-    stop = PreemptionStop(signals, "unused")
-    stop.on_train_start(SimpleNamespace(world_size=2), None)
-    for step in range(1, 10):
-        if rank == 1 and step == 2:
-            signals.received = signal.SIGUSR2
-        agreed = stop._agreed()
-        if agreed:
-            return step * 100 + agreed
-    return 0
-
-
-def test_the_ranks_agree_on_the_step_to_stop_at():
-    stops = on_two_ranks(_stop_steps_on_rank)
-    # Noted by rank 1 at step 2 (its flag joins the reduce started then), read at step 3.
-    assert stops == {0: 300 + signal.SIGUSR2, 1: 300 + signal.SIGUSR2}
 
 
 def test_lightning_installs_no_signal_handlers_of_its_own():
