@@ -7,7 +7,7 @@ from typing import Any
 
 import lightning as L
 
-from segscale.training.run.third_party_noise import third_party_noise_filtered
+from segscale.training.reporting.third_party_noise import third_party_noise_filtered
 
 
 class ThirdPartyNoiseFilter(L.Callback):

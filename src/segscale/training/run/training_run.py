@@ -34,6 +34,9 @@ from segscale.training.ranks.preemption import (
 )
 from segscale.training.ranks.threads import process_threads, resolve_threads
 from segscale.training.reporting.run_clock import RunClock
+from segscale.training.reporting.third_party_noise import (
+    third_party_noise_filtered,
+)
 from segscale.training.run.builders import (
     build,
     build_datamodule,
@@ -43,9 +46,6 @@ from segscale.training.run.builders import (
     trainer_devices,
 )
 from segscale.training.run.prepare import prepare
-from segscale.training.run.third_party_noise import (
-    third_party_noise_filtered,
-)
 from segscale.training.run_folder.launch_record import (
     has_launch_record,
     launch_record,

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from lightning.pytorch.utilities._pytree import _tree_flatten
 
-from segscale.training.run.third_party_noise import (
+from segscale.training.reporting.third_party_noise import (
     third_party_noise_filtered,
 )
 from tests.training.callbacks.scheduled_fit import scheduled_fit
