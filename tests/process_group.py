@@ -4,7 +4,7 @@ The command starts in a session of its own, so its process group holds its proce
 alone: the program, the DDP ranks it starts and every rank's DataLoader workers. The
 run's decision to exit is the moment it writes ``summary.json`` (finished, failed,
 preempted or interrupted alike); every process must be gone within ``EXIT_S`` of it,
-and the emergency deadline of ``segscale.training.preemption`` must not be what ended
+and the emergency deadline of ``segscale.training.ranks.preemption`` must not be what ended
 any of them.
 """
 

@@ -140,6 +140,12 @@ def _fail_if_started(command: list[str]) -> int:
         (["trainer.max_epoch=2"], "Could not override 'trainer.max_epoch'"),
         (["model=nope"], "Could not find 'model/nope'"),
         (["-m", "optimizer.lr=0.1,0.2"], r"\['-m'\] are command-line options"),
+        # checked by the same preparation as train.py's: the patch side the network takes
+        (
+            ["datamodule.patch_size=100"],
+            r"datamodule\.patch_size=100 is not allowed: DeepLabV3Plus",
+        ),
+        (["strategy.sync_batchnorm=false"], r"strategy\.sync_batchnorm is now training\."),
     ],
 )
 def test_a_bad_override_raises_before_anything_starts(

@@ -11,7 +11,7 @@ from segscale.config_types import admits, check_types, expected
 from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
 from segscale.inference.checkpoint_classes import CLASS_KEYS
-from segscale.training.config_checks import check_config
+from segscale.training.run.config_checks import check_config
 from tests.conftest import compose_config
 
 if TYPE_CHECKING:

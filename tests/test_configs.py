@@ -52,3 +52,17 @@ def test_the_preset_is_named_for_what_it_trains_and_its_old_name_still_works():
     assert old.task_name == "matlab_deeplabv3plus"
     old.task_name = PRESET
     assert old == named
+
+
+def test_no_config_names_an_entry_point_module():
+    """A ``_target_`` in conf/ names library code: the import contract cannot see a config."""
+    import re
+    from pathlib import Path
+
+    targets = {
+        (path.relative_to(CONFIG_DIR).as_posix(), match)
+        for path in Path(CONFIG_DIR).rglob("*.yaml")
+        for match in re.findall(r"_target_:\s*(\S+)", path.read_text())
+    }
+    assert targets, "no _target_ found: the scan reads nothing"
+    assert not [t for t in targets if t[1].startswith("segscale.cli.")]

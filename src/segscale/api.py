@@ -26,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from segscale.command_line import TRAIN_COMMAND, quoted_override
 from segscale.configs import compose_config
 from segscale.data.sources import (
     check_max_image_pixels,
@@ -35,12 +36,11 @@ from segscale.inference.inputs import check_pixels, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
-from segscale.training.builders import build
-from segscale.training.config_checks import check_config
-from segscale.training.inferred_classes import resolve_inferred_classes
-from segscale.training.launch import TRAIN_COMMAND, quoted_override
-from segscale.training.resume import register_run_dir_resolver
-from segscale.training.summary_file import SUMMARY_FILE, read_summary
+from segscale.moved_keys import refuse_moved_overrides
+from segscale.training.run.builders import build
+from segscale.training.run.prepare import prepare
+from segscale.training.run_folder.resume import register_run_dir_resolver
+from segscale.training.run_folder.summary_file import SUMMARY_FILE, read_summary
 
 ImageInput = Union[np.ndarray, str, "os.PathLike[str]"]
 """An image: an ``H×W×C`` (or ``H×W``) array of raw pixel values, or an image file."""
@@ -213,8 +213,7 @@ def train(
         )
     register_run_dir_resolver()  # hydra.run.dir of conf/train.yaml asks it
     cfg = _compose(config_name, overrides, return_hydra_config=True)
-    resolve_inferred_classes(cfg)  # datamodule/classes=auto: checked as the run will find them
-    check_config(cfg)
+    prepare(cfg)  # datamodule/classes=auto: checked as the run will find them
     run_dir, folder = _run_folders(cfg)
     command = [
         *_train_program(),
@@ -240,6 +239,7 @@ def _compose(
     config_name: str, overrides: Sequence[str], return_hydra_config: bool = False
 ) -> DictConfig:
     """``compose_config``, with Hydra's refusals of an override as ``ConfigError``."""
+    refuse_moved_overrides(overrides)
     try:
         return compose_config(config_name, overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -105,3 +106,14 @@ def check_devices(devices: Any, accelerator: str, prefix: str = "trainer.") -> N
 def shown_devices(value: Any) -> Any:
     """``trainer.devices`` as written (a list, not a ListConfig), for messages."""
     return list(value) if is_device_list(value) else value
+
+
+def included_devices(devices: Any, accelerator: str, count: int, included: Sequence[int]) -> Any:
+    """``trainer.devices`` (``count`` devices) narrowed to the positions in ``included``.
+
+    GPUs keep their indices; on CPUs the result is a count of processes.
+    """
+    if resolve_accelerator(accelerator) != "cuda":
+        return len(included)
+    indices = list(devices) if is_device_list(devices) else list(range(count))
+    return [indices[position] for position in included]

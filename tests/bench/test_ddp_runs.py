@@ -10,7 +10,7 @@ def test_the_users_overrides_are_passed_on_except_what_the_runs_set():
         "trainer.precision=bf16-mixed",
         "trainer.devices=4",
         "strategy=ddp_spawn",
-        "strategy.sync_batchnorm=false",
+        "training.sync_batchnorm=false",
         "callbacks=default",
         "+callbacks.extra._target_=x.Y",
         "hydra.run.dir=/somewhere",
@@ -21,7 +21,7 @@ def test_the_users_overrides_are_passed_on_except_what_the_runs_set():
         "datamodule.batch_size=16",
         "model.encoder=resnet50",
         "trainer.precision=bf16-mixed",
-        "strategy.sync_batchnorm=false",
+        "training.sync_batchnorm=false",
     ]
 
 
@@ -42,10 +42,10 @@ def test_scaling_command_runs_train_py_with_ddp_and_a_step_timer(tmp_path: Path)
         assert expected in command
 
 
-def test_sync_batchnorm_follows_the_users_override_else_ddps_default():
-    assert sync_batchnorm(["model.encoder=resnet50"]) is True  # conf/strategy/ddp.yaml
-    assert sync_batchnorm(["strategy.sync_batchnorm=false"]) is False
-    assert without_key(["a=1", "strategy.sync_batchnorm=false"], "strategy.sync_batchnorm") == [
+def test_sync_batchnorm_follows_the_users_override_else_the_default():
+    assert sync_batchnorm(["model.encoder=resnet50"]) is True  # conf/train.yaml
+    assert sync_batchnorm(["training.sync_batchnorm=false"]) is False
+    assert without_key(["a=1", "training.sync_batchnorm=false"], "training.sync_batchnorm") == [
         "a=1"
     ]
 

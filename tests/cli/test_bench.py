@@ -12,8 +12,8 @@ from segscale.bench.pipeline import rank_data_rate
 from segscale.cli.bench import main
 from segscale.data import datamodule as datamodule_module
 from segscale.errors import ConfigError
-from segscale.training.builders import build, build_datamodule
-from segscale.training.resume import register_run_dir_resolver
+from segscale.training.run.builders import build, build_datamodule
+from segscale.training.run_folder.resume import register_run_dir_resolver
 from tests.conftest import compose_config, tiny_overrides
 from tests.in_process import run_in_process
 
@@ -63,7 +63,7 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
     assert [(row["devices"], row["variant"]) for row in measured] == [
         (1, None),
         (2, None),
-        (2, "strategy.sync_batchnorm=false"),  # ddp's default is on: what it costs
+        (2, "training.sync_batchnorm=false"),  # on by default: what it costs
     ]
     assert all(row["error"] is None and row["throughput"] > 0 for row in measured), measured
     assert measured[0]["speedup"] == 1.0

@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides
 
 EXPERIMENT = "experiment=deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512"

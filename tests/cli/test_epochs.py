@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from segscale.cli.train import main
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 from tests.conftest import tiny_overrides
 from tests.in_process import run_in_process
 from tests.training.record_batches import recorded

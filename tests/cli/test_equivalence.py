@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 
 # No rotation or translation: no ignored pixels, so every patch weighs the same in the
 # loss on one process and on two ranks. No dropout: per-rank masks cannot match. Float64:
@@ -63,7 +63,7 @@ def test_ddp_with_synced_batchnorm_takes_the_same_steps_as_one_process(make_conf
         "strategy=ddp_spawn",
         "trainer.devices=2",
         "datamodule.batch_size=4",
-        "strategy.sync_batchnorm=false",
+        "training.sync_batchnorm=false",
     )
     assert largest_difference(one, unsynced) > 1e-3
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from segscale.cli.train import main
-from segscale.training.preemption import EXIT_PREEMPTED
-from segscale.training.run import train
+from segscale.training.ranks.preemption import EXIT_PREEMPTED
+from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command
 from tests.in_process import run_in_process
 from tests.process_group import assert_ended_in_time, run_in_own_group

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from segscale.cli.train import main
-from segscale.training.preemption import EXIT_PREEMPTED
+from segscale.training.ranks.preemption import EXIT_PREEMPTED
 from tests.conftest import tiny_overrides, train_command
 from tests.in_process import run_in_process
 from tests.training.record_batches import recorded

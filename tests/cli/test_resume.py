@@ -14,8 +14,8 @@ from lightning.pytorch.accelerators import CPUAccelerator
 
 from segscale.cli.train import main
 from segscale.errors import ConfigError
-from segscale.training.resume import resolve_checkpoint
-from segscale.training.run import train
+from segscale.training.run.training_run import train
+from segscale.training.run_folder.resume import resolve_checkpoint
 from tests.conftest import tiny_overrides, train_command
 from tests.in_process import run_in_process
 

@@ -14,8 +14,8 @@ from segscale.data.sources import read_mask_values
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
 from segscale.inference.prediction import predict
-from segscale.training.builders import instantiate_each
-from segscale.training.run import train
+from segscale.training.run.builders import instantiate_each
+from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
 from tests.training.record_threads import recorded_threads
 
@@ -349,7 +349,7 @@ def test_the_log_confirms_ignored_values_with_their_share(tmp_path, caplog):
         "datamodule/classes=potsdam",
         "datamodule.ignore_ids=[9]",
     )
-    with caplog.at_level(logging.INFO, logger="segscale.training.run"):
+    with caplog.at_level(logging.INFO, logger="segscale.training.run.training_run"):
         train(cfg)
     assert "ignore_ids [9]: 2,048 px, 25.0% of training pixels, ignored" in caplog.text
     stored = json.loads((tmp_path / "run/class_frequencies.json").read_text())

@@ -10,18 +10,18 @@ import yaml
 from hydra.utils import instantiate
 
 from segscale.configs import CONFIG_DIR
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 from tests.conftest import compose_config
 
 NOT_IN_THE_CONFIG = {
-    "strategy": "the strategy group, built by segscale.training.run",
+    "strategy": "the strategy group, built by segscale.training.run.training_run",
     "callbacks": "the callbacks group, plus the run summary",
     "logger": "the logger group",
     "plugins": "segscale's checkpoint I/O",
     "use_distributed_sampler": "false: the datamodule shards each epoch by rank",
-    "sync_batchnorm": "strategy.sync_batchnorm converts the network itself",
+    "sync_batchnorm": "training.sync_batchnorm converts the network itself",
 }
-"""Arguments that ``segscale.training.run`` passes itself, and what gives them."""
+"""Arguments that ``segscale.training.run.training_run`` passes itself, and what gives them."""
 
 OUR_VALUES = {
     "accelerator",

@@ -22,8 +22,8 @@ def test_auto_num_workers_is_the_ranks_share_of_the_cores_minus_one(cpus, ranks,
 
 
 def test_loader_options_reach_the_dataloader(make_config, tmp_path):
-    from segscale.training.builders import build_datamodule
-    from segscale.training.scaling import ScalingRules
+    from segscale.training.run.builders import build_datamodule
+    from segscale.training.scaling.rules import ScalingRules
 
     cfg = make_config(
         "datamodule.num_workers=auto",
@@ -53,8 +53,8 @@ def rank_steps(
     make_config, monkeypatch, world: int, rank: int, *overrides: str
 ) -> list[list[tuple]]:
     """Keys and image bytes of each step that ``rank`` of ``world`` trains on, epoch 1."""
-    from segscale.training.builders import build_datamodule
-    from segscale.training.scaling import ScalingRules
+    from segscale.training.run.builders import build_datamodule
+    from segscale.training.scaling.rules import ScalingRules
 
     cfg = make_config(*BALANCED, "datamodule.batch_size=8", "scaling.batch=global", *overrides)
     effective = ScalingRules(batch="global").resolve(8, 0.01, world)
@@ -84,7 +84,7 @@ def test_one_and_two_ranks_train_on_the_same_class_balanced_patches(make_config,
 
 
 def test_class_balanced_sampling_reaches_the_training_set(make_config):
-    from segscale.training.builders import build
+    from segscale.training.run.builders import build
 
     datamodule = build(make_config(*BALANCED).datamodule, _convert_="all")
     datamodule.setup("fit")
@@ -114,7 +114,7 @@ def test_class_balanced_sampling_reaches_the_training_set(make_config):
 )
 def test_a_bad_sampling_config_names_its_key(make_config, override, message):
     from segscale.errors import ConfigError
-    from segscale.training.run import train
+    from segscale.training.run.training_run import train
 
     with pytest.raises(ConfigError, match=message):
         train(make_config(*BALANCED, override))

@@ -46,7 +46,7 @@ def test_bad_label_ids_name_the_key(label_ids, ignore_ids, message):
 
 def test_automatic_colours_are_neither_the_ignored_grey_nor_the_white_background():
     from segscale.data.labels import automatic_palette, class_colours
-    from segscale.training.plots import IGNORED_COLOUR
+    from segscale.training.reporting.plots import IGNORED_COLOUR
 
     count = len(automatic_palette())
     assert count >= 20

@@ -15,10 +15,10 @@ from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
 from segscale.data.user_cache import cache_file
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
-from segscale.training.builders import build
-from tests.cli.test_output_folder import as_user, unprivileged  # noqa: F401 (a fixture)
+from segscale.training.run.builders import build
 from tests.conftest import REPO, compose_config, write_pair
 from tests.data.declared_size import png_declaring
+from tests.test_output_folder_check import as_user, unprivileged  # noqa: F401 (a fixture)
 
 NAMES = ("a", "b", "c")
 

@@ -32,7 +32,7 @@ from segscale.cli import evaluate as evaluate_cli
 from segscale.cli import export as export_cli
 from segscale.cli import predict as predict_cli
 from segscale.models.module import SegmentationModule
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 
 pytestmark = [
     pytest.mark.gpu,
@@ -303,7 +303,7 @@ def test_two_ranks_sharing_one_gpu_train_as_one_process(tiny_data_root, tmp_path
         tmp_path / "unsynced",
         *exact,
         "datamodule.batch_size=2",
-        "strategy.sync_batchnorm=false",
+        "training.sync_batchnorm=false",
     )
     reference = _final_parameters(single)
 

@@ -13,7 +13,7 @@ from segscale.inference.trained import load_trained
 from segscale.models.checkpoint_io import DIGEST_KEY, content_digest, save_checkpoint_file
 from segscale.models.checkpoint_metadata import mask_label_ids
 from segscale.models.module import SegmentationModule
-from segscale.training.builders import build, build_datamodule, build_module
+from segscale.training.run.builders import build, build_datamodule, build_module
 from tests.conftest import compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
 from tests.in_process import run_in_process
 

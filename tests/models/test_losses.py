@@ -9,7 +9,7 @@ from segmentation_models_pytorch.losses import FocalLoss
 
 from segscale.errors import ConfigError
 from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
-from segscale.training.host_syncs import HostSyncCounter
+from tests.training.host_syncs import HostSyncCounter
 
 
 def batch(images: int = 3, classes: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

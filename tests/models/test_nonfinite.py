@@ -9,7 +9,7 @@ import torch
 from segscale.cli.train import main
 from segscale.errors import ConfigError
 from segscale.models.nonfinite import check_policy, describe
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 from tests.conftest import tiny_overrides, train_command
 from tests.in_process import run_in_process
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides
 
 

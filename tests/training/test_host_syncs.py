@@ -18,11 +18,11 @@ from torch import nn
 
 from segscale.models.losses import SegmentationLoss
 from segscale.models.module import SegmentationModule
-from segscale.training.host_syncs import HostSyncCounter
-from segscale.training.run import train
-from segscale.training.sync_batchnorm import convert_sync_batchnorm
+from segscale.training.run.training_run import train
+from segscale.training.scaling.sync_batchnorm import convert_sync_batchnorm
 from tests.distributed import on_two_ranks
 from tests.training.host_sync_window import SIGTERM_PHASE, CountHostSyncs
+from tests.training.host_syncs import HostSyncCounter
 
 
 def counted(function) -> dict[str, dict[str, int]]:
@@ -228,8 +228,8 @@ def test_a_module_step_syncs_once_inside_the_optimizer_step(ranks):
 # check inside the optimizer step: the read of step 0's verdict (a step old: on CUDA
 # from pinned host memory, tests/gpu/test_gpu_tier.py counts 0 syncs there).
 CONFIGS = {
-    "default": [],  # ddp's default: strategy.sync_batchnorm=true
-    "sync_batchnorm_off": ["strategy.sync_batchnorm=false"],
+    "default": [],  # the default: training.sync_batchnorm=true
+    "sync_batchnorm_off": ["training.sync_batchnorm=false"],
     "class_weights": ["loss.class_weights=[1.0,2.0,1.0,1.0,2.0,0.5]"],
     "gradient_threshold": ["training.gradient_threshold=0.5"],
 }

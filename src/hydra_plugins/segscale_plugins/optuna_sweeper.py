@@ -61,6 +61,7 @@ from sqlalchemy.engine import make_url
 from hydra_plugins.segscale_plugins.grid_sweeper import summarize
 from hydra_plugins.segscale_plugins.sweep_folder import sweep_folder_held
 from segscale.atomic_files import write_text_atomically
+from segscale.command_line import quoted_override
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.sweeps.objective import optimized_metric
 from segscale.training.callbacks.trial_pruning import (
@@ -70,8 +71,7 @@ from segscale.training.callbacks.trial_pruning import (
     held_database_error,
     open_storage,
 )
-from segscale.training.launch import quoted_override
-from segscale.training.summary_file import read_summary
+from segscale.training.run_folder.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 

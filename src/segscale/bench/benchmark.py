@@ -46,10 +46,8 @@ from segscale.bench.progress import Progress
 from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.verdict import findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
-from segscale.models.networks import check_input_side
-from segscale.training.builders import build, build_datamodule, build_module
-from segscale.training.config_checks import check_config
-from segscale.training.inferred_classes import resolve_inferred_classes
+from segscale.training.run.builders import build, build_datamodule, build_module
+from segscale.training.run.prepare import prepare
 
 
 def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
@@ -57,9 +55,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
 
     ``overrides`` are the command line's, passed on to the ``train.py`` runs.
     """
-    resolve_inferred_classes(cfg)  # datamodule/classes=auto: the training masks' classes
-    check_config(cfg)
-    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
+    prepare(cfg)  # datamodule/classes=auto resolved, the values checked
     check_bench(cfg.bench)
     options = cfg.bench
     L.seed_everything(cfg.seed, workers=True)

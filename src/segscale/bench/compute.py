@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from segscale.bench.timing import StepClock, StepTimer, Timing, summarize_steps
 from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
-from segscale.training.third_party_noise import third_party_noise_filtered
+from segscale.training.reporting.third_party_noise import third_party_noise_filtered
 
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 FULL_PRECISION = ("32-true", "32")

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from segscale.atomic_files import write_text_atomically
 from segscale.bench.compute import StepPlan
@@ -37,8 +37,9 @@ from segscale.bench.interconnects import Interconnect, Published, from_published
 from segscale.bench.progress import Progress
 from segscale.bench.step_model import efficiency, speedup
 from segscale.bench.timing import Timing, summarize_steps
-from segscale.configs import CONFIG_DIR
-from segscale.training.launch import TRAIN_COMMAND, free_port
+from segscale.command_line import TRAIN_COMMAND
+from segscale.configs import compose_config
+from segscale.training.ranks.launch import free_port
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class ScalingPoint:
         }
 
 
-SYNC_BATCHNORM = "strategy.sync_batchnorm"
+SYNC_BATCHNORM = "training.sync_batchnorm"
 
 
 def override_key(override: str) -> str:
@@ -112,7 +113,7 @@ def sync_batchnorm(overrides: list[str]) -> bool:
     for override in reversed(passed_on(overrides)):
         if override_key(override) == SYNC_BATCHNORM:
             return override.split("=", 1)[1].strip().lower() == "true"
-    return bool(OmegaConf.load(Path(CONFIG_DIR) / "strategy" / "ddp.yaml").sync_batchnorm)
+    return bool(compose_config("train").training.sync_batchnorm)
 
 
 def scaling_command(
@@ -242,7 +243,7 @@ def measure_scaling(
     sync = sync_batchnorm(overrides)
     runs: list[tuple[int, str | None]] = [(n, None) for n in counts]
     if max(counts) > 1:  # what synchronized batch norm costs, at the most devices
-        runs.append((max(counts), f"strategy.sync_batchnorm={str(not sync).lower()}"))
+        runs.append((max(counts), f"{SYNC_BATCHNORM}={str(not sync).lower()}"))
     points: list[tuple[ScalingPoint, str | None]] = []
     for n, variant in runs:
         run_folder = folder / (f"devices_{n}" + ("_sync_batchnorm_flipped" if variant else ""))

@@ -52,8 +52,8 @@ from segscale.bench.compute import (
 from segscale.bench.timing import synchronize
 from segscale.models.checkpoint_io import SafeCheckpointIO
 from segscale.models.module import SegmentationModule
-from segscale.training.builders import build, instantiate_each
 from segscale.training.callbacks.run_summary import RunSummary
+from segscale.training.run.builders import build, instantiate_each
 
 BATCH = 2
 SIDE = 16
@@ -259,7 +259,7 @@ def lightning_round(
 def train_trainer(
     cfg: DictConfig, device: torch.device, max_steps: int, clock: RoundClock
 ) -> L.Trainer:
-    """The ``Trainer`` of ``train.py`` (``segscale.training.run``) on one device, for ``max_steps``.
+    """The ``Trainer`` of ``train.py`` (``training_run``) on one device, for ``max_steps``.
 
     Its callbacks are the ``callbacks`` group's and the run summary, its loggers the
     ``logger`` group's, built as ``train.py`` builds them, and ``clock``.

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from segscale.atomic_files import write_text_atomically
-from segscale.training.plots import plt, save_figure
+from segscale.figure_files import plt, save_figure
 
 FILE = "bench.json"
 

@@ -6,7 +6,7 @@ efficiency on ``max(predict_devices)`` devices over PCIe falls below ``GOOD_EFFI
 otherwise compute is. Communication is named by the largest term of the predicted step
 (synchronized batch norm, the gradient all-reduce past the backward pass, the other
 collectives, the slowest rank, the framework's fixed cost), and what to change first
-follows that term, with the prediction it would give: ``strategy.sync_batchnorm=false``
+follows that term, with the prediction it would give: ``training.sync_batchnorm=false``
 (and what it costs: statistics over each device's own batch), a larger per-device batch,
 a faster link. Data: workers; compute: the fastest measured option (precision,
 channels_last, compile). Then what limits scaling, each with its number: the FLOP/s of
@@ -194,7 +194,7 @@ def communication(findings: Findings) -> list[str]:
 
 
 def _without_sync_batchnorm(findings: Findings, devices: int, lead: str) -> str:
-    """The prediction with ``strategy.sync_batchnorm=false`` over both links, and its cost."""
+    """The prediction with ``training.sync_batchnorm=false`` over both links, and its cost."""
     f = findings
     offs = [
         (link, terms["without_sync_batchnorm"]["efficiency"])
@@ -203,7 +203,7 @@ def _without_sync_batchnorm(findings: Findings, devices: int, lead: str) -> str:
     ]
     predicted = " and ".join(f"{_rate(off, devices)} over {link}" for link, off in offs)
     return (
-        f"{lead} strategy.sync_batchnorm=false: predicted {predicted}; what it costs: "
+        f"{lead} training.sync_batchnorm=false: predicted {predicted}; what it costs: "
         f"each device's batch-norm statistics come from its own {f.batch} patches instead "
         f"of {f.batch} × {devices} = {f.batch * devices}."
     )
@@ -295,7 +295,7 @@ def warnings(findings: Findings) -> list[str]:
     if f.sync_batchnorm_gain and f.sync_batchnorm_gain[1] > SYNC_BATCHNORM_TOLERANCE:
         devices, gain = f.sync_batchnorm_gain
         notes.append(
-            f"Synchronized batch norm is expensive here: strategy.sync_batchnorm=false measured "
+            f"Synchronized batch norm is expensive here: training.sync_batchnorm=false measured "
             f"{gain:.2f}× the throughput on {devices} devices (each device's statistics then "
             f"come from its own {f.batch} patches)."
         )

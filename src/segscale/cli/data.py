@@ -1,6 +1,6 @@
 """``python data.py [datamodule overrides]`` / ``segscale-data``: the dataset, without training.
 
-The inspection itself is ``segscale.training.dataset_inspection.inspect_dataset``; this
+The inspection itself is ``segscale.training.run.dataset_inspection.inspect_dataset``; this
 module adds the config tree and the exit statuses (those of ``train.py``: 2 for a
 config or dataset that cannot be used, with every problem listed).
 """
@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.training.dataset_inspection import inspect_dataset
+from segscale.training.run.dataset_inspection import inspect_dataset
 
 log = logging.getLogger(__name__)
 

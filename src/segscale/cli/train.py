@@ -1,6 +1,6 @@
 """``python train.py`` / ``segscale-train``: Hydra parses the command line, the library trains.
 
-The run itself (checks, builders, ``Trainer.fit``) is ``segscale.training.run.train``;
+The run itself (checks, builders, ``Trainer.fit``) is ``segscale.training.run.training_run.train``;
 this module adds what belongs to a command: the config tree, exit statuses, and the
 quiet overrides of ranks that torchrun or SLURM started.
 """
@@ -20,12 +20,13 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
+from segscale.moved_keys import refuse_moved_overrides
 from segscale.sweeps.objective import objective
-from segscale.training.launch import QUIET_RANK_OVERRIDES, external_rank
-from segscale.training.preemption import Preempted
-from segscale.training.relaunch import restore_overrides
-from segscale.training.resume import register_run_dir_resolver
-from segscale.training.run import train
+from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
+from segscale.training.ranks.preemption import Preempted
+from segscale.training.run.training_run import train
+from segscale.training.run_folder.relaunch import restore_overrides
+from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def main() -> None:
     atexit.register(gc.freeze)
     # ckpt_path=last or a path: the resumed run's own overrides, the command line's on top.
     try:
+        refuse_moved_overrides(sys.argv[1:])  # the user's own; a record's are renamed
         sys.argv = restore_overrides(sys.argv)
     except ConfigError as error:  # before Hydra sets up logging: said on stderr
         print(f"Error: {error}", file=sys.stderr)

@@ -60,7 +60,7 @@ class SegmentationDataModule(L.LightningDataModule):
 
     Under DDP each rank reads its rank and the world size from the trainer and draws
     only its own shard (``EpochShardSampler``); the trainer must therefore be built with
-    ``use_distributed_sampler=False``, which ``segscale.training.run`` does.
+    ``use_distributed_sampler=False``, which ``segscale.training.run.training_run`` does.
     It takes the settings its config keys form (``segscale.data.datamodule_settings``:
     the classes, the patches of an epoch, the loaders, the normalization); the
     ``datamodule`` group builds it from its flat keys through ``segmentation_datamodule``.
@@ -297,7 +297,7 @@ def init_worker(worker_id: int, rank: int = 0) -> None:
 
     A cluster that signals every process of a job (SLURM does) would otherwise end the
     workers, and PyTorch then fails the main process at once, before it can save a
-    checkpoint (``segscale.training.preemption``). Since a worker then ignores
+    checkpoint (``segscale.training.ranks.preemption``). Since a worker then ignores
     ``SIGTERM``, it is also made to end with the process that started it (Linux),
     however that ends: killed, or by the late exit of a stuck preemption. Workers are
     seeded as Lightning seeds them (``seed_everything(workers=True)``); patches are

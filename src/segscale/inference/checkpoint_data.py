@@ -24,7 +24,7 @@ from segscale.data.folder import FolderTiles
 from segscale.data.synthetic import SyntheticTiles
 from segscale.errors import ConfigError
 from segscale.inference.trained import TrainedModel
-from segscale.training.builders import data_source_record
+from segscale.training.run.builders import data_source_record
 
 log = logging.getLogger(__name__)
 

@@ -45,9 +45,9 @@ from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
-from segscale.training.builders import build
-from segscale.training.config_checks import check_data_source
-from segscale.training.evaluation import write_evaluation
+from segscale.training.reporting.evaluation import write_evaluation
+from segscale.training.run.builders import build
+from segscale.training.run.config_checks import check_data_source
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
-from segscale.training.builders import build
+from segscale.training.run.builders import build
 
 log = logging.getLogger(__name__)
 

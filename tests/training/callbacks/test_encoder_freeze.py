@@ -9,7 +9,7 @@ from torch import nn
 
 from segscale.errors import ConfigError
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 
 
 class EncoderAndHead(nn.Module):

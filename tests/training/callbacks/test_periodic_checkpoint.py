@@ -5,7 +5,7 @@ from segscale.training.callbacks.periodic_checkpoint import (
     ensure_writable,
     periodic_checkpoint,
 )
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 

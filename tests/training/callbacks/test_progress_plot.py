@@ -1,7 +1,7 @@
 import csv
 
-from segscale.training.plots import plot_training_progress
-from segscale.training.run import train
+from segscale.training.reporting.plots import plot_training_progress
+from segscale.training.run.training_run import train
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 

@@ -4,7 +4,7 @@ import pytest
 
 from segscale.training.callbacks.learning_rate_monitor import LearningRateMonitor
 from segscale.training.callbacks.run_summary import RunSummary
-from segscale.training.run import train
+from segscale.training.run.training_run import train
 from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).

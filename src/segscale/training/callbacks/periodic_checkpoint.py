@@ -15,7 +15,7 @@ def periodic_checkpoint(dirpath: str, frequency: int = 0, unit: str = "epoch") -
 
     Keeps a checkpoint every ``frequency`` epochs or iterations in ``dirpath``, named
     ``epoch<E>-step<S>.ckpt``; ``frequency`` 0 keeps none (``None``: no callback).
-    ``segscale.training.run`` checks that ``dirpath`` is writable before training.
+    ``segscale.training.run.training_run`` checks that ``dirpath`` is writable before training.
     """
     if unit not in ("epoch", "iteration"):
         raise ConfigError(

@@ -9,9 +9,9 @@ from typing import Any
 
 import lightning as L
 
-from segscale.training.background_figures import BackgroundFigures
 from segscale.training.callbacks.trainer_values import current_learning_rate, logged_metric
-from segscale.training.plots import TrainingPosition, plot_training_progress
+from segscale.training.reporting.background_figures import BackgroundFigures
+from segscale.training.reporting.plots import TrainingPosition, plot_training_progress
 
 
 class TrainingProgressPlot(L.Callback):
@@ -20,7 +20,7 @@ class TrainingProgressPlot(L.Callback):
     Training loss, accuracy and learning rate (the one the iteration trained with) are
     recorded every ``trainer.log_every_n_steps`` iterations (when the mini-batch
     accuracy is measured); the validation loss, accuracy and mIoU at every validation.
-    Rank 0 draws the figure (``segscale.training.plots``) and replaces the file
+    Rank 0 draws the figure (``segscale.training.reporting.plots``) and replaces the file
     atomically; at the end of training it is drawn once more if training went on past
     the last validation, so that the final figure reaches, and its title names, the
     last iteration. The figure is drawn in the background (``BackgroundFigures``), so

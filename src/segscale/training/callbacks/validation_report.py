@@ -17,10 +17,10 @@ from torch.utils.hooks import RemovableHandle
 from segscale.data.labels import class_colours
 from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
-from segscale.training.background_figures import BackgroundFigures
-from segscale.training.evaluation import write_evaluation
-from segscale.training.plots import SamplePrediction, plot_sample_predictions
-from segscale.training.whole_tile_prediction import (
+from segscale.training.reporting.background_figures import BackgroundFigures
+from segscale.training.reporting.evaluation import write_evaluation
+from segscale.training.reporting.plots import SamplePrediction, plot_sample_predictions
+from segscale.training.reporting.whole_tile_prediction import (
     display_stride,
     paste_window,
     predict_whole_tile,

@@ -1,0 +1,52 @@
+"""Command lines rebuilt: this program, the configs a Hydra job loaded, quoted overrides.
+
+The rank launcher, the parallel launcher, the Optuna sweeper and the Python API all start
+``train.py`` again with a job's own configs and overrides; this is what they share.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+
+TRAIN_COMMAND = (sys.executable, "-m", "segscale.cli.train")
+"""``train.py`` as a module of this interpreter: found wherever segscale is installed."""
+
+
+def program_command() -> list[str]:
+    """The interpreter and script (or ``-m`` module) that this process runs."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if spec is None:
+        return [sys.executable, os.path.abspath(sys.argv[0])]
+    return [sys.executable, "-m", spec.name]
+
+
+def config_options(hydra_cfg: DictConfig) -> list[str]:
+    """The options and overrides that make another process load the configs this job loaded.
+
+    ``hydra_cfg`` is the job's ``HydraConfig``. A user's own config folder, given with
+    ``--config-dir`` or ``hydra.searchpath=[...]``, holds presets (``experiment=mine``) the
+    ranks must find too; ``--config-path`` and ``--config-name`` may have replaced the
+    program's primary config. Both are passed always: repeating the defaults is harmless.
+    """
+    options = []
+    for source in OmegaConf.select(hydra_cfg, "runtime.config_sources", default=None) or []:
+        if source.provider == "command-line":  # --config-dir (Hydra makes it absolute)
+            options += ["--config-dir", source.path]
+        elif source.provider == "main":  # the primary folder: hydra.main's or --config-path
+            path = source.path if source.schema == "file" else f"{source.schema}://{source.path}"
+            options += ["--config-path", path]
+    config_name = OmegaConf.select(hydra_cfg, "job.config_name", default=None)
+    if config_name is not None:
+        options += ["--config-name", config_name]
+    hydra_overrides = OmegaConf.select(hydra_cfg, "overrides.hydra", default=None) or []
+    searchpath = [o for o in hydra_overrides if o.lstrip("+").startswith("hydra.searchpath=")]
+    return [*options, *searchpath]
+
+
+def quoted_override(value: str) -> str:
+    """A Hydra override value that keeps spaces, quotes and commas as they are."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"

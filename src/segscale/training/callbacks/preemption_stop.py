@@ -1,0 +1,150 @@
+"""A preemption signal stops every rank after the same step; rank 0 saves a checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from segscale.training.ranks.preemption import Preempted, PreemptionSignals
+
+log = logging.getLogger(__name__)
+
+
+class PreemptionStop(L.Callback):
+    """Stops every rank after the same step once any rank noted a signal; rank 0 saves.
+
+    The checkpoint is ``<output_dir>/checkpoints/last.ckpt``, the file
+    ``ckpt_path=auto`` resumes from (the newest one). Then, once Lightning has logged
+    that step, every rank raises ``Preempted``, which the entry point turns into
+    ``EXIT_PREEMPTED``.
+    """
+
+    def __init__(self, signals: PreemptionSignals, output_dir: str) -> None:
+        self.signals = signals
+        self.path = Path(output_dir) / "checkpoints" / "last.ckpt"
+        self._group: Any = None
+        self._flag = np.zeros(1, dtype=np.int64)
+        self._pending: Any = None
+        self._stop: Preempted | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Open the CPU group the ranks agree through (every rank calls this)."""
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            self._group = dist.new_group(backend="gloo")
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """After a step: stop here if the ranks agreed that a signal came."""
+        # Only between optimizer steps: a checkpoint inside a gradient-accumulation
+        # window loses the window's gradients, and Lightning resumes after its batches.
+        if not _steps_optimizer(trainer, batch_idx):
+            return
+        number = self._agreed()
+        if not number:
+            return
+        name = signal.Signals(number).name
+        step, epoch = trainer.global_step, trainer.current_epoch
+        if trainer.is_global_zero:
+            log.warning("%s: every rank stops after step %d; saving %s", name, step, self.path)
+        trainer.save_checkpoint(self.path)  # every rank takes part; rank 0 writes
+        for callback in trainer.checkpoint_callbacks:  # summary.json's last_checkpoint
+            if isinstance(callback, ModelCheckpoint) and callback.save_last:
+                callback.last_model_path = str(self.path)
+        message = (
+            f"preempted: {name} received; every rank stopped after step {step} (epoch "
+            f"{epoch}) and {self.path} holds it; run again with ckpt_path=auto (in this "
+            "run folder) to continue"
+        )
+        self._stop = Preempted(
+            message, signal=name, step=step, epoch=epoch, checkpoint=str(self.path)
+        )
+
+    # The stop is raised at the next hook, after Lightning has logged the step's metrics.
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Stop before the next step."""
+        self._raise_if_stopped()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop before the epoch's validation."""
+        self._raise_if_stopped()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop at the end of an epoch without validation."""
+        self._raise_if_stopped()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop after the last step; let the last agreement finish first."""
+        if self._pending is not None:
+            self._pending.wait()
+            self._pending = None
+        self._raise_if_stopped()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Close the CPU group on every rank, before the job's process group goes.
+
+        Left open, its keys stay in the rendezvous store, and the next job of a sweep
+        that reuses the store's port (a fixed ``MASTER_PORT``) fails to connect.
+        """
+        self._close_group()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Close the CPU group when the run stops early (a preemption included)."""
+        self._close_group()
+
+    def _close_group(self) -> None:
+        if self._group is not None:
+            self._group, group = None, self._group
+            dist.destroy_process_group(group)
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop is not None:
+            raise self._stop
+
+    def _agreed(self) -> int:
+        """The signal every rank is to stop for now (0: none), noted a step before.
+
+        The ranks all-reduce the largest signal number any of them noted.
+        """
+        noted = self.signals.received or 0
+        if self._group is None:
+            return int(noted)
+        agreed = 0
+        if self._pending is not None:
+            self._pending.wait()
+            # Read through numpy: the flag is a host tensor and never waits for a device
+            # (tests.training.host_syncs would count a tensor read).
+            agreed = int(self._flag[0])
+        if not agreed:
+            self._flag[0] = int(noted)
+            flag = torch.from_numpy(self._flag)  # shares the array's memory
+            self._pending = dist.all_reduce(
+                flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True
+            )
+        return agreed
+
+
+def _steps_optimizer(trainer: L.Trainer, batch_idx: int) -> bool:
+    """Whether Lightning steps the optimizer after batch ``batch_idx`` of the epoch.
+
+    It does after every ``accumulate_grad_batches`` batches, and after an epoch's last.
+    """
+    done = batch_idx + 1
+    return done % trainer.accumulate_grad_batches == 0 or done >= trainer.num_training_batches

@@ -1,0 +1,55 @@
+"""The evaluation folder: data-set and per-class metrics and the confusion matrix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from segscale.atomic_files import write_csv_atomically, write_text_atomically
+from segscale.models.metrics import evaluation_report
+from segscale.training.reporting.background_figures import BackgroundFigures
+from segscale.training.reporting.plots import plot_confusion_matrix
+
+
+def write_evaluation(
+    folder: Path,
+    confusion: torch.Tensor,
+    class_names: Sequence[str],
+    title: str = "Confusion matrix",
+    figures: BackgroundFigures | None = None,
+    inference: dict[str, object] | None = None,
+) -> None:
+    """Write ``evaluation_report`` and the confusion matrix into ``folder``.
+
+    ``metrics.json`` (data-set and per-class metrics), ``class_metrics.csv`` (accuracy,
+    IoU, Dice per class), ``confusion_matrix.csv`` (rows: true class, columns:
+    predicted) and ``confusion_matrix.png`` (headed ``title``, in % of each true
+    class's pixels), drawn by ``figures`` in the background if given. ``inference``:
+    how the predictions were made (tile size, overlap, blend), recorded in
+    ``metrics.json`` so that two reports of one checkpoint say why they differ.
+    """
+    names = list(class_names)
+    folder.mkdir(parents=True, exist_ok=True)
+    report = evaluation_report(confusion, names)
+    if inference is not None:
+        report["inference"] = inference
+    write_text_atomically(folder / "metrics.json", json.dumps(report, indent=2))
+    classes = [
+        [name, values["Accuracy"], values["IoU"], values["Dice"]]
+        for name, values in report["classes"].items()
+    ]
+    write_csv_atomically(
+        folder / "class_metrics.csv", ["class", "Accuracy", "IoU", "Dice"], classes
+    )
+    rows = [[name, *row] for name, row in zip(names, confusion.tolist(), strict=True)]
+    write_csv_atomically(folder / "confusion_matrix.csv", ["true \\ predicted", *names], rows)
+    path = folder / "confusion_matrix.png"
+    draw = partial(plot_confusion_matrix, confusion.cpu().numpy(), names, path, title)
+    if figures is None:
+        draw()
+    else:
+        figures.draw(path, draw)

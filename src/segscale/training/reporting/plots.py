@@ -1,0 +1,268 @@
+"""Figures a person reads at a glance: training progress, confusion matrix, predictions.
+
+The figures are built with matplotlib's object-oriented API (``Figure``), not pyplot's
+global state, so that they can be drawn on a thread of their own (``background_figures``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import matplotlib.axes
+import matplotlib.patches
+import matplotlib.ticker
+import numpy as np
+from matplotlib.figure import Figure
+
+from segscale.figure_files import save_figure
+
+IGNORED_COLOUR = (200, 200, 200)
+"""Fill of pixels that are not scored (the ignore index): a neutral light grey."""
+IGNORED_HATCH = "////"
+"""Drawn over ignored pixels too: a class may have the same grey, never the hatch."""
+IGNORED_LABEL = "ignored (not scored)"
+CONFUSION_UNIT = "% of the true class's pixels"
+
+
+@dataclass(frozen=True)
+class TrainingPosition:
+    """Where training stands when a figure is drawn: optimizer steps and epochs (1-based).
+
+    ``iterations`` and ``epochs`` are the planned totals (``None``: unknown).
+    """
+
+    iteration: int
+    iterations: int | None = None
+    epoch: int | None = None
+    epochs: int | None = None
+
+    def describe(self) -> str:
+        """``"iteration 184 of 184, epoch 2 of 2"``, leaving out what is unknown."""
+        parts = [_count("iteration", self.iteration, self.iterations)]
+        if self.epoch is not None:
+            parts.append(_count("epoch", self.epoch, self.epochs))
+        return ", ".join(parts)
+
+
+def _count(what: str, value: int, total: int | None) -> str:
+    return f"{what} {value}" + (f" of {total}" if total else "")
+
+
+def training_progress_figure(
+    train: Sequence[tuple[int, float, float, float]],
+    val: Sequence[tuple[int, float, float, float]],
+    position: TrainingPosition | None = None,
+    batch: str = "mini-batch",
+) -> Figure:
+    """MATLAB's training-progress figure: loss, accuracy, mIoU and learning rate.
+
+    ``train`` rows are ``(iteration, loss, accuracy, learning rate)``, measured on
+    ``batch`` (what the legend calls it); ``val`` rows are ``(iteration, loss,
+    accuracy, mIoU)``. The title and the iteration axis end at ``position`` (default:
+    the last row), which may lie past the last logged row.
+    """
+    figure = Figure(figsize=(11, 7))
+    axes = figure.subplots(2, 2, sharex=True)
+    (loss_axis, acc_axis), (miou_axis, lr_axis) = axes
+    if train:
+        steps, loss, acc, lr = zip(*train, strict=True)
+        loss_axis.plot(steps, loss, color="tab:orange", alpha=0.6, label=f"training ({batch})")
+        acc_axis.plot(
+            steps, [100 * a for a in acc], color="tab:blue", alpha=0.6, label=f"training ({batch})"
+        )
+        lr_axis.plot(steps, lr, color="tab:purple")
+    if val:
+        steps, loss, acc, miou = zip(*val, strict=True)
+        style = {"color": "black", "marker": "o", "linestyle": "--", "markersize": 4}
+        loss_axis.plot(steps, loss, label="validation", **style)
+        acc_axis.plot(steps, [100 * a for a in acc], label="validation", **style)
+        miou_axis.plot(steps, miou, **style)
+    for axis, title in (
+        (loss_axis, "Loss"),
+        (acc_axis, "Pixel accuracy (%)"),
+        (miou_axis, "Validation mean IoU (0-1)"),
+        (lr_axis, "Learning rate"),
+    ):
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+    loss_axis.legend(fontsize="small")
+    acc_axis.legend(fontsize="small")
+    for axis in (miou_axis, lr_axis):
+        axis.set_xlabel("Iteration")
+    if position is None:
+        position = TrainingPosition(max((row[0] for row in (*train, *val)), default=0))
+    # The axis reaches the iteration the title names (the last one of a finished run),
+    # with a margin so that a validation marker there is not cut in half.
+    loss_axis.set_xlim(0, max(1.0, 1.03 * position.iteration))
+    loss_axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    figure.suptitle(f"Training progress — {position.describe()}")
+    return figure
+
+
+def plot_training_progress(
+    train: Sequence[tuple[int, float, float, float]],
+    val: Sequence[tuple[int, float, float, float]],
+    path: Path,
+    position: TrainingPosition | None = None,
+    batch: str = "mini-batch",
+) -> None:
+    """Write ``training_progress_figure`` to ``path``."""
+    save_figure(training_progress_figure(train, val, position, batch), path)
+
+
+def confusion_matrix_figure(
+    confusion: np.ndarray, class_names: Sequence[str], title: str = "Confusion matrix"
+) -> Figure:
+    """A heatmap of the confusion matrix (rows: true class), in % of each row's pixels.
+
+    Cells, colour bar and title share the unit; a class with no true pixels has an
+    empty row (its percentages are undefined), and each row names its pixel count.
+    """
+    counts = confusion.astype(float)
+    totals = counts.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        percent = 100 * counts / totals[:, None]  # NaN rows: no pixels of that class
+    size = max(5.0, 0.9 * len(class_names) + 2)
+    figure = Figure(figsize=(size + 1.5, size))
+    axis = figure.subplots()
+    cmap = matplotlib.colormaps["Blues"].with_extremes(bad="0.9")  # grey: no pixels
+    image = axis.imshow(np.ma.masked_invalid(percent), cmap=cmap, vmin=0, vmax=100)
+    for (i, j), value in np.ndenumerate(percent):
+        text = "–" if np.isnan(value) else f"{value:.1f}"
+        colour = "white" if value > 60 else "black"
+        axis.text(j, i, text, ha="center", va="center", color=colour, fontsize=8)
+    ticks = range(len(class_names))
+    axis.set_xticks(ticks, class_names, rotation=45, ha="right")
+    rows = [f"{name} ({_pixels(total)})" for name, total in zip(class_names, totals, strict=True)]
+    axis.set_yticks(ticks, rows)
+    axis.set_xlabel("Predicted class")
+    axis.set_ylabel("True class (its pixels)")
+    axis.set_title(f"{title}\n(each row: {CONFUSION_UNIT})")
+    bar = figure.colorbar(image, ax=axis, fraction=0.046)
+    bar.set_label(CONFUSION_UNIT)
+    return figure
+
+
+def _pixels(count: float) -> str:
+    """A pixel count in few characters: ``"812 px"``, ``"12.3k px"``, ``"4.1M px"``."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.1f}{suffix} px"
+    return f"{count:.0f} px"
+
+
+def plot_confusion_matrix(
+    confusion: np.ndarray,
+    class_names: Sequence[str],
+    path: Path,
+    title: str = "Confusion matrix",
+) -> None:
+    """Write ``confusion_matrix_figure`` to ``path``."""
+    save_figure(confusion_matrix_figure(confusion, class_names, title), path)
+
+
+@dataclass(frozen=True)
+class SamplePrediction:
+    """One row of the sample figure: an image, its ground truth and the prediction.
+
+    ``image`` is H×W×3 uint8 RGB; ``truth`` and ``prediction`` are H×W class indices
+    (``truth`` holds the ignore index where a pixel is not scored); ``caption`` says
+    which image it is and at what scale it is shown.
+    """
+
+    image: np.ndarray
+    truth: np.ndarray
+    prediction: np.ndarray
+    caption: str
+
+
+def colour_labels(labels: np.ndarray, colours: np.ndarray, ignore_index: int) -> np.ndarray:
+    """H×W×3 uint8 RGB of class indices; ``ignore_index`` in ``IGNORED_COLOUR``."""
+    palette = np.zeros((max(256, ignore_index + 1), 3), np.uint8)
+    palette[: len(colours)] = colours
+    palette[ignore_index] = IGNORED_COLOUR
+    return palette[labels]
+
+
+def sample_predictions_figure(
+    samples: Sequence[SamplePrediction],
+    class_names: Sequence[str],
+    colours: np.ndarray,
+    ignore_index: int,
+    title: str = "",
+) -> Figure:
+    """Image, ground truth and prediction side by side, one row per sample (at least one).
+
+    Ignored pixels are grey and hatched in the ground truth, and hatched over the
+    prediction (the network predicts them, but they are not scored).
+    """
+    figure = Figure(figsize=(12, 4 * len(samples) + 1.2), layout="constrained")
+    rows = figure.subfigures(len(samples), 1, squeeze=False)[:, 0]  # an array, even of one
+    any_ignored = False
+    for subfigure, sample in zip(rows, samples, strict=True):
+        subfigure.suptitle(sample.caption, fontsize=10)
+        axes = subfigure.subplots(1, 3)
+        ignored = sample.truth == ignore_index
+        any_ignored |= bool(ignored.any())
+        for axis, picture, heading in (
+            (axes[0], sample.image, "Image"),
+            (axes[1], colour_labels(sample.truth, colours, ignore_index), "Ground truth"),
+            (axes[2], colour_labels(sample.prediction, colours, ignore_index), "Prediction"),
+        ):
+            # nearest: class colours must not blend into colours of no class
+            axis.imshow(picture, interpolation="nearest")
+            if axis is not axes[0]:
+                _hatch(axis, ignored)
+            axis.set_title(heading, fontsize=10)
+            axis.set_axis_off()
+    handles = [
+        # An RGB array is a colour to matplotlib; its ColorType names only tuples and str.
+        matplotlib.patches.Patch(
+            facecolor=np.asarray(c) / 255,  # type: ignore[arg-type]
+            edgecolor="black",
+            label=n,
+        )
+        for c, n in zip(colours, class_names, strict=True)
+    ]  # outlined, so that white classes show on the white page
+    if any_ignored:
+        handles.append(
+            matplotlib.patches.Patch(
+                facecolor=np.asarray(IGNORED_COLOUR) / 255,  # type: ignore[arg-type]
+                edgecolor="black",
+                hatch=IGNORED_HATCH,
+                label=IGNORED_LABEL,
+            )
+        )
+    figure.legend(
+        handles=handles, loc="outside lower center", ncol=min(len(handles), 4), frameon=False
+    )
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def _hatch(axis: matplotlib.axes.Axes, ignored: np.ndarray) -> None:
+    """Hatch the ignored pixels of an image shown on ``axis`` (drawn in screen space)."""
+    if not ignored.any():
+        return
+    limits = axis.get_xlim(), axis.get_ylim()
+    axis.contourf(
+        ignored.astype(np.float32), levels=[0.5, 1.5], colors="none", hatches=[IGNORED_HATCH]
+    )
+    axis.set_xlim(limits[0])  # contourf would widen them to the pixel centres
+    axis.set_ylim(limits[1])
+
+
+def plot_sample_predictions(
+    samples: Sequence[SamplePrediction],
+    class_names: Sequence[str],
+    colours: np.ndarray,
+    ignore_index: int,
+    path: Path,
+    title: str = "",
+) -> None:
+    """Write ``sample_predictions_figure`` to ``path``."""
+    save_figure(sample_predictions_figure(samples, class_names, colours, ignore_index, title), path)

@@ -1,0 +1,124 @@
+"""A run's wall time split into start-up, training, validation and the end; its steady rate.
+
+Host clocks: on a GPU a step's end is the host's view of it, which for a rate over many
+steps is the device's too (the host runs at most about a step ahead: the non-finite
+check reads the previous step's verdict every step).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from typing import Any
+
+from segscale.training.reporting.run_clock import RunClock
+
+WARMUP_FRACTION = 0.1
+"""The first tenth of a launch's optimizer steps (at least one) is its warm-up."""
+MIN_STEADY_STEPS = 3
+"""The steady rate needs at least this many optimizer steps after the warm-up."""
+
+
+def warmup_steps(steps: int) -> int:
+    """How many of ``steps`` optimizer steps the steady rate leaves out: a tenth, at least 1."""
+    return max(1, math.ceil(WARMUP_FRACTION * steps))
+
+
+class RunTimes:
+    """The clocks of one launch, driven by the trainer's hooks in the order they run.
+
+    Start-up runs from ``clock``'s origin until the first training batch is in hand;
+    training from then until training ends, less the validations; a validation from
+    its start until training resumes (so the checkpoints written after it count with
+    it); the end from the end of training until ``split`` is asked (the evaluation
+    report, figures and ``summary.json``).
+    """
+
+    def __init__(self, clock: RunClock | None = None) -> None:
+        self.clock = clock or RunClock()
+        self.first_batch_at: float | None = None
+        self.first_step_s: float | None = None  # time to the first step, from the origin
+        self.train_end_at: float | None = None
+        self.validation_s = 0.0
+        self._paused_at: float | None = None  # a validation's start
+        # Per optimizer step: training seconds (validations excluded) and patches so far.
+        self._step_s = array("d")
+        self._step_patches = array("d")
+
+    def batch_start(self) -> None:
+        """A training batch starts: close the start-up, or the validation before it."""
+        now = time.perf_counter()
+        if self.first_batch_at is None:
+            self.clock.mark("workers and first batch")
+            self.first_batch_at = now
+        self._resume(now)
+
+    def step_end(self, steps: int, patches: int) -> None:
+        """A training batch ended with ``steps`` optimizer steps and ``patches`` trained."""
+        if steps <= len(self._step_s) or self.first_batch_at is None:
+            return  # accumulating gradients: no optimizer step yet
+        now = time.perf_counter()
+        if self.first_step_s is None:
+            self.clock.mark("first step")
+            self.first_step_s = now - self.clock.origin
+        self._step_s.append(now - self.first_batch_at - self.validation_s)
+        self._step_patches.append(patches)
+
+    def validation_start(self) -> None:
+        """A validation (not the sanity check) starts: pause the training clock."""
+        if self.first_batch_at is not None and self._paused_at is None:
+            self._paused_at = time.perf_counter()
+
+    def train_end(self) -> None:
+        """Training ended (its last validation and checkpoint included): the end starts."""
+        now = time.perf_counter()
+        self._resume(now)
+        self.train_end_at = now
+
+    def _resume(self, now: float) -> None:
+        if self._paused_at is not None:
+            self.validation_s += now - self._paused_at
+            self._paused_at = None
+
+    def steady_rate(self) -> float | None:
+        """Patches/s over the steps after the warm-up; ``None`` with too few steps."""
+        steps = len(self._step_s)
+        first = warmup_steps(steps)
+        if steps - first < MIN_STEADY_STEPS:
+            return None
+        seconds = self._step_s[-1] - self._step_s[first - 1]
+        patches = self._step_patches[-1] - self._step_patches[first - 1]
+        return patches / seconds if seconds > 0 else None
+
+    def startup_line(self) -> str:
+        """One line: the time to the first step and where it went."""
+        phases = ", ".join(f"{name} {s:.1f} s" for name, s in self.clock.phases.items())
+        first = self.first_step_s or 0.0
+        return f"time to first step: {first:.1f} s from {self.clock.since} ({phases})"
+
+    def split(self) -> dict[str, Any]:
+        """The summary's timing keys, with the end measured until now."""
+        now = time.perf_counter()
+        origin, first_batch = self.clock.origin, self.first_batch_at
+        ended = self.train_end_at if self.train_end_at is not None else now
+        startup = (first_batch if first_batch is not None else ended) - origin
+        training = ended - first_batch - self.validation_s if first_batch is not None else 0.0
+        rate = self.steady_rate()
+        return {
+            "time_to_first_step_s": _seconds(self.first_step_s),
+            "time_measured_from": self.clock.since,
+            "startup_phases_s": {k: round(v, 3) for k, v in self.clock.phases.items()},
+            "time_split_s": {
+                "startup": round(startup, 3),
+                "training": round(training, 3),
+                "validation": round(self.validation_s, 3),
+                "end": round(now - ended, 3),
+            },
+            "steady_patches_per_s": None if rate is None else round(rate, 3),
+            "steady_after_steps": warmup_steps(len(self._step_s)),
+        }
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)

@@ -1,0 +1,183 @@
+"""One training run in its folder: check the config, build the objects, fit, summarize.
+
+The whole path from a composed config to ``Trainer.fit`` is in ``train`` below; each
+object comes from the config group of the same name (``builders``).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, cast
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from segscale.devices import available_devices, check_devices, devices_count
+from segscale.models.checkpoint_io import SafeCheckpointIO
+from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
+from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
+from segscale.training.callbacks.launch_record import LaunchRecord
+from segscale.training.callbacks.periodic_checkpoint import ensure_writable
+from segscale.training.callbacks.preemption_stop import PreemptionStop
+from segscale.training.callbacks.run_summary import RunSummary
+from segscale.training.callbacks.third_party_noise_filter import ThirdPartyNoiseFilter
+from segscale.training.callbacks.trial_pruning import trial_pruning
+from segscale.training.ranks.dataloader_workers import WorkersEndWithRun
+from segscale.training.ranks.launch import job_ranks
+from segscale.training.ranks.preemption import (
+    PreemptionSignals,
+    without_lightning_signal_handlers,
+)
+from segscale.training.ranks.threads import process_threads, resolve_threads
+from segscale.training.reporting.run_clock import RunClock
+from segscale.training.reporting.third_party_noise import (
+    third_party_noise_filtered,
+)
+from segscale.training.run.builders import (
+    build,
+    build_datamodule,
+    build_module,
+    fine_tuning,
+    instantiate_each,
+    trainer_devices,
+)
+from segscale.training.run.prepare import prepare
+from segscale.training.run_folder.launch_record import (
+    has_launch_record,
+    launch_record,
+    write_launch_record,
+)
+from segscale.training.run_folder.lock import (
+    RunFolderLock,
+    check_fresh_folder,
+)
+from segscale.training.run_folder.relaunch import check_relaunch
+from segscale.training.run_folder.resume import (
+    check_resumable,
+    checkpoint_of_rank_zero,
+    resolve_checkpoint,
+)
+from segscale.training.run_folder.summary_file import read_summary
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train the configured network; return the run summary (empty on ranks > 0).
+
+    Rank 0 holds the run folder for the whole run (``RunFolderLock``): a second run
+    started into it is refused.
+    """
+    # Read from the rank variables, before the trainer exists. Lightning sets ``rank`` on
+    # the function when it is imported; the function's type does not declare it.
+    leader = rank_zero_only.rank == 0  # type: ignore[attr-defined]
+    clock = RunClock()
+    with RunFolderLock(cfg.output_dir) if leader else nullcontext():
+        return _train_in_folder(cfg, leader, clock)
+
+
+def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str, Any]:
+    """``train`` once the run folder is this run's; ``leader`` (rank 0) writes its files."""
+    # A fresh run records itself first, as Hydra would, also if a check then fails; a
+    # relaunch (resume, requeue) only once it starts training (LaunchRecord), so that a
+    # refused one leaves the run folder as it was.
+    relaunch = bool(cfg.get("ckpt_path"))
+    if not relaunch:
+        check_fresh_folder(cfg.output_dir)  # every rank: torchrun's would wait for rank 0
+    # datamodule/classes=auto: the training masks' classes go into cfg before anything reads
+    # it, so the launch record and check_relaunch compare found classes on every launch.
+    try:
+        prepare(cfg, cfg.output_dir if leader else None)
+    finally:
+        if leader and not relaunch and not has_launch_record(cfg.output_dir):
+            write_launch_record(cfg.output_dir, launch_record(cfg))
+    check_relaunch(cfg)  # a change the run cannot take mid-run is refused
+    clock.mark("config checks")
+    L.seed_everything(cfg.seed, workers=True)
+    strategy = build(cfg.strategy)
+    check_devices(cfg.trainer.devices, cfg.trainer.accelerator)
+    num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
+    effective = build(cfg.scaling).resolve(
+        cfg.datamodule.batch_size, cfg.optimizer.lr, num_processes * cfg.trainer.num_nodes
+    )
+    log.info("scaling: %s", effective)
+    devices = trainer_devices(cfg, num_processes, effective.included)
+    # Devices are left out on one node only, so every node runs the same number.
+    num_processes = effective.world_size // cfg.trainer.num_nodes
+    datamodule = build_datamodule(cfg, effective)
+    report = datamodule.check()
+    clock.mark("dataset check")
+    # Each rank's threads: its share of the cores that nothing else keeps busy now,
+    # measured before any rank or DataLoader worker of this run starts.
+    workers = datamodule.workers_per_rank(num_processes)
+    thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
+    threads = resolve_threads(thread_setting, num_processes, workers)
+    module = build_module(
+        cfg,
+        datamodule,
+        effective.learning_rate,
+        effective.warmup_epochs,
+        sync_batchnorm=bool(cfg.training.sync_batchnorm) and effective.world_size > 1,
+    )
+    clock.mark("model")
+    scaling = {**cast(dict[str, Any], OmegaConf.to_container(cfg.scaling)), **effective.as_dict()}
+    scaling |= {"base_learning_rate": cfg.optimizer.lr}
+    scaling.pop("_target_")
+    summary = RunSummary(
+        cfg.output_dir, cfg.training.output_network, scaling, fine_tuning(cfg), clock
+    )
+    # Preemption signals are noted from before the ranks start until training ends.
+    signals = PreemptionSignals(cfg.training.preemption_signals, cfg.training.preemption_exit_s)
+    stop = PreemptionStop(signals, cfg.output_dir)
+    callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
+    if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
+        callbacks.append(pruning)
+    if relaunch:
+        callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]
+        # optimizer.lr given on a resume applies; first, so that every other callback's
+        # on_train_start (the summary's effective values) sees the rate it sets.
+        callbacks.insert(0, ApplyLearningRate())
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node and node.get("dirpath"):
+            ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
+    if ckpt_path:
+        check_resumable(ckpt_path, module)
+    start_method = cfg.strategy.get("start_method")
+    # Everything above is checked before any other rank starts; the trainer comes after,
+    # since Lightning reads the rank variables that job_ranks sets.
+    # ckpt_path=auto is agreed on below, by every rank, however the ranks were started.
+    auto = cfg.get("ckpt_path") == "auto"
+    resolved = {"ckpt_path": ckpt_path} if ckpt_path and not auto else None
+    if leader:
+        log.info("%s", threads.describe())
+        log.info("%s", report.table())
+        if not relaunch:  # the run's own, written when it started
+            report.write(Path(cfg.output_dir))
+    ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
+    own_workers = WorkersEndWithRun()  # left first: before the other ranks are waited for
+    with signals, process_threads(threads.count), ranks, third_party_noise_filtered(), own_workers:
+        trainer = instantiate(
+            cfg.trainer,
+            devices=devices,
+            strategy=strategy,
+            callbacks=callbacks,
+            logger=list(instantiate_each(cfg.get("logger"))) or False,
+            plugins=[SafeCheckpointIO()],
+            # The datamodule shards every epoch by rank itself (EpochShardSampler).
+            use_distributed_sampler=False,
+        )
+        without_lightning_signal_handlers(trainer)
+        own_workers.follow(trainer)
+        if auto:  # rank 0's choice, on every rank
+            agreed = checkpoint_of_rank_zero(trainer, ckpt_path)
+            if agreed and agreed != ckpt_path:
+                check_resumable(agreed, module)
+            ckpt_path = agreed
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
+    return (read_summary(cfg.output_dir) or {}) if trainer.is_global_zero else {}

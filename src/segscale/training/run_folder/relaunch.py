@@ -1,0 +1,378 @@
+"""Relaunching a run: its own overrides come back, and what cannot change mid-run is refused.
+
+``python train.py ckpt_path=last`` (or ``ckpt_path=<run>/checkpoints/<file>.ckpt``)
+continues the run as it was started: before Hydra parses the command line,
+``restore_overrides`` finds the run folder as ``hydra.run.dir`` will (the
+``segscale.run_dir`` resolver of ``resume``), reads the overrides of its latest launch
+record (``.hydra/launch-<n>/overrides.yaml``, else ``.hydra/overrides.yaml``) and puts
+them in front of the command line's. A recorded override whose key the command line
+sets again is left out, so the command line wins; so is the recorded ``ckpt_path``.
+Since the result goes through Hydra, this launch's own record and the ranks that
+segscale starts get the full list. The record is read as data: an override that could
+run code is refused (``recorded_overrides``). ``ckpt_path=auto`` (a requeued job, which has its
+whole command line), a fresh run and a checkpoint outside a run folder restore nothing.
+
+``check_relaunch`` then refuses, for every relaunch of a run folder that holds a launch
+record, an override that would change what the run cannot change mid-run. Compared
+with the latest launch record's ``config.yaml`` (values resolved where both resolve,
+so an interpolation that gives the same value is no change), these are frozen:
+
+- ``model.*`` but ``model.encoder_weights``: the checkpoint's weights fit this network
+  only (``encoder_weights`` only initializes a fresh run; a resume loads the checkpoint).
+- ``datamodule.num_classes``, ``class_names``, ``ignore_index``, ``label_ids``,
+  ``ignore_ids``: what the output channels and the mask values mean (class colours only
+  draw, so they may change).
+- ``datamodule.in_channels``, ``mean``, ``std``: the input the weights learned from.
+- ``datamodule.batch_size``, ``patch_size``, ``patches_per_image``, ``shuffle``,
+  ``sampling.*``, ``seed`` (and ``datamodule.seed``), and the world size (processes ×
+  ``trainer.num_nodes``, counted, so ``devices=2`` and ``devices=[0,1]`` are the same):
+  a resumed epoch continues the patch sequence and the schedule at the checkpoint's
+  step, and both are laid out by these; another value would repeat or skip patches and
+  put the schedule elsewhere.
+- ``scaling.*`` and ``trainer.accumulate_grad_batches``: the global batch and the
+  learning rate the optimizer state was built with, and the steps per epoch.
+- ``optimizer._target_`` and ``optimizer.solver``: the checkpoint's optimizer state
+  (momentum, moments) belongs to that solver.
+
+Anything else may change: ``trainer.max_epochs``/``max_steps`` (extend a run),
+callbacks, loggers, ``num_workers``, data paths, precision, ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.utils import get_args_parser
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from segscale.configs import compose_config
+from segscale.devices import available_devices, devices_count
+from segscale.errors import ConfigError
+from segscale.moved_keys import renamed_overrides
+from segscale.training.run_folder.launch_record import RECORD_DIR
+from segscale.training.run_folder.recorded_overrides import read_recorded_overrides
+from segscale.training.run_folder.resume import register_run_dir_resolver
+
+log = logging.getLogger(__name__)
+
+FROZEN = (
+    "model",
+    "datamodule.num_classes",
+    "datamodule.class_names",
+    "datamodule.ignore_index",
+    "datamodule.label_ids",
+    "datamodule.ignore_ids",
+    "datamodule.in_channels",
+    "datamodule.mean",
+    "datamodule.std",
+    "datamodule.batch_size",
+    "datamodule.patch_size",
+    "datamodule.patches_per_image",
+    "datamodule.shuffle",
+    "datamodule.sampling",
+    "datamodule.seed",
+    "seed",
+    "scaling",
+    "optimizer._target_",
+    "optimizer.solver",
+    "trainer.accumulate_grad_batches",
+)
+"""Config keys (and subtrees) that a relaunch may not change; see the module docstring."""
+NOT_FROZEN = ("model.encoder_weights",)
+"""Keys under ``FROZEN`` subtrees that may change."""
+WORLD_SIZE = "world size (trainer.devices × trainer.num_nodes)"
+"""How the number of processes is named in the refusal."""
+# Keys of the command line that can decide where the run folder is (for the fallback).
+_RUN_DIR_KEYS = ("ckpt_path", "task_name", "experiment", "debug", "hydra.")
+_ABSENT = "<not set>"
+
+
+@dataclass(frozen=True)
+class Restored:
+    """The overrides ``restore_overrides`` put back, and the record they came from."""
+
+    record: Path
+    overrides: tuple[str, ...]
+
+
+_restored: Restored | None = None  # logged by check_relaunch, once Hydra has set up logging
+
+
+def restore_overrides(argv: Sequence[str]) -> list[str]:
+    """``argv`` (``sys.argv``) with the resumed run's recorded overrides in front of its own.
+
+    Unchanged unless ``ckpt_path`` is ``last`` or a path and the run folder it picks
+    holds a launch record with overrides. A command line Hydra would refuse is left to
+    Hydra to report. A recorded override that could run code (a ``_target_``, Hydra's
+    own settings, ...) is refused with ``ConfigError`` (``recorded_overrides``).
+    """
+    global _restored
+    _restored = None
+    parsed = _parse_command_line(argv)
+    if parsed is None:
+        return list(argv)
+    given = list(parsed.overrides)
+    try:
+        overrides = OverridesParser.create().parse_overrides(given)
+    except HydraException:
+        return list(argv)
+    ckpt = [o for o in overrides if o.key_or_group == "ckpt_path" and not o.is_delete()]
+    ckpt_path = ckpt[-1].value() if ckpt else None
+    if not isinstance(ckpt_path, str) or ckpt_path in ("", "auto"):
+        return list(argv)
+    folder = _run_folder(given, parsed.config_name or "train")
+    record = latest_record(folder) if folder else None
+    if record is None or not (record / "overrides.yaml").is_file():
+        return list(argv)
+    # Read as data: an override that could run code is refused (ConfigError).
+    config_dirs = _config_dirs(parsed.config_dir, overrides)
+    recorded = renamed_overrides(
+        read_recorded_overrides(record / "overrides.yaml", given, config_dirs)
+    )
+    merged = merge_overrides(recorded, given)
+    restored = tuple(o for o in merged if o in recorded and o not in given)
+    _restored = Restored(record, restored) if restored else None
+    # Hydra's parser takes the overrides as one block (it refuses options among them).
+    start = _find_block(list(argv), given)
+    if start is None:
+        return list(argv)
+    return [*argv[:start], *merged, *argv[start + len(given) :]]
+
+
+def merge_overrides(recorded: Sequence[str], given: Sequence[str]) -> list[str]:
+    """The ``recorded`` overrides, then the ``given`` ones; a given key replaces a recorded one.
+
+    A key is an override's config key or group with its package (``model``,
+    ``datamodule.batch_size``, ``model@foo``). A recorded ``ckpt_path`` is left out.
+    A recorded ``+key=...`` (or ``++``) that the command line changes with ``key=...``
+    keeps its prefix (the key exists only because the record added it), and one the
+    command line deletes (``~key``) goes with the deletion.
+    """
+    parser = OverridesParser.create()
+    given_parsed = parser.parse_overrides(list(given))
+    given_keys = {_key(o) for o in given_parsed}
+    prefixes: dict[tuple[str, str | None], str] = {}
+    kept = []
+    for override in parser.parse_overrides(list(recorded)):
+        key = _key(override)
+        if override.key_or_group == "ckpt_path":
+            continue
+        if key in given_keys:
+            if override.is_add() or override.is_force_add():
+                prefixes[key] = "++" if override.is_force_add() else "+"
+            continue
+        kept.append(override.input_line or "")
+    merged = list(kept)
+    for override in given_parsed:
+        prefix = prefixes.get(_key(override))
+        if prefix and override.is_delete():
+            continue  # the key never existed but for the recorded addition
+        line = override.input_line or ""
+        is_change = not (override.is_add() or override.is_force_add())
+        merged.append(f"{prefix}{line}" if prefix and is_change else line)
+    return merged
+
+
+def latest_record(folder: Path) -> Path | None:
+    """The folder of ``folder``'s latest launch record (``.hydra/launch-<n>/`` or ``.hydra/``)."""
+    root = folder / RECORD_DIR
+    numbered = [
+        (int(match.group(1)), path)
+        for path in root.glob("launch-*")
+        if (match := re.fullmatch(r"launch-(\d+)", path.name)) and (path / "config.yaml").is_file()
+    ]
+    if numbered:
+        return max(numbered)[1]
+    return root if (root / "config.yaml").is_file() else None
+
+
+def check_relaunch(cfg: DictConfig) -> None:
+    """Refuse a relaunch whose config changes a frozen key of its run (``ConfigError``).
+
+    A relaunch is a launch with ``ckpt_path`` set into a run folder (``output_dir``)
+    that holds a launch record; this launch's config is compared with that record's.
+    """
+    global _restored
+    if not cfg.get("ckpt_path"):
+        return
+    if _restored is not None:
+        log.info(
+            "ckpt_path=%s: restored the run's overrides from %s: %s",
+            cfg.ckpt_path,
+            _restored.record,
+            " ".join(_restored.overrides),
+        )
+        _restored = None  # said once: a later train() in this process restored nothing
+    record = latest_record(Path(cfg.output_dir))
+    if record is None:
+        return
+    started = OmegaConf.load(record / "config.yaml")
+    assert isinstance(started, DictConfig)  # a composed config is a mapping
+    changed = frozen_changes(started, cfg)
+    if changed:
+        lines = "; ".join(
+            f"{key}: the run was started with {old}, this launch has {new}"
+            for key, (old, new) in changed.items()
+        )
+        raise ConfigError(
+            f"ckpt_path={cfg.ckpt_path}: {lines} (recorded in {record / 'config.yaml'}). "
+            f"{'This' if len(changed) == 1 else 'These'} cannot change mid-run: the "
+            "checkpoint's weights, optimizer state, schedule and patch sequence belong to "
+            "the run's values. Drop the override to continue the run as it was, or start "
+            "a new run with the new values (ckpt_path=null and a new folder)"
+        )
+
+
+def frozen_changes(started: DictConfig, current: DictConfig) -> dict[str, tuple[str, str]]:
+    """Each frozen key whose value differs: key → (the record's, this launch's), shown."""
+    changes: dict[str, tuple[str, str]] = {}
+    raw: dict[str, tuple[Any, Any]] = {}
+    for key in FROZEN:
+        for leaf in sorted(set(_leaves(started, key)) | set(_leaves(current, key))):
+            if leaf in NOT_FROZEN or leaf.startswith(tuple(f"{k}." for k in NOT_FROZEN)):
+                continue
+            old, new = _value(started, leaf), _value(current, leaf)
+            if old != new:
+                changes[leaf] = (_shown(old), _shown(new))
+                raw[leaf] = (_raw(started, leaf), _raw(current, leaf))
+    # A key that only refers to another changed one (model.num_classes:
+    # ${datamodule.num_classes}) is not named twice.
+    for leaf, (old_raw, new_raw) in raw.items():
+        target = _reference(old_raw)
+        if old_raw == new_raw and target in changes and target != leaf:
+            del changes[leaf]
+    old_world, new_world = world_size(started), world_size(current)
+    if old_world != new_world:
+        changes[WORLD_SIZE] = (f"{old_world} processes", f"{new_world} processes")
+    return changes
+
+
+def world_size(cfg: DictConfig) -> int | str:
+    """Processes of the run: ``trainer.devices`` counted on this machine × ``num_nodes``.
+
+    ``devices: -1`` (or ``auto``) counts this machine's devices, for the record too: a
+    relaunch on a machine with another number of GPUs is not seen as a change. A value
+    that cannot be counted is returned as written.
+    """
+    try:
+        devices = OmegaConf.select(cfg, "trainer.devices")
+        accelerator = OmegaConf.select(cfg, "trainer.accelerator", default="auto")
+        nodes = OmegaConf.select(cfg, "trainer.num_nodes", default=1)
+        return devices_count(devices, available_devices(str(accelerator))) * int(nodes)
+    except (ConfigError, OmegaConfBaseException, TypeError, ValueError):
+        return repr(OmegaConf.select(cfg, "trainer.devices", throw_on_resolution_failure=False))
+
+
+def _parse_command_line(argv: Sequence[str]) -> argparse.Namespace | None:
+    """Hydra's reading of ``argv``; ``None`` for a sweep, a help page or a bad command line."""
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        parsed, unknown = parser.parse_known_args(list(argv[1:]))
+    except argparse.ArgumentError:
+        return None
+    if unknown or parsed.multirun or parsed.help or parsed.hydra_help:
+        return None
+    if parsed.shell_completion or parsed.experimental_rerun:
+        return None
+    return parsed
+
+
+def _run_folder(given: list[str], config_name: str) -> Path | None:
+    """The run folder ``hydra.run.dir`` picks for the command line's overrides.
+
+    Composed as Hydra will, so that ``task_name`` from an experiment or a debug preset,
+    and ``hydra.run.dir`` itself, count. Should the command line not compose alone
+    (it changes a key only the record adds), only the keys that can decide the folder
+    are composed. A user's own config folder (``--config-dir``) is not searched.
+    """
+    register_run_dir_resolver()
+    essential = [o for o in given if o.lstrip("+~").startswith(_RUN_DIR_KEYS)]
+    for overrides in (given, essential):
+        try:
+            cfg = compose_config(config_name, overrides, return_hydra_config=True)
+            folder = OmegaConf.select(cfg, "hydra.run.dir", throw_on_resolution_failure=True)
+        except (HydraException, OmegaConfBaseException):
+            continue
+        return Path(str(folder)) if folder else None
+    return None
+
+
+def _config_dirs(config_dir: str | None, overrides: list[Override]) -> tuple[Path, ...]:
+    """The user's config folders: ``--config-dir`` and ``hydra.searchpath``'s ``file://`` ones."""
+    found = [Path(config_dir)] if config_dir else []
+    for override in overrides:
+        if override.key_or_group == "hydra.searchpath" and not override.is_delete():
+            entries = override.value()
+            for entry in entries if isinstance(entries, list) else [entries]:
+                if isinstance(entry, str) and entry.startswith("file://"):
+                    found.append(Path(entry.removeprefix("file://")))
+    return tuple(found)
+
+
+def _find_block(argv: list[str], block: list[str]) -> int | None:
+    """Where ``block`` starts in ``argv`` (after the program name), if it is there."""
+    for start in range(len(argv) - len(block), 0, -1):
+        if argv[start : start + len(block)] == block:
+            return start
+    return None
+
+
+def _key(override: Override) -> tuple[str, str | None]:
+    return override.key_or_group, override.package
+
+
+def _leaves(cfg: DictConfig, key: str) -> Iterator[str]:
+    """The full keys of the values under ``key`` (``key`` itself for a value or a list)."""
+    node = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
+    if not isinstance(node, DictConfig):
+        if OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False) != (
+            _ABSENT
+        ):
+            yield key
+        return
+    for child in node:
+        yield from _leaves(cfg, key + "." + str(child))
+
+
+def _value(cfg: DictConfig, key: str) -> Any:
+    """``key``'s value, resolved; as written when it does not resolve here (``${hydra:...}``)."""
+    try:
+        value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        return _raw(cfg, key)
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _raw(cfg: DictConfig, key: str) -> Any:
+    """``key``'s value as written (interpolations unresolved)."""
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig) or name not in node:
+        return _ABSENT
+    child = node._get_node(name)  # the node itself, not its resolved value
+    if isinstance(child, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(child, resolve=False)
+    return child._value() if child is not None else _ABSENT
+
+
+def _reference(value: Any) -> str | None:
+    """The key a plain interpolation (``${datamodule.num_classes}``) refers to."""
+    match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
+    return match.group(1) if match else None
+
+
+def _shown(value: Any) -> str:
+    return value if value == _ABSENT else repr(value)

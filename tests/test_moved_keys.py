@@ -1,0 +1,53 @@
+import subprocess
+
+import pytest
+from omegaconf import OmegaConf, open_dict
+
+from segscale.errors import ConfigError
+from segscale.training.run.config_checks import check_config
+from tests.conftest import compose_config, train_command
+
+MOVED = r"strategy\.sync_batchnorm is now training\.sync_batchnorm"
+
+
+@pytest.mark.parametrize(
+    "override", ["strategy.sync_batchnorm=false", "+strategy.sync_batchnorm=1"]
+)
+def test_train_py_refuses_the_old_key_with_one_line_naming_the_new(tmp_path, override):
+    result = subprocess.run(
+        train_command(override, f"hydra.run.dir={tmp_path / 'run'}"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "training.sync_batchnorm=..." in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_preset_that_still_sets_the_old_key_is_refused():
+    cfg = compose_config("train")
+    with open_dict(cfg):
+        cfg.strategy.sync_batchnorm = True  # as a user's own conf/strategy/*.yaml would
+    with pytest.raises(ConfigError, match=MOVED):
+        check_config(cfg)
+
+
+def test_the_strategy_group_is_lightnings_strategy_alone():
+    for option in ("ddp", "ddp_spawn", "single"):
+        strategy = compose_config("train", f"strategy={option}").strategy
+        assert "sync_batchnorm" not in strategy, option
+    assert OmegaConf.select(compose_config("train"), "training.sync_batchnorm") is True
+
+
+def test_a_run_recorded_with_the_old_key_resumes_with_its_value_under_the_new_name():
+    from segscale.moved_keys import renamed_overrides
+
+    recorded = ["strategy.sync_batchnorm=false", "+strategy.sync_batchnorm=true", "optimizer.lr=1"]
+    assert renamed_overrides(recorded) == [
+        "training.sync_batchnorm=false",
+        "training.sync_batchnorm=true",  # the new key exists: set, not added
+        "optimizer.lr=1",
+    ]

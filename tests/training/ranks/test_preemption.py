@@ -1,0 +1,195 @@
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+
+from segscale.data.datamodule import PR_SET_PDEATHSIG, PREEMPTION_SIGNALS, init_worker
+from segscale.errors import ConfigError
+from segscale.training.ranks.preemption import (
+    EXIT_PREEMPTED,
+    Preempted,
+    PreemptionSignals,
+    without_lightning_signal_handlers,
+)
+
+
+def test_signal_names_and_the_exit_time_are_checked():
+    assert PreemptionSignals(["SIGTERM", "usr2"]).signals == [signal.SIGTERM, signal.SIGUSR2]
+    with pytest.raises(ConfigError, match=r"training.preemption_signals: 'SIGKILL'"):
+        PreemptionSignals(["SIGKILL"])
+    with pytest.raises(ConfigError, match=r"'SIGNOPE' is not a signal"):
+        PreemptionSignals(["SIGNOPE"])
+    with pytest.raises(ConfigError, match=r"training.preemption_exit_s=0"):
+        PreemptionSignals(["SIGTERM"], exit_s=0)
+
+
+def test_the_first_signal_is_noted_and_the_handlers_from_before_come_back():
+    before = signal.getsignal(signal.SIGUSR2)
+    seen = []
+    signal.signal(signal.SIGUSR1, lambda number, frame: seen.append(number))
+    try:
+        with PreemptionSignals(["SIGUSR1", "SIGUSR2"], exit_s=60) as signals:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            os.kill(os.getpid(), signal.SIGUSR1)  # a second signal changes nothing
+            assert signals.received == signal.SIGUSR2
+            assert seen == []  # ours replaced the handler from before
+        assert signal.getsignal(signal.SIGUSR2) == before
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert seen == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def test_a_preempted_run_hands_the_signal_to_the_handler_from_before():
+    """submitit's handler (requeue, then exit) runs once the checkpoint is written."""
+    calls = []
+    signal.signal(signal.SIGUSR2, lambda number, frame: calls.append(number))
+    signals = PreemptionSignals(["SIGUSR2"], exit_s=60)
+    try:
+        with pytest.raises(Preempted) as stopped, signals:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            raise Preempted("stop", signal="SIGUSR2", step=3, epoch=0, checkpoint="x")
+        os.kill(os.getpid(), signal.SIGUSR2)  # on the way out: still only noted
+        assert calls == []
+        stopped.value.hand_over()
+        assert calls == [signal.SIGUSR2]
+        assert stopped.value.exit_code == EXIT_PREEMPTED
+    finally:
+        signals.restore()
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+
+STUCK = {
+    # A Python sleep: the handler runs between the sleep's retries.
+    "sleeping": "os.kill(os.getpid(), signal.SIGTERM); time.sleep(60)",
+    # Blocked in C for good (a hung collective, a device sync): no Python handler runs,
+    # the signal comes from another thread once the main thread is blocked.
+    "blocked in C": textwrap.dedent(
+        """
+        mutex = ctypes.create_string_buffer(64)  # zeroed: a default pthread mutex
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        ctypes.CDLL(None).pthread_mutex_lock(mutex)
+        ctypes.CDLL(None).pthread_mutex_lock(mutex)  # deadlocks (default mutex type)
+        """
+    ),
+    # Holding the logging lock that a late exit through logging would wait for.
+    "holding the logging lock": textwrap.dedent(
+        """
+        logging.getLogger().handlers[0].acquire()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+        """
+    ),
+}
+
+
+@pytest.mark.parametrize("stuck", STUCK)
+def test_a_rank_that_does_not_stop_in_time_exits_anyway(stuck):
+    script = textwrap.dedent(
+        """
+        import ctypes, logging, os, signal, threading, time
+        from segscale.training.ranks.preemption import PreemptionSignals
+        logging.basicConfig()
+        with PreemptionSignals(["SIGTERM"], exit_s=1):
+        """
+    ) + textwrap.indent(STUCK[stuck], " " * 4)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == EXIT_PREEMPTED, done.stderr
+    assert "rank 0: still running 1 s after SIGTERM; exiting now" in done.stderr
+    assert "Current thread" in done.stderr  # the stacks: where it was stuck
+    assert time.monotonic() - started < 30
+
+
+def test_a_run_that_ends_in_time_cancels_the_deadline_and_restores_the_wakeup_fd():
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    with PreemptionSignals(["SIGUSR2"], exit_s=0.2) as signals:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert signals.received == signal.SIGUSR2
+    time.sleep(0.5)  # past the deadline: the test process is still here
+    assert signal.set_wakeup_fd(before) == before
+    assert not [t for t in threading.enumerate() if t.name == "signal-deadline"]
+
+
+def test_lightning_installs_no_signal_handlers_of_its_own():
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
+    before = signal.getsignal(signal.SIGTERM)
+    without_lightning_signal_handlers(trainer)
+    trainer._signal_connector.register_signal_handlers()
+    assert signal.getsignal(signal.SIGTERM) == before
+    # The test has power: Lightning's own connector replaces it.
+    connector = type(trainer._signal_connector).__mro__[1](trainer)
+    connector.register_signal_handlers()
+    try:
+        assert signal.getsignal(signal.SIGTERM) != before
+    finally:
+        connector.teardown()
+
+
+def test_dataloader_workers_leave_preemption_signals_to_their_process():
+    before = {number: signal.getsignal(number) for number in PREEMPTION_SIGNALS}
+    try:
+        init_worker(0)
+        for number in PREEMPTION_SIGNALS:
+            assert signal.getsignal(number) == signal.SIG_IGN
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, 0)  # this test process is no worker
+
+
+def test_dataloader_workers_end_with_their_process(tmp_path):
+    """However it ends (here ``os._exit``, as the late exit of a stuck preemption), and
+    while the worker is busy: decoding a large tile, or stuck reading a file."""
+    script = textwrap.dedent(
+        """
+        import multiprocessing, os, time
+        from torch.utils.data import DataLoader, Dataset
+        from segscale.data.datamodule import init_worker
+
+        class Slow(Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, index):
+                time.sleep(60 if index else 0)
+                return index
+
+        loader = DataLoader(Slow(), num_workers=1, worker_init_fn=init_worker)
+        next(iter(loader))  # the worker now works on the next items
+        with open("worker.pid", "w") as file:
+            file.write(str(multiprocessing.active_children()[0].pid))
+        os._exit(0)
+        """
+    )
+    # No pipes: the worker would hold them, and the run would wait for it.
+    with open(tmp_path / "stderr", "w") as stderr:
+        code = subprocess.call([sys.executable, "-c", script], cwd=tmp_path, stderr=stderr)
+    assert code == 0, (tmp_path / "stderr").read_text()
+    worker, exited = int((tmp_path / "worker.pid").read_text()), time.monotonic()
+    try:
+        while _running(worker) and time.monotonic() < exited + 10:
+            time.sleep(0.05)
+        assert not _running(worker), "the worker outlived its process"
+    finally:
+        if _running(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

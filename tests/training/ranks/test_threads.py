@@ -1,0 +1,122 @@
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from segscale.errors import ConfigError
+from segscale.training.ranks import threads
+from segscale.training.ranks.threads import busy_cores, process_threads, resolve_threads
+
+
+@pytest.fixture
+def no_omp(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+
+def test_auto_is_the_ranks_share_of_the_cores_nothing_else_keeps_busy(no_omp):
+    # The 2-core machine of issue 30: alone, both cores; beside a spinning process, one.
+    assert resolve_threads("auto", 1, 1, cpus=2, busy=0.05).count == 2
+    assert resolve_threads("auto", 1, 1, cpus=2, busy=1.02).count == 1
+    assert resolve_threads("auto", 1, 1, cpus=2, busy=0.4).count == 2  # under half a core
+    assert resolve_threads("auto", 1, 1, cpus=2, busy=0.6).count == 1
+    assert resolve_threads("auto", 1, 3, cpus=16, busy=0).count == 16  # workers not counted
+    assert resolve_threads("auto", 2, 3, cpus=16, busy=3.9).count == 6  # (16 - 4) // 2
+    assert resolve_threads("auto", 4, 8, cpus=16, busy=15).count == 1  # never below one
+    assert resolve_threads("auto", 1, 1, cpus=2, busy=7).count == 1
+
+
+def test_auto_says_what_it_counted(no_omp):
+    line = resolve_threads("auto", 1, 1, cpus=2, busy=1.02).describe()
+    assert line == (
+        "threads: 1 per training process (training.threads=auto: 2 core(s) available, "
+        "1.0 busy with other processes, shared by 1 rank(s) on this node; their 1 "
+        "DataLoader worker(s) each are not counted (idle most of a step))"
+    )
+
+
+def test_auto_reads_the_cores_of_this_processs_affinity_mask(no_omp, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this job's
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
+    assert resolve_threads("auto", 2, 1, busy=0).count == 3
+
+
+def test_a_process_spinning_on_a_core_is_measured_busy():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # started and spinning
+        assert busy_cores(seconds=0.5) >= 0.7
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_busy_ticks_leave_out_idle_waiting_and_lower_priority_time(monkeypatch, tmp_path):
+    # A niced process (a background build, a batch job) yields its core to the run; the
+    # cores outside this process's affinity mask are not its own.
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  100 200 300 400 500 60 70 80 0 0\n"
+        "cpu0 10 20 30 40 50 6 7 8 0 0\n"
+        "cpu1 1 1000 1 1 1 1 1 1 0 0\n"
+        "cpu2 99 99 99 99 99 99 99 99 0 0\n"
+        "intr 12345\n"
+    )
+    monkeypatch.setattr(threads, "PROC_STAT", stat)
+    busy, total = threads._busy_ticks({0, 1})
+    assert total == (10 + 20 + 30 + 40 + 50 + 6 + 7 + 8) + (1000 + 7)
+    assert busy == (10 + 30 + 6 + 7 + 8) + (1 + 1 + 1 + 1 + 1)  # user system irq softirq steal
+
+
+def test_this_processs_own_work_is_not_counted_as_busy(monkeypatch):
+    # The counters see every tick as busy, this process's own included; its own time is
+    # taken off, so only what remains counts.
+    ticks = iter([(0, 200), (40, 240)])  # 40 busy ticks of 40, on the one core
+    monkeypatch.setattr(threads, "_affinity", lambda: {0})
+    monkeypatch.setattr(threads, "_busy_ticks", lambda cores: next(ticks))
+    own = iter([1.0, 1.2])  # 0.2 s of this process's own time in 0.2 s
+    monkeypatch.setattr(threads, "_own_seconds", lambda: next(own))
+    monkeypatch.setattr(threads.time, "sleep", lambda s: None)
+    assert busy_cores(seconds=0.2) == pytest.approx(0.0)
+
+
+def test_unreadable_counters_count_nothing_busy(monkeypatch, tmp_path):
+    monkeypatch.setattr(threads, "PROC_STAT", tmp_path / "absent")
+    assert busy_cores(seconds=0.01) == 0.0
+
+
+def test_auto_takes_omp_num_threads_where_it_is_set(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    chosen = resolve_threads("auto", 1, 1, cpus=16, busy=0)
+    assert chosen.count == 3
+    assert "OMP_NUM_THREADS=3 in the environment" in chosen.describe()
+    monkeypatch.setenv("OMP_NUM_THREADS", "many")  # not a number: as if unset
+    assert resolve_threads("auto", 1, 1, cpus=16, busy=0).count == 16
+
+
+def test_a_number_wins_over_the_environment(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    chosen = resolve_threads(5, 1, 1, cpus=2)
+    assert chosen.count == 5
+    assert chosen.describe() == "threads: 5 per training process (training.threads=5)"
+
+
+@pytest.mark.parametrize("setting", [0, -1, 1.5, "two", True, None])
+def test_other_settings_are_refused_naming_the_key(setting):
+    with pytest.raises(ConfigError, match=r"training\.threads=.*expected 'auto' or a positive"):
+        resolve_threads(setting, 1, 1)
+
+
+def test_the_threads_are_set_inside_and_restored_after(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    with process_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+        assert os.environ["OMP_NUM_THREADS"] == str(before + 1)  # for the ranks it starts
+    assert torch.get_num_threads() == before and "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    with pytest.raises(RuntimeError), process_threads(1):
+        raise RuntimeError("the job failed")
+    assert torch.get_num_threads() == before and os.environ["OMP_NUM_THREADS"] == "7"

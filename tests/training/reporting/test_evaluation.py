@@ -1,0 +1,114 @@
+import csv
+import json
+
+import pytest
+
+from segscale.training.run.training_run import train
+
+
+def test_training_ends_with_an_evaluation_report(make_config, tmp_path, monkeypatch):
+    from segscale.training.callbacks import validation_report
+    from segscale.training.reporting import evaluation
+
+    drawn = {}
+    for module, name in (
+        (evaluation, "plot_confusion_matrix"),
+        (validation_report, "plot_sample_predictions"),
+    ):
+        original = getattr(module, name)
+
+        def recording(*args, _name=name, _original=original):
+            drawn[_name] = args
+            _original(*args)
+
+        monkeypatch.setattr(module, name, recording)
+    summary = train(make_config())
+    folder = tmp_path / "run" / "evaluation"
+    report = json.loads((folder / "metrics.json").read_text())
+    assert report["GlobalAccuracy"] == pytest.approx(summary["metrics"]["val/acc"], abs=1e-5)
+    assert report["MeanIoU"] == pytest.approx(summary["metrics"]["val/mIoU"], abs=1e-5)
+    with open(folder / "confusion_matrix.csv") as stream:
+        rows = list(csv.reader(stream))
+    assert rows[0][1:] == list(summary_classes := make_config().datamodule.class_names)
+    assert sum(int(v) for row in rows[1:] for v in row[1:]) == 192 * 192  # every pixel once
+    with open(folder / "class_metrics.csv") as stream:
+        assert [r["class"] for r in csv.DictReader(stream)] == list(summary_classes)
+    for png in ("confusion_matrix.png", "sample_predictions.png"):
+        assert (folder / png).read_bytes()[:4] == b"\x89PNG"
+    # The confusion matrix is the last validation's, and says when it was taken.
+    assert drawn["plot_confusion_matrix"][3] == "Validation confusion matrix at iteration 8"
+    # Samples are whole validation images (the one 192×192 tile), not 64×64 grid patches.
+    samples, *_, title = drawn["plot_sample_predictions"]
+    assert [s.truth.shape for s in samples] == [(192, 192)]
+    assert samples[0].prediction.shape == (192, 192) and samples[0].image.shape == (192, 192, 3)
+    assert samples[0].caption == "validation image 1 of 1: 0000.png, 192×192 px"
+    assert title == "Final network (iteration 8) on whole validation images"
+
+
+def test_the_samples_are_the_last_validations_own_predictions_not_predicted_again(
+    make_config, monkeypatch
+):
+    from unittest import mock
+
+    import numpy as np
+
+    from segscale.training.callbacks.validation_report import ValidationReport
+
+    seen = {}
+    original = ValidationReport._plot_samples
+
+    def compare_then_plot(self, trainer, module):
+        picks = list(self._captured.canvases)
+        seen["captured"] = [self._captured.canvases[t] for t in picks]
+        seen["again"] = ValidationReport._predict(module, trainer.datamodule.val_set, picks, 16)
+        with mock.patch.object(ValidationReport, "_predict", side_effect=AssertionError):
+            original(self, trainer, module)
+
+    monkeypatch.setattr(ValidationReport, "_plot_samples", compare_then_plot)
+    train(make_config())
+    assert len(seen["captured"]) == 1
+    np.testing.assert_array_equal(seen["captured"][0], seen["again"][0])
+
+
+def test_samples_are_predicted_again_where_the_last_validation_left_tiles_out(
+    make_config, tmp_path, monkeypatch
+):
+    from segscale.training.callbacks.validation_report import ValidationReport
+
+    calls = []
+    original = ValidationReport._predict
+
+    def counting(*args):
+        calls.append(args[2])
+        return original(*args)
+
+    monkeypatch.setattr(ValidationReport, "_predict", staticmethod(counting))
+    # One validation batch of 4 of the tile's 9 grid patches.
+    train(make_config("datamodule.val_batch_size=4", "trainer.limit_val_batches=1"))
+    assert calls == [[0]]
+    png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_final_validations_report_is_written_before_its_checkpoints(make_config, tmp_path):
+    train(make_config())
+    run = tmp_path / "run"
+    report = (run / "evaluation" / "metrics.json").stat().st_mtime_ns
+    assert report < (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns
+
+
+def test_a_figure_that_fails_to_draw_is_logged_and_the_run_still_finishes(
+    make_config, tmp_path, monkeypatch, caplog
+):
+    from segscale.training.callbacks import validation_report
+
+    def fail(*args):
+        raise RuntimeError("out of colours")
+
+    monkeypatch.setattr(validation_report, "plot_sample_predictions", fail)
+    with caplog.at_level("ERROR", logger="segscale"):
+        summary = train(make_config())
+    assert summary["status"] == "finished"
+    png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
+    assert f"could not draw {png}: RuntimeError: out of colours" in caplog.text
+    assert (tmp_path / "run" / "evaluation" / "confusion_matrix.png").is_file()

@@ -1,0 +1,65 @@
+import time
+
+import pytest
+
+from segscale.training.reporting.run_clock import PROCESS_START, TRAIN_CALL, RunClock, process_age
+from segscale.training.reporting.run_times import RunTimes, warmup_steps
+
+
+def test_the_process_age_comes_from_the_operating_system():
+    age = process_age()
+    assert age is not None and 0 < age < 24 * 3600
+
+
+def test_only_the_first_clock_of_a_process_counts_from_its_start(monkeypatch):
+    monkeypatch.setattr(RunClock, "_process_start_counted", False)
+    first, second = RunClock(), RunClock()
+    assert first.since == PROCESS_START and "python, imports, config" in first.phases
+    assert second.since == TRAIN_CALL and second.phases == {}
+
+
+def test_the_warm_up_is_a_tenth_of_the_steps_and_at_least_one():
+    assert [warmup_steps(n) for n in (1, 9, 10, 11, 200)] == [1, 1, 1, 2, 20]
+
+
+def test_the_steady_rate_leaves_out_the_slow_first_step_and_validation():
+    times = RunTimes()
+    times.batch_start()
+    time.sleep(0.3)  # a first step that compiles, searches kernels, starts workers
+    times.step_end(1, 8)
+    for step in range(2, 22):
+        times.batch_start()
+        time.sleep(0.01)
+        if step == 10:  # a validation between two steps
+            times.step_end(step, 8 * step)
+            times.validation_start()
+            time.sleep(0.3)
+            continue
+        times.step_end(step, 8 * step)
+    times.batch_start()
+    times.train_end()
+    split = times.split()
+    steady, overall = split["steady_patches_per_s"], 8 * 21 / split["time_split_s"]["training"]
+    assert steady == pytest.approx(8 / 0.01, rel=0.5)  # sleep overshoots on a busy machine
+    assert steady > 2 * overall
+    assert split["time_split_s"]["validation"] == pytest.approx(0.3, abs=0.1)
+    assert split["steady_after_steps"] == 3
+    phases = split["startup_phases_s"]
+    assert phases["first step"] == pytest.approx(0.3, abs=0.1)
+    assert sum(phases.values()) == pytest.approx(split["time_to_first_step_s"], abs=0.01)
+
+
+def test_a_launch_of_few_steps_has_no_steady_rate():
+    times = RunTimes()
+    for step in range(1, 4):
+        times.batch_start()
+        times.step_end(step, 4 * step)
+    assert times.split()["steady_patches_per_s"] is None
+
+
+def test_accumulated_batches_count_at_their_optimizer_step():
+    times = RunTimes()
+    for batch, steps in enumerate((0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6)):
+        times.batch_start()
+        times.step_end(steps, 4 * (batch + 1))
+    assert list(times._step_patches) == [8, 16, 24, 32, 40, 48]

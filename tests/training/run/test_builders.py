@@ -1,0 +1,43 @@
+import pytest
+import timm
+
+from segscale.training.run.builders import weights_normalization
+from tests.conftest import compose_config
+
+FOLDER = ["datamodule=folder", "datamodule.source.root=/nowhere", "output_dir=/tmp/x"]
+
+
+def test_named_weights_give_a_null_mean_and_std_their_own():
+    # timm's pretrained config is local metadata: nothing is fetched
+    cfg = compose_config(
+        "train", *FOLDER, "model.encoder=tu-resnet18", "model.encoder_weights=imagenet"
+    )
+    expected = timm.models.get_pretrained_cfg("resnet18").to_dict()
+    assert cfg.datamodule.mean is None and cfg.datamodule.std is None
+    assert weights_normalization(cfg) == {
+        "mean": pytest.approx(list(expected["mean"])),
+        "std": pytest.approx(list(expected["std"])),
+    }
+
+
+def test_a_mean_or_std_the_user_set_is_kept():
+    cfg = compose_config(
+        "train",
+        *FOLDER,
+        "model.encoder=tu-resnet18",
+        "model.encoder_weights=imagenet",
+        "datamodule.mean=[0.5,0.5,0.5]",
+    )
+    assert list(weights_normalization(cfg)) == ["std"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],  # random initialization: the training images' statistics, as before
+        ["model.encoder_weights=/weights/resnet18.pth"],  # a file: no name to ask
+        ["model.encoder_weights=imagenet", "datamodule.in_channels=4"],
+    ],
+)
+def test_otherwise_nothing_changes(overrides):
+    assert weights_normalization(compose_config("train", *FOLDER, *overrides)) == {}
