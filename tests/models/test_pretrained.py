@@ -179,6 +179,7 @@ def test_a_checkpoint_never_fetches():
         std=[0.5],
         max_value=1,
         labels=LabelMap(1),
+        patch_size=64,
     )
     metadata = inference_metadata({"encoder_weights": "imagenet"}, datamodule)
     assert metadata["model"]["encoder_weights"] is None
