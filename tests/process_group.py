@@ -32,7 +32,12 @@ def run_in_own_group(
     holds it, workers included) has its whole group killed, and the test fails.
     """
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_interruptible,
     )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
@@ -43,6 +48,15 @@ def run_in_own_group(
     while group_alive(process.pid):  # members that closed their output but still run
         time.sleep(0.05)
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), time.time()
+
+
+def _interruptible() -> None:
+    """SIGINT at its default in the started group, as in a terminal's foreground job.
+
+    A shell starts its background jobs with SIGINT ignored, and processes inherit that:
+    a suite started with ``… &`` would otherwise start runs that Ctrl-C cannot reach.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def group_alive(group: int) -> bool:
