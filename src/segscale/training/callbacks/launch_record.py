@@ -17,7 +17,8 @@ class LaunchRecord(L.Callback):
     """
 
     def __init__(self, folder: str | Path, record: dict[str, str]) -> None:
-        self.folder, self.record = Path(folder), record
+        self.folder = Path(folder)
+        self.record = record
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Write the record."""

@@ -60,7 +60,8 @@ class RunSummary(L.Callback):
                 f"training.output_network={output_network!r} is unknown: expected "
                 "last-iteration or best-validation"
             )
-        self.output_dir, self.output_network = Path(output_dir), output_network
+        self.output_dir = Path(output_dir)
+        self.output_network = output_network
         self.scaling = dict(scaling or {})
         self.fine_tuning = dict(fine_tuning or {})
         self.patches = 0
@@ -82,7 +83,8 @@ class RunSummary(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the training clock (after the sanity check) and log the effective values."""
-        self._train_start, self._val_s = time.perf_counter(), 0.0
+        self._train_start = time.perf_counter()
+        self._val_s = 0.0
         self.times.clock.mark("sanity validation, loaders")
         if trainer.is_global_zero:
             values = self.effective_values(trainer)

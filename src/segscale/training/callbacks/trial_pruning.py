@@ -128,7 +128,9 @@ class TrialPruning(L.Callback):
     """
 
     def __init__(self, storage: str, study_name: str, number: int, monitor: str) -> None:
-        self.storage, self.study_name, self.number = storage, study_name, number
+        self.storage = storage
+        self.study_name = study_name
+        self.number = number
         self.monitor = monitor
         self._trial: optuna.Trial | None = None
         self._pruned: TrialPruned | None = None

@@ -60,7 +60,8 @@ class ValidationReport(L.Callback):
     """
 
     def __init__(self, folder: str, num_samples: int = 4) -> None:
-        self.folder, self.num_samples = Path(folder), num_samples
+        self.folder = Path(folder)
+        self.num_samples = num_samples
         self.validated_at: int | None = None  # iteration of the last validation
         self.figures = BackgroundFigures("evaluation-figures")
         self._capture: SampleCapture | None = None  # of the validation now running

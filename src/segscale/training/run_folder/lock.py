@@ -58,7 +58,8 @@ class RunFolderLock:
     def __init__(self, folder: str | Path, what: str = "run", key: str = "hydra.run.dir") -> None:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_FILE
-        self.what, self.key = what, key
+        self.what = what
+        self.key = key
         self._fd: int | None = None
         self._linked: tuple[int, int] | None = None  # the lock file's (dev, inode), no flock
 

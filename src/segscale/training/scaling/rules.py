@@ -91,8 +91,11 @@ class ScalingRules:
                     "weight per device, at least one of them positive, e.g. [1, 1, 0.5]"
                 )
             worker_load = [float(w) for w in weights]
-        self.batch, self.lr, self.base_batch_size = batch, lr, base_batch_size
-        self.warmup_epochs, self.worker_load = warmup_epochs, worker_load
+        self.batch = batch
+        self.lr = lr
+        self.base_batch_size = base_batch_size
+        self.warmup_epochs = warmup_epochs
+        self.worker_load = worker_load
 
     def resolve(self, batch_size: int, learning_rate: float, world_size: int) -> Effective:
         """The per-device batches, global batch, learning rate and warmup for ``world_size``."""
