@@ -13,29 +13,8 @@ run code is refused (``recorded_overrides``). ``ckpt_path=auto`` (a requeued job
 whole command line), a fresh run and a checkpoint outside a run folder restore nothing.
 
 ``check_relaunch`` then refuses, for every relaunch of a run folder that holds a launch
-record, an override that would change what the run cannot change mid-run. Compared
-with the latest launch record's ``config.yaml`` (values resolved where both resolve,
-so an interpolation that gives the same value is no change), these are frozen:
-
-- ``model.*`` but ``model.encoder_weights``: the checkpoint's weights fit this network
-  only (``encoder_weights`` only initializes a fresh run; a resume loads the checkpoint).
-- ``datamodule.num_classes``, ``class_names``, ``ignore_index``, ``label_ids``,
-  ``ignore_ids``: what the output channels and the mask values mean (class colours only
-  draw, so they may change).
-- ``datamodule.in_channels``, ``mean``, ``std``: the input the weights learned from.
-- ``datamodule.batch_size``, ``patch_size``, ``patches_per_image``, ``shuffle``,
-  ``sampling.*``, ``seed`` (and ``datamodule.seed``), and the world size (processes ×
-  ``trainer.num_nodes``, counted, so ``devices=2`` and ``devices=[0,1]`` are the same):
-  a resumed epoch continues the patch sequence and the schedule at the checkpoint's
-  step, and both are laid out by these; another value would repeat or skip patches and
-  put the schedule elsewhere.
-- ``scaling.*`` and ``trainer.accumulate_grad_batches``: the global batch and the
-  learning rate the optimizer state was built with, and the steps per epoch.
-- ``optimizer._target_`` and ``optimizer.solver``: the checkpoint's optimizer state
-  (momentum, moments) belongs to that solver.
-
-Anything else may change: ``trainer.max_epochs``/``max_steps`` (extend a run),
-callbacks, loggers, ``num_workers``, data paths, precision, ...
+record, an override that would change what the run cannot change mid-run: the keys of
+``frozen_keys``, compared with the latest launch record's ``config.yaml``.
 """
 
 from __future__ import annotations
@@ -43,58 +22,29 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from segscale.configs import compose_config
-from segscale.devices import available_devices, devices_count
 from segscale.errors import ConfigError
 from segscale.moved_keys import renamed_overrides
+from segscale.training.run_folder.frozen_keys import frozen_changes
 from segscale.training.run_folder.launch_record import RECORD_DIR
 from segscale.training.run_folder.recorded_overrides import read_recorded_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 
-FROZEN = (
-    "model",
-    "datamodule.num_classes",
-    "datamodule.class_names",
-    "datamodule.ignore_index",
-    "datamodule.label_ids",
-    "datamodule.ignore_ids",
-    "datamodule.in_channels",
-    "datamodule.mean",
-    "datamodule.std",
-    "datamodule.batch_size",
-    "datamodule.patch_size",
-    "datamodule.patches_per_image",
-    "datamodule.shuffle",
-    "datamodule.sampling",
-    "datamodule.seed",
-    "seed",
-    "scaling",
-    "optimizer._target_",
-    "optimizer.solver",
-    "trainer.accumulate_grad_batches",
-)
-"""Config keys (and subtrees) that a relaunch may not change; see the module docstring."""
-NOT_FROZEN = ("model.encoder_weights",)
-"""Keys under ``FROZEN`` subtrees that may change."""
-WORLD_SIZE = "world size (trainer.devices × trainer.num_nodes)"
-"""How the number of processes is named in the refusal."""
 # Keys of the command line that can decide where the run folder is (for the fallback).
 _RUN_DIR_KEYS = ("ckpt_path", "task_name", "experiment", "debug", "hydra.")
-_ABSENT = "<not set>"
 
 
 @dataclass(frozen=True)
@@ -233,46 +183,6 @@ def check_relaunch(cfg: DictConfig) -> None:
         )
 
 
-def frozen_changes(started: DictConfig, current: DictConfig) -> dict[str, tuple[str, str]]:
-    """Each frozen key whose value differs: key → (the record's, this launch's), shown."""
-    changes: dict[str, tuple[str, str]] = {}
-    raw: dict[str, tuple[Any, Any]] = {}
-    for key in FROZEN:
-        for leaf in sorted(set(_leaves(started, key)) | set(_leaves(current, key))):
-            if leaf in NOT_FROZEN or leaf.startswith(tuple(f"{k}." for k in NOT_FROZEN)):
-                continue
-            old, new = _value(started, leaf), _value(current, leaf)
-            if old != new:
-                changes[leaf] = (_shown(old), _shown(new))
-                raw[leaf] = (_raw(started, leaf), _raw(current, leaf))
-    # A key that only refers to another changed one (model.num_classes:
-    # ${datamodule.num_classes}) is not named twice.
-    for leaf, (old_raw, new_raw) in raw.items():
-        target = _reference(old_raw)
-        if old_raw == new_raw and target in changes and target != leaf:
-            del changes[leaf]
-    old_world, new_world = world_size(started), world_size(current)
-    if old_world != new_world:
-        changes[WORLD_SIZE] = (f"{old_world} processes", f"{new_world} processes")
-    return changes
-
-
-def world_size(cfg: DictConfig) -> int | str:
-    """Processes of the run: ``trainer.devices`` counted on this machine × ``num_nodes``.
-
-    ``devices: -1`` (or ``auto``) counts this machine's devices, for the record too: a
-    relaunch on a machine with another number of GPUs is not seen as a change. A value
-    that cannot be counted is returned as written.
-    """
-    try:
-        devices = OmegaConf.select(cfg, "trainer.devices")
-        accelerator = OmegaConf.select(cfg, "trainer.accelerator", default="auto")
-        nodes = OmegaConf.select(cfg, "trainer.num_nodes", default=1)
-        return devices_count(devices, available_devices(str(accelerator))) * int(nodes)
-    except (ConfigError, OmegaConfBaseException, TypeError, ValueError):
-        return repr(OmegaConf.select(cfg, "trainer.devices", throw_on_resolution_failure=False))
-
-
 def _parse_command_line(argv: Sequence[str]) -> argparse.Namespace | None:
     """Hydra's reading of ``argv``; ``None`` for a sweep, a help page or a bad command line."""
     parser = get_args_parser()
@@ -330,49 +240,3 @@ def _find_block(argv: list[str], block: list[str]) -> int | None:
 
 def _key(override: Override) -> tuple[str, str | None]:
     return override.key_or_group, override.package
-
-
-def _leaves(cfg: DictConfig, key: str) -> Iterator[str]:
-    """The full keys of the values under ``key`` (``key`` itself for a value or a list)."""
-    node = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
-    if not isinstance(node, DictConfig):
-        if OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False) != (
-            _ABSENT
-        ):
-            yield key
-        return
-    for child in node:
-        yield from _leaves(cfg, key + "." + str(child))
-
-
-def _value(cfg: DictConfig, key: str) -> Any:
-    """``key``'s value, resolved; as written when it does not resolve here (``${hydra:...}``)."""
-    try:
-        value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=True)
-    except OmegaConfBaseException:
-        return _raw(cfg, key)
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
-
-
-def _raw(cfg: DictConfig, key: str) -> Any:
-    """``key``'s value as written (interpolations unresolved)."""
-    parent, _, name = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    if not isinstance(node, DictConfig) or name not in node:
-        return _ABSENT
-    child = node._get_node(name)  # the node itself, not its resolved value
-    if isinstance(child, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(child, resolve=False)
-    return child._value() if child is not None else _ABSENT
-
-
-def _reference(value: Any) -> str | None:
-    """The key a plain interpolation (``${datamodule.num_classes}``) refers to."""
-    match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
-    return match.group(1) if match else None
-
-
-def _shown(value: Any) -> str:
-    return value if value == _ABSENT else repr(value)
