@@ -8,9 +8,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
+from segscale.cli.predict import main as predict_main
+from segscale.cli.train import main as train_main
 from segscale.configs import CONFIG_DIR
 from segscale.output_folder_check import EXIT_BAD_INPUT, check_output_folder, unwritable_reason
-from tests.conftest import REPO, tiny_overrides, train_command
+from tests.conftest import tiny_overrides, train_command
+from tests.in_process import run_in_process
 
 ROOT = os.geteuid() == 0
 """Root may write into any folder: those cases drop the capability that allows it."""
@@ -94,17 +97,15 @@ def test_every_entry_point_registers_the_check(name):
     assert target == "segscale.output_folder_check.OutputFolderCheck"
 
 
-def _run(command: list[str], cwd: Path) -> tuple[int, str]:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
-    return result.returncode, result.stdout + result.stderr
-
-
 def _assert_refused(code: int, output: str, key: str, folder: Path) -> None:
     assert code == 2, output[-3000:]
     assert f"{key}='{folder}' is not allowed" in output, output[-3000:]
     assert "Traceback" not in output
 
 
+# The entry points run in this process (a process of their own would spend ~9 s on
+# imports), in tmp_path: nothing else may appear there. The read-only case below runs
+# python train.py as a process of its own, without the capability to override mode bits.
 @pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
 def test_train_stops_before_hydra_creates_the_folder(tiny_data_root, tmp_path, multirun):
     (tmp_path / "file").write_text("")
@@ -112,17 +113,17 @@ def test_train_stops_before_hydra_creates_the_folder(tiny_data_root, tmp_path, m
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     sweep = ["-m", "optimizer.lr=0.01,0.02"] if multirun else []
     overrides = tiny_overrides(tiny_data_root, None)
-    code, output = _run(train_command(*sweep, *overrides, f"{key}={folder}"), tmp_path)
-    _assert_refused(code, output, key, folder)
+    done = run_in_process(train_main, *sweep, *overrides, f"{key}={folder}", cwd=tmp_path)
+    _assert_refused(done.returncode, done.stdout + done.stderr, key, folder)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing else written
 
 
 def test_predict_stops_before_hydra_creates_the_folder(tmp_path):
     (tmp_path / "file").write_text("")
     folder = tmp_path / "file" / "out"
-    command = [sys.executable, str(REPO / "predict.py"), "ckpt=x", "input=y"]
-    code, output = _run([*command, f"hydra.run.dir={folder}"], tmp_path)
-    _assert_refused(code, output, "hydra.run.dir", folder)
+    args = ("ckpt=x", "input=y", f"hydra.run.dir={folder}")
+    done = run_in_process(predict_main, *args, cwd=tmp_path, program="predict.py")
+    _assert_refused(done.returncode, done.stdout + done.stderr, "hydra.run.dir", folder)
 
 
 def test_train_in_a_read_only_folder_is_refused(tiny_data_root, unprivileged):
