@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from segscale.cli.export import export
+from segscale.cli.export import export, main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.export import load_exported
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
+from tests.in_process import run_in_process
 
 
 def _config(*overrides: str):
@@ -63,25 +64,44 @@ def test_bad_input_names_the_key(tmp_path: Path, override: str, message: str):
 
 
 def _export_command(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    """``python export.py`` with its run folder under ``tmp_path``."""
+    """``python export.py`` with its run folder under ``tmp_path``, run in this process
+    (a process of its own would spend ~9 s importing)."""
+    folder = f"hydra.run.dir={tmp_path / 'run'}"
+    return run_in_process(main, folder, *overrides, cwd=tmp_path, program="export.py")
+
+
+def _export_process(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``python export.py`` as a process of its own, its run folder under ``tmp_path``."""
     command = [sys.executable, str(REPO / "export.py"), f"hydra.run.dir={tmp_path / 'run'}"]
     return subprocess.run(
         [*command, *overrides], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
 
 
-@pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        ("format=tflite", "format='tflite' is not allowed"),
-        ("ckpt={tmp}/missing.ckpt", "ckpt=.*no such file"),
-    ],
-)
+BAD_INPUT = [
+    ("format=tflite", "format='tflite' is not allowed"),
+    ("ckpt={tmp}/missing.ckpt", "ckpt=.*no such file"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), BAD_INPUT)
 def test_the_command_exits_2_with_one_line_on_bad_input(
     tmp_path: Path, override: str, message: str
 ):
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     result = _export_command(tmp_path, f"ckpt={ckpt}", override.format(tmp=tmp_path))
+    _assert_refused(result, tmp_path, message)
+
+
+def test_an_export_py_process_exits_2_on_bad_input(tmp_path: Path):
+    """One case of the above from ``python export.py`` itself: its exit status end to end."""
+    override, message = BAD_INPUT[0]
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    result = _export_process(tmp_path, f"ckpt={ckpt}", override.format(tmp=tmp_path))
+    _assert_refused(result, tmp_path, message)
+
+
+def _assert_refused(result: subprocess.CompletedProcess, tmp_path: Path, message: str) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
     assert "Traceback" not in output
