@@ -71,6 +71,8 @@ def test_predict_and_evaluate_refuse_it(tmp_path):
 
 
 def test_predict_py_says_so_and_exits_2(tmp_path):
+    # python predict.py as a process of its own (the other entry points run in this
+    # process below): its exit status end to end, and no payload ran in it.
     marker = tmp_path / "ran"
     bad = malicious_checkpoint(tmp_path / "shared.ckpt", marker)
     image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
