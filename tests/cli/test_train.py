@@ -9,6 +9,7 @@ import torch
 from hydra.utils import instantiate
 from PIL import Image
 
+from segscale.cli.train import main
 from segscale.configs import CONFIG_DIR
 from segscale.data.sources import read_mask_values
 from segscale.data.synthetic import draw_tile
@@ -17,6 +18,7 @@ from segscale.inference.prediction import predict
 from segscale.training.run.builders import instantiate_each
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
+from tests.in_process import run_in_process
 from tests.training.record_threads import recorded_threads
 
 GROUPS = [
@@ -153,25 +155,36 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     ]
 
 
-@pytest.mark.parametrize(
-    ("overrides", "expected"),
-    [
-        (["trainer.devices=0"], "trainer.devices=0"),
-        (["datamodule.num_classes=1"], "datamodule.num_classes=1"),
-        (["datamodule.patch_size=4096"], "datamodule.patch_size=4096"),
-        (["optimizer.lr=-0.1"], "optimizer.lr=-0.1"),
-        (["strategy=single", "trainer.devices=2"], "use strategy=ddp"),
-        (["model=unet", "model.output_stride=8"], "model.output_stride=8"),
-        (["trainer.max_epochs=abc"], "trainer.max_epochs='abc' is not allowed: expected a number"),
-        (
-            ["datamodule.patch_size=100"],
-            "datamodule.patch_size=100 is not allowed: DeepLabV3Plus (resnet18, output stride 16) "
-            "takes sides that are multiples of 16, such as 96 or 112",
-        ),
-        (["trainer.no_such_key=1"], "trainer.no_such_key"),  # refused by Hydra itself
-    ],
-)
+BAD_INPUT = [
+    (["trainer.devices=0"], "trainer.devices=0"),
+    (["datamodule.num_classes=1"], "datamodule.num_classes=1"),
+    (["datamodule.patch_size=4096"], "datamodule.patch_size=4096"),
+    (["optimizer.lr=-0.1"], "optimizer.lr=-0.1"),
+    (["strategy=single", "trainer.devices=2"], "use strategy=ddp"),
+    (["model=unet", "model.output_stride=8"], "model.output_stride=8"),
+    (["trainer.max_epochs=abc"], "trainer.max_epochs='abc' is not allowed: expected a number"),
+    (
+        ["datamodule.patch_size=100"],
+        "datamodule.patch_size=100 is not allowed: DeepLabV3Plus (resnet18, output stride 16) "
+        "takes sides that are multiples of 16, such as 96 or 112",
+    ),
+    (["trainer.no_such_key=1"], "trainer.no_such_key"),  # refused by Hydra itself
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), BAD_INPUT)
 def test_bad_input_stops_before_training(tiny_data_root, tmp_path, overrides, expected):
+    # train.py's entry point in this process (python train.py would spend ~9 s importing);
+    # the test below runs one case as a process of its own.
+    run = tmp_path / "run"
+    args = [*cli_overrides(tiny_data_root), f"hydra.run.dir={run}", *overrides]
+    result = run_in_process(main, *args, cwd=tmp_path)
+    _assert_stopped_before_training(result, run, expected)
+
+
+def test_bad_input_stops_a_train_py_process_with_exit_status_2(tiny_data_root, tmp_path):
+    """One case of the above from ``python train.py`` itself: its exit status end to end."""
+    overrides, expected = BAD_INPUT[0]
     run = tmp_path / "run"
     result = subprocess.run(
         train_command(*cli_overrides(tiny_data_root), f"hydra.run.dir={run}", *overrides),
@@ -180,6 +193,12 @@ def test_bad_input_stops_before_training(tiny_data_root, tmp_path, overrides, ex
         text=True,
         timeout=120,
     )
+    _assert_stopped_before_training(result, run, expected)
+
+
+def _assert_stopped_before_training(
+    result: subprocess.CompletedProcess[str], run: Path, expected: str
+) -> None:
     output = result.stdout + result.stderr
     assert expected in output
     if "no_such_key" in expected:
