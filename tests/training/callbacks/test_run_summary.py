@@ -67,8 +67,7 @@ def test_the_summary_reports_the_rate_of_the_last_step_and_keeps_rates_out_of_me
 
 def test_the_summary_splits_the_wall_time_and_logs_the_time_to_the_first_step(make_config, caplog):
     with caplog.at_level("INFO", logger="segscale"):
-        # 32-pixel patches: the steps counted, not their size, set the warm-up
-        summary = train(make_config("trainer.max_epochs=4", "datamodule.patch_size=32"))
+        summary = train(make_config("trainer.max_epochs=4"))
     phases, split = summary["startup_phases_s"], summary["time_split_s"]
     assert {"dataset check", "model", "workers and first batch", "first step"} <= set(phases)
     # The phases are the time to the first step; the four parts are the wall time.
