@@ -227,7 +227,8 @@ def test_train_returns_the_summary_and_the_run_predicts(
     tiny_data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.chdir(tmp_path)
-    summary = segscale.train([*tiny_overrides(tiny_data_root, None), "hydra.run.dir=run"])
+    overrides = [*tiny_overrides(tiny_data_root, None), "trainer.max_epochs=1"]
+    summary = segscale.train([*overrides, "hydra.run.dir=run"])
     folder = tmp_path / "run"
     assert summary["run_dir"] == str(folder)
     assert summary["status"] == "finished"

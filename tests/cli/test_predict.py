@@ -111,12 +111,10 @@ def _corrupt(folder: Path) -> list[str]:
     return ["cut.png", "x.png"]
 
 
-def _predict_command(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    """``python predict.py`` on ``tmp_path/in`` with the oracle, writing ``tmp_path/out``."""
+def _predict_args(tmp_path: Path, *overrides: str) -> list[str]:
+    """``predict.py``'s arguments on ``tmp_path/in`` with the oracle, writing ``tmp_path/out``."""
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
-    command = [
-        sys.executable,
-        str(REPO / "predict.py"),
+    return [
         f"ckpt={ckpt}",
         f"input={tmp_path / 'in'}",
         f"output_dir={tmp_path / 'out'}",
@@ -125,13 +123,13 @@ def _predict_command(tmp_path: Path, *overrides: str) -> subprocess.CompletedPro
         "inference.tile_size=32",
         *overrides,
     ]
-    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
 def test_unreadable_inputs_are_all_listed_before_anything_is_predicted(tmp_path: Path):
     _images(tmp_path / "in")
     bad = _corrupt(tmp_path / "in")
-    result = _predict_command(tmp_path)
+    args = _predict_args(tmp_path)
+    result = run_in_process(predict_main, *args, cwd=tmp_path, program="predict.py")
     output = result.stdout + result.stderr
     assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
     assert "Traceback" not in output
@@ -145,7 +143,10 @@ def test_unreadable_inputs_are_all_listed_before_anything_is_predicted(tmp_path:
 def test_skip_unreadable_predicts_the_others_and_exits_3(tmp_path: Path):
     truths = _images(tmp_path / "in")
     bad = _corrupt(tmp_path / "in")
-    result = _predict_command(tmp_path, "skip_unreadable=true")
+    # A real ``python predict.py``: its exit status 3 is the process's own.
+    command = [sys.executable, str(REPO / "predict.py"), *_predict_args(tmp_path)]
+    command.append("skip_unreadable=true")
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == EXIT_SKIPPED, output[-3000:]
     assert "Traceback" not in output and "skipping 2 unreadable input image(s)" in output

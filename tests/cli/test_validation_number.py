@@ -28,6 +28,7 @@ def trained_run(tiny_data_root: Path, tmp_path_factory: pytest.TempPathFactory):
         train_main,
         *tiny_overrides(tiny_data_root, run),
         f"datamodule.patch_size={PATCH}",
+        "trainer.max_epochs=1",  # one validation is the number compared
         "callbacks.verbose_log.frequency=2",
         f"hydra.run.dir={run}",
     )

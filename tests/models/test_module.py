@@ -128,8 +128,22 @@ def _ddp_gradient_of_share(rank: int) -> list[float]:
     return (grad / 2).tolist()
 
 
-def test_gradients_under_ddp_equal_one_process():
-    results = on_two_ranks(_ddp_gradient_of_share)
+def _every_share(rank: int) -> dict[str, list[float]]:
+    """What the DDP tests of this file compute on ``rank``: the gradient, then the metrics."""
+    return {"gradient": _ddp_gradient_of_share(rank), "metrics": _metrics_of_share(rank)}
+
+
+@pytest.fixture(scope="module")
+def on_ranks() -> dict[int, dict[str, list[float]]]:
+    """``_every_share`` of ranks 0 and 1, in one 2-process group for both DDP tests.
+
+    Starting the two processes (their imports) is most of such a test's time.
+    """
+    return on_two_ranks(_every_share)
+
+
+def test_gradients_under_ddp_equal_one_process(on_ranks):
+    results = {rank: found["gradient"] for rank, found in on_ranks.items()}
     seg = module(loss=weighted_loss())
     attach_trainer(seg, world_size=1, reduce=lambda counts: counts)
     whole = {k: torch.cat([uneven_share(0)[k], uneven_share(1)[k]]) for k in ("image", "mask")}
@@ -176,8 +190,8 @@ def _metrics_of_share(rank: int) -> list[float]:
     return metric_values(module(), data[:3] if rank == 0 else data[3:])
 
 
-def test_metrics_under_ddp_equal_one_process():
-    results = on_two_ranks(_metrics_of_share)
+def test_metrics_under_ddp_equal_one_process(on_ranks):
+    results = {rank: found["metrics"] for rank, found in on_ranks.items()}
     expected = metric_values(module(), batches())
     assert results[0] == pytest.approx(expected, rel=1e-6)
     assert results[1] == pytest.approx(expected, rel=1e-6)

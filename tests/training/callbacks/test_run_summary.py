@@ -1,26 +1,40 @@
 import json
+from pathlib import Path
 
 import pytest
 
 from segscale.training.callbacks.learning_rate_monitor import LearningRateMonitor
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.run.training_run import train
+from tests.conftest import compose_config, tiny_overrides
 from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
 
+@pytest.fixture(scope="module")
+def default_run(tiny_data_root: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One tiny run of the default config (no training.output_network given): its summary
+    and its folder, read by the tests of the default output network."""
+    run = tmp_path_factory.mktemp("default") / "run"
+    return train(compose_config("train", *tiny_overrides(tiny_data_root, run))), run
+
+
 @pytest.mark.parametrize("choice", ["best-validation", "last-iteration"])
-def test_output_network_picks_the_reported_checkpoint(make_config, tmp_path, choice):
-    summary = train(make_config(f"training.output_network={choice}"))
-    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+def test_output_network_picks_the_reported_checkpoint(make_config, tmp_path, choice, default_run):
+    if choice == "best-validation":  # the default: the shared run's
+        summary, run = default_run
+    else:  # one epoch: its last checkpoint is what the choice picks whatever the size
+        summary = train(make_config(f"training.output_network={choice}", "trainer.max_epochs=1"))
+        run = tmp_path / "run"
+    on_disk = json.loads((run / "summary.json").read_text())
     expected = "best.ckpt" if choice == "best-validation" else "last.ckpt"
     assert on_disk["output_network"] == choice
     assert summary["output_checkpoint"].endswith(expected)
 
 
-def test_the_output_checkpoint_is_best_ckpt_as_in_the_readme_examples(make_config):
-    summary = train(make_config())
+def test_the_output_checkpoint_is_best_ckpt_as_in_the_readme_examples(default_run):
+    summary, _ = default_run
     assert summary["output_network"] == "best-validation"
     assert summary["output_checkpoint"] == summary["best_checkpoint"]
     assert summary["output_checkpoint"].endswith("checkpoints/best.ckpt")
@@ -29,7 +43,11 @@ def test_the_output_checkpoint_is_best_ckpt_as_in_the_readme_examples(make_confi
 
 def test_the_fine_tuning_settings_are_in_the_summary(make_config):
     summary = train(
-        make_config("training.freeze_encoder_epochs=1", "training.encoder_lr_factor=0.1")
+        make_config(
+            "training.freeze_encoder_epochs=1",
+            "training.encoder_lr_factor=0.1",
+            "trainer.max_epochs=1",  # the summary reports the settings, whatever the length
+        )
     )
     assert summary["fine_tuning"] == {"encoder_lr_factor": 0.1, "freeze_encoder_epochs": 1}
 
