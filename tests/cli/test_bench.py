@@ -1,9 +1,10 @@
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from segscale.bench.bench_config import device_counts
 from segscale.bench.benchmark import bench
@@ -13,8 +14,7 @@ from segscale.cli.bench import main
 from segscale.data import datamodule as datamodule_module
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build, build_datamodule
-from segscale.training.run_folder.resume import register_run_dir_resolver
-from tests.conftest import compose_config, tiny_overrides
+from tests.conftest import REPO, compose_config, tiny_overrides
 from tests.in_process import run_in_process
 
 QUICK = [
@@ -136,22 +136,23 @@ def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
     assert rank_data_rate(300.0, 1, 2, 4) == 300.0
 
 
-@pytest.fixture
-def no_run_dir_resolver():
-    """A process that has not imported train.py: no ``segscale.run_dir`` resolver yet."""
-    OmegaConf.clear_resolver("segscale.run_dir")
-    yield
-    register_run_dir_resolver()
-
-
 def test_bare_bench_py_composes_its_config_and_picks_its_own_folder(
-    tiny_data_root: Path, tmp_path: Path, no_run_dir_resolver
+    tiny_data_root: Path, tmp_path: Path
 ):
-    # No hydra.run.dir: train.yaml's (under bench.yaml) names the folder, in the cwd.
-    # A bad bench value then stops bench() at its first check, seconds in (a whole
-    # bench, even with QUICK, takes minutes on a busy machine).
+    # A real `python bench.py` process (the suite's one): a fresh process has none of
+    # what the tests' process registered (the segscale.run_dir resolver), and a bare
+    # bench.py once failed for that while every in-process test passed. No
+    # hydra.run.dir: train.yaml's (under bench.yaml) names the folder, in the cwd. A bad
+    # bench value then stops bench() at its first check, seconds in (a whole bench, even
+    # with QUICK, takes minutes on a busy machine).
     overrides = [*tiny_overrides(tiny_data_root, None), *QUICK, "bench.windows=0"]
-    done = run_in_process(main, *overrides, cwd=tmp_path, program="bench.py")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench.py"), *overrides],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = done.stdout + done.stderr
     assert "Unsupported interpolation" not in output
     assert done.returncode == 2 and "bench.windows=0 is not allowed" in output, output[-3000:]
