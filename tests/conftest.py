@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,48 +27,36 @@ from segscale.models.checkpoint_io import save_checkpoint_file
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test downloads: pretrained weights come from caches the tests prepare.
+@pytest.fixture(scope="session", autouse=True)
+def session_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The environment of every test and of the processes it starts.
 
-    The variable reaches the subprocesses a test starts (train.py, DDP ranks) too.
+    Session-wide, so that module- and session-scoped fixtures (a run trained once and
+    read by several tests) train in it too; a test may change it for itself with
+    ``monkeypatch``.
+
+    - No test downloads (``HF_HUB_OFFLINE=1``): pretrained weights come from caches the
+      tests prepare.
+    - Every run computes with as many threads as cores, whatever the load
+      (``OMP_NUM_THREADS``): ``training.threads=auto`` counts the cores other processes
+      keep busy when a run starts, and on a loaded test machine two runs a test compares
+      could otherwise compute with different threads (and sum in a different order).
+      tests/training/ranks/test_threads.py tests ``auto`` itself without this variable.
+    - Threads that wait sleep (``OMP_WAIT_POLICY=PASSIVE``) rather than spin: two DDP
+      ranks of as many threads as cores each share the cores, and OpenMP's spinning waits
+      would take a rank's cores from the other's computing threads. A DDP test took 176 s
+      so on 2 cores, and 39 s without spinning.
+    - The user cache folder (``XDG_CACHE_HOME``) is the session's, not the home's: the
+      validation pass caches there, shared by the session's tests as a user's cache is
+      by their runs.
     """
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-@pytest.fixture(autouse=True)
-def threads_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every run of a test computes with as many threads as cores, whatever the load.
-
-    ``training.threads=auto`` counts the cores other processes keep busy when a run
-    starts; on a loaded test machine two runs a test compares could otherwise compute
-    with different threads (and sum in a different order). tests/training/test_threads.py
-    tests ``auto`` itself without this variable.
-
-    Threads that wait sleep (``OMP_WAIT_POLICY=PASSIVE``) rather than spin: two DDP ranks
-    of as many threads as cores each share the cores, and OpenMP's spinning waits would
-    take a rank's cores from the other's computing threads. A DDP test took 176 s so on
-    2 cores, and 39 s without spinning.
-    """
-    monkeypatch.setenv("OMP_NUM_THREADS", str(cpus_available()))
-    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-
-
-@pytest.fixture(scope="session")
-def session_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tests' user cache folder (``XDG_CACHE_HOME``): one per session, not the home's."""
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def user_cache(monkeypatch: pytest.MonkeyPatch, session_cache_home: Path) -> Path:
-    """No test writes to the real home's cache: the validation pass caches in the session's.
-
-    Shared by the session's tests, as a user's cache is by their runs; the variable
-    reaches the subprocesses a test starts too.
-    """
-    monkeypatch.setenv("XDG_CACHE_HOME", str(session_cache_home))
-    return session_cache_home
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("OMP_NUM_THREADS", str(cpus_available()))
+        patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+        yield
 
 
 @pytest.fixture(scope="session")
