@@ -27,6 +27,7 @@ def _truth(shape: tuple[int, int] = (70, 90)) -> np.ndarray:
     return np.random.default_rng(1).integers(0, 3, shape).astype(np.uint8)
 
 
+@pytest.mark.slow
 def test_import_segscale_loads_neither_torch_nor_lightning():
     code = (
         "import sys, segscale; "

@@ -126,6 +126,7 @@ def test_predict_stops_before_hydra_creates_the_folder(tmp_path):
     _assert_refused(done.returncode, done.stdout + done.stderr, "hydra.run.dir", folder)
 
 
+@pytest.mark.slow
 def test_train_in_a_read_only_folder_is_refused(tiny_data_root, unprivileged):
     folder = unprivileged / "read_only"
     overrides = tiny_overrides(tiny_data_root, None)

@@ -236,6 +236,7 @@ def section() -> str:
     return configuration_section(PAGE.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_the_table_lists_every_group_and_option_and_each_composes(section):
     assert len(listed_groups(section)) >= 17  # the table was found and parsed
     assert group_problems(section) == []

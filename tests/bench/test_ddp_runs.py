@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import pytest
+
 from segscale.bench.ddp_runs import passed_on, scaling_command, sync_batchnorm, without_key
 
 
@@ -50,6 +52,7 @@ def test_sync_batchnorm_follows_the_users_override_else_the_default():
     ]
 
 
+@pytest.mark.slow
 def test_this_machines_allreduce_is_a_curve_through_measured_points():
     from segscale.bench.ddp_runs import ALLREDUCE_SIZES, measure_allreduce
 

@@ -136,6 +136,7 @@ def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
     assert rank_data_rate(300.0, 1, 2, 4) == 300.0
 
 
+@pytest.mark.slow
 def test_bare_bench_py_composes_its_config_and_picks_its_own_folder(
     tiny_data_root: Path, tmp_path: Path
 ):

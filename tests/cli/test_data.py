@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from omegaconf import OmegaConf
 
 from segscale.cli import data as data_cli
@@ -90,6 +91,7 @@ def test_a_missing_root_is_named(tmp_path):
     assert "datamodule.source.root is not set" in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_data_py_inspects_the_synthetic_dataset(tiny_data_root, tmp_path):
     out = tmp_path / "out"
     command = [

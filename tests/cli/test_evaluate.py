@@ -149,6 +149,7 @@ def test_a_split_that_is_not_there_names_what_was_looked_for(tmp_path: Path):
         evaluate(synthetic)
 
 
+@pytest.mark.slow
 def test_two_processes_count_every_image_once(tmp_path: Path):
     root = _dataset(tmp_path / "data")
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
@@ -334,6 +335,7 @@ def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path
     assert "takes uint8 pixels (full intensity 255)" in str(refused.value)
 
 
+@pytest.mark.slow
 def test_a_folder_dataset_without_its_root_names_the_key(tmp_path: Path):
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     args = (f"ckpt={ckpt}", "datamodule=folder", f"output_dir={tmp_path / 'out'}")

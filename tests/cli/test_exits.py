@@ -26,6 +26,7 @@ def run_to_its_end(data_root, run, *overrides: str):
     return done, json.loads((run / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_failure_during_validation_with_persistent_workers_ends_every_process(
     tiny_data_root, tmp_path
 ):

@@ -93,6 +93,7 @@ def test_the_command_exits_2_with_one_line_on_bad_input(
     _assert_refused(result, tmp_path, message)
 
 
+@pytest.mark.slow
 def test_an_export_py_process_exits_2_on_bad_input(tmp_path: Path):
     """One case of the above from ``python export.py`` itself: its exit status end to end."""
     override, message = BAD_INPUT[0]

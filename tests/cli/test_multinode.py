@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, tiny_overrides
 
 
+@pytest.mark.slow
 def test_two_torchrun_nodes_train_one_run(tiny_data_root, tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -58,6 +58,7 @@ def test_predict_writes_palette_masks_and_overlays(tmp_path: Path):
     assert not list((tmp_path / "out").glob(".*partial"))
 
 
+@pytest.mark.slow
 def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Path):
     truths = _images(tmp_path / "in")
     (tmp_path / "list.txt").write_text("in/wide.png\n# a comment\nin/tall.png\n")
@@ -140,6 +141,7 @@ def test_unreadable_inputs_are_all_listed_before_anything_is_predicted(tmp_path:
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
+@pytest.mark.slow
 def test_skip_unreadable_predicts_the_others_and_exits_3(tmp_path: Path):
     truths = _images(tmp_path / "in")
     bad = _corrupt(tmp_path / "in")
@@ -185,6 +187,7 @@ def test_an_image_that_fails_while_decoding_is_named_and_can_be_skipped(tmp_path
     assert not list((tmp_path / "out").glob("a_cut*")) and not list((tmp_path / "out").glob(".*"))
 
 
+@pytest.mark.slow
 def test_two_processes_report_the_images_skipped_on_every_rank(tmp_path: Path):
     _images(tmp_path / "in")
     jpegs = [_truncated_jpeg(tmp_path / "in" / f"{name}.jpg") for name in ("cut1", "cut2")]

@@ -61,6 +61,7 @@ def job_folders(sweep):
     return sorted(p.name for p in sweep.iterdir() if p.is_dir())
 
 
+@pytest.mark.slow
 def test_grid_sweep_writes_one_folder_per_job_a_summary_and_an_mlflow_experiment(
     tiny_data_root, tmp_path
 ):

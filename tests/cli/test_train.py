@@ -94,6 +94,7 @@ def test_single_device_run_writes_the_run_folder(make_config, tmp_path):
     assert summary["best_checkpoint"].endswith("best.ckpt")
 
 
+@pytest.mark.slow
 def test_ddp_spawn_in_process(make_config, tmp_path):
     summary = train(make_config("strategy=ddp_spawn", "trainer.devices=2"))
     assert summary["world_size"] == 2 and summary["global_batch_size"] == 8
@@ -182,6 +183,7 @@ def test_bad_input_stops_before_training(tiny_data_root, tmp_path, overrides, ex
     _assert_stopped_before_training(result, run, expected)
 
 
+@pytest.mark.slow
 def test_bad_input_stops_a_train_py_process_with_exit_status_2(tiny_data_root, tmp_path):
     """One case of the above from ``python train.py`` itself: its exit status end to end."""
     overrides, expected = BAD_INPUT[0]

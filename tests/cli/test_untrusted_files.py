@@ -70,6 +70,7 @@ def test_predict_and_evaluate_refuse_it(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_predict_py_says_so_and_exits_2(tmp_path):
     # python predict.py as a process of its own (the other entry points run in this
     # process below): its exit status end to end, and no payload ran in it.

@@ -114,6 +114,7 @@ def test_the_cache_is_the_users_not_the_datasets(tmp_path: Path, monkeypatch):
     assert (tmp_path / "home/.cache/segscale/validation" / written.name).is_file()
 
 
+@pytest.mark.slow
 def test_a_read_only_dataset_is_cached(unprivileged):  # noqa: F811 (the imported fixture)
     root = _dataset(unprivileged / "data")
     folders = [root, *(p for p in root.rglob("*") if p.is_dir())]

@@ -149,6 +149,7 @@ def test_a_trial_in_a_bad_region_is_pruned_before_its_last_epoch(
     assert "search_trial" not in rows["1"]["overrides"]
 
 
+@pytest.mark.slow
 def test_a_database_another_process_holds_is_refused_in_seconds_naming_it(tiny_data_root, tmp_path):
     database = tmp_path / "shared" / "optuna.db"
     database.parent.mkdir()

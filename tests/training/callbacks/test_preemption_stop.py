@@ -1,6 +1,8 @@
 import signal
 from types import SimpleNamespace
 
+import pytest
+
 from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.ranks.preemption import PreemptionSignals
 from tests.distributed import on_two_ranks
@@ -20,6 +22,7 @@ def _stop_steps_on_rank(rank: int) -> int:
     return 0
 
 
+@pytest.mark.slow
 def test_the_ranks_agree_on_the_step_to_stop_at():
     stops = on_two_ranks(_stop_steps_on_rank)
     # Noted by rank 1 at step 2 (its flag joins the reduce started then), read at step 3.

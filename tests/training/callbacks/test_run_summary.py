@@ -65,6 +65,7 @@ def test_the_summary_reports_the_rate_of_the_last_step_and_keeps_rates_out_of_me
     assert set(summary["metrics"]) == {"train/loss", "val/loss"}
 
 
+@pytest.mark.slow
 def test_the_summary_splits_the_wall_time_and_logs_the_time_to_the_first_step(make_config, caplog):
     with caplog.at_level("INFO", logger="segscale"):
         summary = train(make_config("trainer.max_epochs=4"))

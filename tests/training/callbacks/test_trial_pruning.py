@@ -114,6 +114,7 @@ def test_outside_a_search_or_with_a_wrong_trial_or_metric_it_says_what_is_wrong(
     assert isinstance(build_pruner(None), optuna.pruners.NopPruner)
 
 
+@pytest.mark.slow
 def test_a_job_whose_study_another_process_holds_stops_naming_the_file(running_trial, tmp_path):
     _, node = running_trial
     database = tmp_path / "optuna.db"

@@ -60,6 +60,7 @@ def test_other_ranks_get_rank_zeros_resolved_values(monkeypatch):
     assert "optimizer.lr=0.1" in command
 
 
+@pytest.mark.slow
 def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
     import os
     import subprocess

@@ -91,6 +91,7 @@ STUCK = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stuck", STUCK)
 def test_a_rank_that_does_not_stop_in_time_exits_anyway(stuck):
     script = textwrap.dedent(
@@ -149,6 +150,7 @@ def test_dataloader_workers_leave_preemption_signals_to_their_process():
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, 0)  # this test process is no worker
 
 
+@pytest.mark.slow
 def test_dataloader_workers_end_with_their_process(tmp_path):
     """However it ends (here ``os._exit``, as the late exit of a stuck preemption), and
     while the worker is busy: decoding a large tile, or stuck reading a file."""

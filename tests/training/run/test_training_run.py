@@ -1,3 +1,5 @@
+import pytest
+
 from segscale.training.run.training_run import train
 from tests.training.record_dtype import recorded_dtypes
 
@@ -10,6 +12,7 @@ def read_metrics(path):
     return [dict(zip(header, row.split(","), strict=True)) for row in rows[1:]]
 
 
+@pytest.mark.slow
 def test_validation_patience_stops_training(make_config, tmp_path):
     # min_delta=1000: no validation after the first counts as an improvement.
     summary = train(

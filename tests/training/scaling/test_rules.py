@@ -66,6 +66,7 @@ def test_worker_load_must_match_the_devices_and_give_each_a_patch():
         ScalingRules("global", worker_load=[1, 0.1]).resolve(3, 0.01, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("devices", "batch", "per_device", "global_batch", "lr"),
     [
@@ -99,6 +100,7 @@ def test_the_running_objects_get_what_the_rules_say(
     assert summary["steps"] == 16 // global_batch
 
 
+@pytest.mark.slow
 def test_worker_load_reaches_the_dataloaders_and_a_zero_weight_drops_a_rank(make_config):
     summary = train(
         make_config(
