@@ -17,9 +17,7 @@ from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.prediction import PredictionRun, predict, run_prediction
-
-__all__ = ["EXIT_SKIPPED", "PredictionRun", "main", "predict", "run_prediction"]
+from segscale.inference.prediction import run_prediction
 
 log = logging.getLogger(__name__)
 
