@@ -1,7 +1,17 @@
+from typing import Any
+
 import pytest
 import timm
+import torch
+from torch import nn
 
-from segscale.training.run.builders import weights_normalization
+from segscale.errors import ConfigError
+from segscale.training.run.builders import (
+    build,
+    build_datamodule,
+    build_module,
+    weights_normalization,
+)
 from tests.conftest import compose_config
 
 FOLDER = ["datamodule=folder", "datamodule.source.root=/nowhere", "output_dir=/tmp/x"]
@@ -41,3 +51,28 @@ def test_a_mean_or_std_the_user_set_is_kept():
 )
 def test_otherwise_nothing_changes(overrides):
     assert weights_normalization(compose_config("train", *FOLDER, *overrides)) == {}
+
+
+class ScaledBatchNorm(nn.BatchNorm2d):
+    """A batch norm whose forward does more than batch norm (sync batch norm refuses it)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return 2 * super().forward(input)
+
+
+def network_with_scaled_batchnorm(**_: Any) -> nn.Module:
+    """A ``model._target_``: a network with a ``ScaledBatchNorm``."""
+    return nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), ScaledBatchNorm(6))
+
+
+def test_a_network_sync_batch_norm_cannot_convert_is_a_config_error(make_config):
+    cfg = make_config(f"model._target_={__name__}.network_with_scaled_batchnorm")
+    effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 2)
+    datamodule = build_datamodule(cfg, effective)
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot synchronize 1 \(.*ScaledBatchNorm\).*"
+        r"training\.sync_batchnorm=false",
+    ):
+        build_module(cfg, datamodule, effective.learning_rate, sync_batchnorm=True)
+    assert build_module(cfg, datamodule, effective.learning_rate)  # off: it trains as built

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from timm.layers import BatchNormAct2d
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -253,3 +254,28 @@ def test_every_batchnorm_kind_gets_the_same_layer():
     assert converted[0].momentum is None and converted[0].weight is None
     assert converted[1].running_var.dtype == torch.float64
     assert not converted[0].training
+
+
+def test_timms_norm_act_layers_keep_their_activation():
+    # timm's BatchNormAct2d (the norm of smp's tu- EfficientNets, MobileNets, LCNets)
+    # applies an activation after normalizing: plain batch norm in its place would train
+    # a network without it (it did: DDP and one process then trained different networks).
+    norm_act = BatchNormAct2d(4, act_layer=nn.Hardswish).double()
+    x = torch.randn(2, 4, 3, 3, dtype=torch.float64)
+    expected = norm_act(x)
+    keys = set(norm_act.state_dict())
+    converted = convert_sync_batchnorm(nn.Sequential(norm_act))
+    assert isinstance(converted[0], GlobalBatchNorm)
+    assert isinstance(converted[0].act, nn.Hardswish)
+    assert set(converted[0].state_dict()) == keys  # a checkpoint loads either way
+    torch.testing.assert_close(converted[0](x), expected)
+
+
+def test_a_batchnorm_that_does_more_is_refused_naming_it():
+    class ScaledBatchNorm(nn.BatchNorm2d):
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            return 2 * super().forward(input)
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sequential(ScaledBatchNorm(4)))
+    with pytest.raises(ValueError, match=r"cannot synchronize 1\.0 \(.*ScaledBatchNorm\)"):
+        convert_sync_batchnorm(net)

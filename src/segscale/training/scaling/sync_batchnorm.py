@@ -17,6 +17,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as collectives
+from timm.layers import BatchNormAct2d, SyncBatchNormAct
 from torch import nn
 
 
@@ -222,29 +223,71 @@ def _memory_format(tensor: torch.Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
-def convert_sync_batchnorm(module: nn.Module) -> nn.Module:
+class GlobalBatchNormAct(GlobalBatchNorm):
+    """``GlobalBatchNorm`` followed by a dropout and an activation: timm's norm-act layer.
+
+    timm's ``BatchNormAct2d`` (the norm of its EfficientNets, MobileNets, LCNets, …, so
+    of smp's ``tu-`` encoders) is a ``BatchNorm2d`` whose forward also applies ``drop``
+    and ``act``; replacing it by plain batch norm would drop the activation. The two
+    children have no parameters or buffers, so the state dict keeps its keys.
+    """
+
+    def __init__(self, *args: Any, drop: nn.Module, act: nn.Module, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.drop = drop
+        self.act = act
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """Normalize with the global statistics, then the layer's dropout and activation."""
+        return self.act(self.drop(super().forward(input)))
+
+
+PLAIN_FORWARDS = (nn.modules.batchnorm._BatchNorm.forward, nn.SyncBatchNorm.forward)
+"""The forwards of PyTorch's batch-norm layers: normalization and nothing else."""
+
+NORM_ACT_LAYERS = (BatchNormAct2d, SyncBatchNormAct)
+"""timm's batch norms with a dropout and an activation after them."""
+
+
+def convert_sync_batchnorm(module: nn.Module, path: str = "") -> nn.Module:
     """Replace every batch-norm layer of ``module`` by a ``GlobalBatchNorm``.
 
     Weights, running statistics (the same tensors, on their device and in their type),
-    momentum and mode are kept. Every accelerator gets the same layer.
+    momentum and mode are kept. Every accelerator gets the same layer. timm's norm-act
+    layers keep their dropout and activation (``GlobalBatchNormAct``). A batch-norm
+    subclass whose forward does anything else is refused (``ValueError`` naming the
+    layer): replaced, it would train a different network than it was built as.
     """
     if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
         module, GlobalBatchNorm
     ):
-        synced = GlobalBatchNorm(
-            module.num_features,
-            module.eps,
-            module.momentum,
-            module.affine,
-            module.track_running_stats,
-            device="meta",  # replaced by the layer's own tensors below
-        )
-        for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
-            setattr(synced, name, getattr(module, name))
-        if hasattr(module, "qconfig"):
-            synced.qconfig = module.qconfig
-        synced.train(module.training)
-        return synced
+        return _synced(module, path or "the network")
     for name, child in module.named_children():
-        setattr(module, name, convert_sync_batchnorm(child))
+        setattr(module, name, convert_sync_batchnorm(child, f"{path}.{name}" if path else name))
     return module
+
+
+def _synced(module: nn.modules.batchnorm._BatchNorm, path: str) -> GlobalBatchNorm:
+    """``module`` as a ``GlobalBatchNorm`` (or ``GlobalBatchNormAct``) on its own tensors."""
+    args = (module.num_features, module.eps, module.momentum, module.affine)
+    # device="meta": the new layer's tensors are replaced by the layer's own below.
+    kwargs: dict[str, Any] = {"track_running_stats": module.track_running_stats, "device": "meta"}
+    if isinstance(module, NORM_ACT_LAYERS):
+        # cast: timm sets both in __init__; mypy reads them as Module | Tensor attributes
+        drop = cast(nn.Module, module.drop)
+        act = cast(nn.Module, module.act)
+        synced: GlobalBatchNorm = GlobalBatchNormAct(*args, drop=drop, act=act, **kwargs)
+    elif type(module).forward in PLAIN_FORWARDS:
+        synced = GlobalBatchNorm(*args, **kwargs)
+    else:
+        raise ValueError(
+            f"training.sync_batchnorm cannot synchronize {path} "
+            f"({type(module).__module__}.{type(module).__qualname__}): a batch-norm layer "
+            "whose forward does more than batch norm; set training.sync_batchnorm=false"
+        )
+    for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+        setattr(synced, name, getattr(module, name))
+    if hasattr(module, "qconfig"):
+        synced.qconfig = module.qconfig
+    synced.train(module.training)
+    return synced
