@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra.utils import instantiate
 
 from segscale.bench.bench_config import device_counts
 from segscale.bench.benchmark import bench
@@ -51,7 +52,9 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
     phases = bare["forward_s"] + bare["backward_s"] + bare["optimizer_s"]
     assert phases == pytest.approx(bare["step"]["mean_s"], rel=1e-6)
     assert compute["framework_ratio"] > 0
-    assert compute["parameters"] > 1e6 and compute["gradient_bytes"] == 4 * compute["parameters"]
+    network = instantiate(compose_config("train", *tiny_overrides(tiny_data_root, None)).model)
+    assert compute["parameters"] == sum(p.numel() for p in network.parameters())
+    assert compute["gradient_bytes"] == 4 * compute["parameters"]
 
     assert [row["option"] for row in results["options"]] == [
         "as configured",

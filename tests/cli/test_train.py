@@ -165,7 +165,7 @@ BAD_INPUT = [
     (["model=unet", "model.output_stride=8"], "model.output_stride=8"),
     (["trainer.max_epochs=abc"], "trainer.max_epochs='abc' is not allowed: expected a number"),
     (
-        ["datamodule.patch_size=100"],
+        ["model.encoder=resnet18", "datamodule.patch_size=100"],  # the default network
         "datamodule.patch_size=100 is not allowed: DeepLabV3Plus (resnet18, output stride 16) "
         "takes sides that are multiples of 16, such as 96 or 112",
     ),
