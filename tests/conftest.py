@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,13 +38,14 @@ def session_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
     - No test downloads (``HF_HUB_OFFLINE=1``): pretrained weights come from caches the
       tests prepare.
-    - Every run computes with as many threads as cores, whatever the load
-      (``OMP_NUM_THREADS``): ``training.threads=auto`` counts the cores other processes
+    - Every run computes with the same threads, whatever the load: this worker's share
+      of the cores (``OMP_NUM_THREADS``, ``threads_per_worker``; all of them without
+      pytest-xdist). ``training.threads=auto`` counts the cores other processes
       keep busy when a run starts, and on a loaded test machine two runs a test compares
       could otherwise compute with different threads (and sum in a different order).
       tests/training/ranks/test_threads.py tests ``auto`` itself without this variable.
     - Threads that wait sleep (``OMP_WAIT_POLICY=PASSIVE``) rather than spin: two DDP
-      ranks of as many threads as cores each share the cores, and OpenMP's spinning waits
+      ranks of that many threads each share the cores, and OpenMP's spinning waits
       would take a rank's cores from the other's computing threads. A DDP test took 176 s
       so on 2 cores, and 39 s without spinning.
     - The user cache folder (``XDG_CACHE_HOME``) is the session's, not the home's: the
@@ -51,12 +53,35 @@ def session_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
       by their runs.
     """
     cache = tmp_path_factory.mktemp("cache")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads_per_worker())  # torch was imported before the variable
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("OMP_NUM_THREADS", str(cpus_available()))
+        patch.setenv("OMP_NUM_THREADS", str(threads_per_worker()))
         patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
         patch.setenv("XDG_CACHE_HOME", str(cache))
         yield
+    torch.set_num_threads(threads)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): a worker per core of this process's affinity mask.
+
+    Not per core of the machine: a CI job limited to 2 of 64 cores gets 2 workers.
+    """
+    return cpus_available()
+
+
+def threads_per_worker() -> int:
+    """The cores divided among the pytest-xdist workers (all of them without xdist).
+
+    Two workers of one thread each on 2 cores ran the suite in 10.4 min where one
+    process of two threads took 16.1: most of a test's time is single-threaded (a
+    process importing torch and Lightning, Python between small kernels), and threads
+    beyond a core each would only wait for each other.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, cpus_available() // workers)
 
 
 @pytest.fixture(scope="session")

@@ -41,8 +41,10 @@ else
 fi
 # The test files that hold gpu-marked tests (collecting the whole suite would import
 # what only the CPU suite needs, mlflow or rasterio).
+# -o addopts=: one process, not pyproject's -n auto (the tier's tests share one GPU and
+# time it; the image may lack pytest-xdist).
 mapfile -t files < <(grep -rlE --include='*.py' 'pytest\.mark\.gpu' tests | sort)
-python3 -m pytest -m gpu "${files[@]}" -p no:cacheprovider -q -rfEs --durations=15 \
+python3 -m pytest -o addopts= -m gpu "${files[@]}" -p no:cacheprovider -q -rfEs --durations=15 \
   --junitxml="$OUT/gpu-tier.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tier.log"
 tier=$?
 echo "== measure.py exit $measured; GPU tier exit $tier"
