@@ -245,8 +245,8 @@ class GlobalBatchNormAct(GlobalBatchNorm):
 PLAIN_FORWARDS = (nn.modules.batchnorm._BatchNorm.forward, nn.SyncBatchNorm.forward)
 """The forwards of PyTorch's batch-norm layers: normalization and nothing else."""
 
-NORM_ACT_LAYERS = (BatchNormAct2d, SyncBatchNormAct)
-"""timm's batch norms with a dropout and an activation after them."""
+NORM_ACT_FORWARDS = (BatchNormAct2d.forward, SyncBatchNormAct.forward)
+"""The forwards of timm's batch norms with a dropout and an activation after them."""
 
 
 def convert_sync_batchnorm(module: nn.Module, path: str = "") -> nn.Module:
@@ -272,7 +272,7 @@ def _synced(module: nn.modules.batchnorm._BatchNorm, path: str) -> GlobalBatchNo
     args = (module.num_features, module.eps, module.momentum, module.affine)
     # device="meta": the new layer's tensors are replaced by the layer's own below.
     kwargs: dict[str, Any] = {"track_running_stats": module.track_running_stats, "device": "meta"}
-    if isinstance(module, NORM_ACT_LAYERS):
+    if type(module).forward in NORM_ACT_FORWARDS:
         # cast: timm sets both in __init__; mypy reads them as Module | Tensor attributes
         drop = cast(nn.Module, module.drop)
         act = cast(nn.Module, module.act)
