@@ -2,7 +2,6 @@ from typing import Any
 
 import pytest
 import timm
-import torch
 from torch import nn
 
 from segscale.errors import ConfigError
@@ -13,6 +12,7 @@ from segscale.training.run.builders import (
     weights_normalization,
 )
 from tests.conftest import compose_config
+from tests.training.scaling.test_sync_batchnorm import ScaledBatchNorm
 
 FOLDER = ["datamodule=folder", "datamodule.source.root=/nowhere", "output_dir=/tmp/x"]
 
@@ -51,13 +51,6 @@ def test_a_mean_or_std_the_user_set_is_kept():
 )
 def test_otherwise_nothing_changes(overrides):
     assert weights_normalization(compose_config("train", *FOLDER, *overrides)) == {}
-
-
-class ScaledBatchNorm(nn.BatchNorm2d):
-    """A batch norm whose forward does more than batch norm (sync batch norm refuses it)."""
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return 2 * super().forward(input)
 
 
 def network_with_scaled_batchnorm(**_: Any) -> nn.Module:

@@ -15,6 +15,7 @@ from timm.layers import BatchNormAct2d
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from segscale.errors import ConfigError
 from segscale.training.scaling.sync_batchnorm import GlobalBatchNorm, convert_sync_batchnorm
 from tests.distributed import on_two_ranks
 from tests.training.host_syncs import HostSyncCounter
@@ -271,11 +272,14 @@ def test_timms_norm_act_layers_keep_their_activation():
     torch.testing.assert_close(converted[0](x), expected)
 
 
-def test_a_batchnorm_that_does_more_is_refused_naming_it():
-    class ScaledBatchNorm(nn.BatchNorm2d):
-        def forward(self, input: torch.Tensor) -> torch.Tensor:
-            return 2 * super().forward(input)
+class ScaledBatchNorm(nn.BatchNorm2d):
+    """A batch norm whose forward does more than batch norm (sync batch norm refuses it)."""
 
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return 2 * super().forward(input)
+
+
+def test_a_batchnorm_that_does_more_is_refused_naming_it():
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sequential(ScaledBatchNorm(4)))
-    with pytest.raises(ValueError, match=r"cannot synchronize 1\.0 \(.*ScaledBatchNorm\)"):
+    with pytest.raises(ConfigError, match=r"cannot synchronize 1\.0 \(.*ScaledBatchNorm\)"):
         convert_sync_batchnorm(net)

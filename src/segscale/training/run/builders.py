@@ -83,10 +83,7 @@ def build_module(
     network = build(OmegaConf.create(model_cfg))
     lr_factor = encoder_lr_factor_for(cfg, network)
     if sync_batchnorm:
-        try:
-            network = convert_sync_batchnorm(network)
-        except ValueError as error:  # a norm layer it cannot synchronize, named
-            raise ConfigError(str(error)) from None
+        network = convert_sync_batchnorm(network)
     if cfg.training.get("compile"):
         network.compile()
     return SegmentationModule(

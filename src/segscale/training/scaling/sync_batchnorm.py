@@ -20,6 +20,8 @@ import torch.distributed._functional_collectives as collectives
 from timm.layers import BatchNormAct2d, SyncBatchNormAct
 from torch import nn
 
+from segscale.errors import ConfigError
+
 
 class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
     """Batch norm with the mean and variance of every rank's batch, for any device.
@@ -255,8 +257,9 @@ def convert_sync_batchnorm(module: nn.Module, path: str = "") -> nn.Module:
     Weights, running statistics (the same tensors, on their device and in their type),
     momentum and mode are kept. Every accelerator gets the same layer. timm's norm-act
     layers keep their dropout and activation (``GlobalBatchNormAct``). A batch-norm
-    subclass whose forward does anything else is refused (``ValueError`` naming the
-    layer): replaced, it would train a different network than it was built as.
+    subclass whose forward does anything else is refused (``ConfigError`` naming the
+    layer and ``training.sync_batchnorm``): replaced, it would train a different network
+    than it was built as.
     """
     if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
         module, GlobalBatchNorm
@@ -280,7 +283,7 @@ def _synced(module: nn.modules.batchnorm._BatchNorm, path: str) -> GlobalBatchNo
     elif type(module).forward in PLAIN_FORWARDS:
         synced = GlobalBatchNorm(*args, **kwargs)
     else:
-        raise ValueError(
+        raise ConfigError(
             f"training.sync_batchnorm cannot synchronize {path} "
             f"({type(module).__module__}.{type(module).__qualname__}): a batch-norm layer "
             "whose forward does more than batch norm; set training.sync_batchnorm=false"
