@@ -53,15 +53,16 @@ def session_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
       by their runs.
     """
     cache = tmp_path_factory.mktemp("cache")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(threads_per_worker())  # torch was imported before the variable
+    threads = threads_per_worker()
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)  # torch was imported before the variable
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("OMP_NUM_THREADS", str(threads_per_worker()))
+        patch.setenv("OMP_NUM_THREADS", str(threads))
         patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
         patch.setenv("XDG_CACHE_HOME", str(cache))
         yield
-    torch.set_num_threads(threads)
+    torch.set_num_threads(torch_threads)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
