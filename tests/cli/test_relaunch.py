@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from segscale.cli.train import main
+from segscale.configs import CONFIG_DIR
 from tests.conftest import tiny_overrides
 from tests.in_process import run_in_process
 
@@ -75,38 +76,150 @@ def test_ckpt_path_last_alone_continues_the_run(tiny_data_root, tmp_path):
 OWN_CALLBACK = "+callbacks.timer._target_=lightning.pytorch.callbacks.Timer"
 
 
-@pytest.mark.slow
-def test_a_resume_runs_no_code_written_into_the_run_folders_records(tiny_data_root, tmp_path):
-    first = launch(tmp_path, *started_with(tiny_data_root), OWN_CALLBACK)
+@pytest.fixture(scope="module")
+def started_run(tiny_data_root, tmp_path_factory) -> Path:
+    """A finished one-epoch run with a callback of its own, and a second launch record."""
+    cwd = tmp_path_factory.mktemp("started")
+    first = launch(cwd, *started_with(tiny_data_root), OWN_CALLBACK)
     assert first.returncode == 0, first.stderr[-3000:]
-    (run,) = (tmp_path / "outputs" / "train").iterdir()
+    (run,) = (cwd / "outputs" / "train").iterdir()
+    shutil.copytree(run / ".hydra", run / ".hydra" / "launch-2", ignore=_no_subfolders)
+    return run
 
-    # Someone who can write a copy of the folder appends code to its launch record.
+
+def _no_subfolders(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if (Path(folder) / n).is_dir()]
+
+
+def _climb_to(path: Path) -> str:
+    """``path`` as a relative option of the model group: up from its folder, then down."""
+    depth = len((Path(CONFIG_DIR) / "model").resolve().parts) - 1
+    return "../" * depth + str(path).lstrip("/")
+
+
+def _attacks(marker: Path) -> dict[str, tuple[str, str, str]]:
+    """Name → (record file, line appended or file text, what the refusal says)."""
+    write = f"numpy.savetxt, fname: {marker}, X: [1]"
+    built = '${oc.${oc.select:nx,create}:"{_tar${oc.select:nx,get_}: ' + write + '}"}'
+    evil = marker.parent / "evil"  # evil.yaml, written by the test
+    return {
+        # Both ran the code under the substring check this allow-list replaced.
+        "resolver-built target": ("overrides.yaml", f"+callbacks.pwn='{built}'", "adds a key"),
+        "resolver-built target, launch-2": (
+            "launch-2/overrides.yaml",
+            f"+callbacks.pwn='{built}'",
+            "adds a key",
+        ),
+        "outside yaml through a package": (
+            "launch-2/overrides.yaml",
+            f"+model@callbacks.pwn={_climb_to(evil)}",
+            "adds a key",
+        ),
+        "an existing target": (
+            "launch-2/overrides.yaml",
+            "callbacks.model_checkpoint._target_=numpy.savetxt",
+            "not a plain config key",
+        ),
+        "environment": (
+            "launch-2/overrides.yaml",
+            "callbacks.model_checkpoint.filename=${oc.env:HOME}",
+            "an interpolation",
+        ),
+        "nested resolvers": (
+            "launch-2/overrides.yaml",
+            "seed='${oc.decode:${oc.env:SEED}}'",
+            "an interpolation",
+        ),
+        "hydra choice": ("launch-2/overrides.yaml", "hydra/job_logging=none", "Hydra's own"),
+        "hydra setting": (
+            "launch-2/overrides.yaml",
+            f"hydra.callbacks.pwn={{_target_: numpy.savetxt, fname: {marker}, X: [1]}}",
+            "Hydra's own",
+        ),
+        "key with a newline": ("launch-2/overrides.yaml", "callbacks.a\nb=1", "Hydra reads"),
+        "key with a quote": ("launch-2/overrides.yaml", "seed'=1", "Hydra reads"),
+        "a long value": ("launch-2/overrides.yaml", "seed=" + "9" * 5000, "longer than"),
+        "writes elsewhere": (
+            "launch-2/overrides.yaml",
+            f"callbacks.model_checkpoint.dirpath={marker.parent}",
+            "outside its run folder",
+        ),
+        "config.yaml builds an object": (
+            "launch-2/config.yaml",
+            "!!python/object/apply:numpy.savetxt [" + str(marker) + ", [1]]",
+            "cannot be read as a launch record's config",
+        ),
+        "config.yaml's frozen key built by resolvers": (
+            "launch-2/config.yaml",
+            "seed: '${oc.create:{_target_: numpy.savetxt, fname: " + str(marker) + ", X: [1]}}'",
+            "seed: the run was started with '${oc.create:",
+        ),
+    }
+
+
+ATTACK_NAMES = list(_attacks(Path("/m/marker")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ATTACK_NAMES)
+def test_a_resume_runs_no_code_written_into_the_run_folders_records(started_run, tmp_path, name):
+    # Someone who can write a copy of the folder edits one of its launch records.
     copy = tmp_path / "copy"
-    shutil.copytree(run, copy)
-    records = copy / ".hydra" / "overrides.yaml"
-    lines = records.read_text().splitlines()
+    shutil.copytree(started_run, copy)
     marker = tmp_path / "ran.txt"
-    evil = ["_target_=numpy.savetxt", f"fname={marker}", "X=[1]"]
-    records.write_text("\n".join([*lines, *(f"- +callbacks.evil.{e}" for e in evil), ""]))
+    (tmp_path / "evil.yaml").write_text(f"_target_: numpy.savetxt\nfname: {marker}\nX: [1]\n")
+    file, text, refusal = _attacks(marker)[name]
+    if not file.startswith("launch-2/"):
+        shutil.rmtree(copy / ".hydra" / "launch-2")  # .hydra/ is then the latest record
+    record = copy / ".hydra" / file
+    lines = record.read_text().splitlines()
+    if file.endswith("overrides.yaml"):
+        record.write_text("\n".join([*lines, f"- {json.dumps(text)}", ""]))
+    elif text.startswith("!!"):
+        record.write_text(record.read_text().replace("seed: 42", f"seed: {text}"))
+    else:
+        record.write_text(record.read_text().replace("seed: 42", text))
     before = files(copy)
     ckpt = f"ckpt_path={copy / 'checkpoints' / 'last.ckpt'}"
-    refused = launch(tmp_path, ckpt, "trainer.max_epochs=2", OWN_CALLBACK)
+    refused = launch(tmp_path, ckpt, "trainer.max_epochs=2", OWN_CALLBACK, "model=deeplabv3plus")
     output = refused.stdout + refused.stderr
     assert refused.returncode == 2, output[-3000:]
-    assert f"{records}:{len(lines) + 1}: the recorded override" in output
-    assert "names _target_" in output and "Traceback" not in output
+    assert refusal in output and "Traceback" not in output
+    if file.endswith("overrides.yaml"):
+        assert f"{record}:{len(lines) + 1}: the recorded override" in output
     assert not marker.exists() and files(copy) == before
 
-    # The run's own callback, recorded, is restored only when the command line gives it.
+
+@pytest.mark.slow
+def test_hydras_own_record_is_never_read_back(started_run, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(started_run, copy)
+    marker = tmp_path / "ran.txt"
+    hydra_record = copy / ".hydra" / "launch-2" / "hydra.yaml"
+    planted = f"    pwn:\n      _target_: numpy.savetxt\n      fname: {marker}\n      X: [1]\n"
+    text = hydra_record.read_text().replace("  callbacks:\n", "  callbacks:\n" + planted, 1)
+    hydra_record.write_text(text.replace("env_set: {}", "env_set:\n      PWN: '1'"))
+    ckpt = f"ckpt_path={copy / 'checkpoints' / 'last.ckpt'}"
+    resumed = launch(tmp_path, ckpt, "trainer.max_epochs=2", OWN_CALLBACK)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not marker.exists()
+    assert json.loads((copy / "summary.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_the_runs_own_callback_is_restored_only_when_given_again(started_run, tmp_path):
+    copy = tmp_path / "outputs" / "train" / started_run.name
+    shutil.copytree(started_run, copy)
+    lines = (copy / ".hydra" / "launch-2" / "overrides.yaml").read_text().splitlines()
     (own_line,) = [n for n, line in enumerate(lines, 1) if OWN_CALLBACK in line]
     untrusted = launch(tmp_path, "ckpt_path=last", "trainer.max_epochs=2")
     assert untrusted.returncode == 2
-    recorded = (run / ".hydra" / "overrides.yaml").relative_to(tmp_path)
+    recorded = Path("outputs/train") / started_run.name / ".hydra/launch-2/overrides.yaml"
     assert f"{recorded}:{own_line}: the recorded override" in untrusted.stderr
+    assert "adds a key" in untrusted.stderr
     resumed = launch(tmp_path, "ckpt_path=last", "trainer.max_epochs=2", OWN_CALLBACK)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads((run / "summary.json").read_text())["epochs"] == 2
+    assert json.loads((copy / "summary.json").read_text())["epochs"] == 2
 
 
 @pytest.mark.slow

@@ -8,47 +8,13 @@ from omegaconf import OmegaConf
 
 from segscale.errors import ConfigError
 from segscale.training.run_folder import relaunch
-from segscale.training.run_folder.relaunch import (
-    check_relaunch,
-    merge_overrides,
-    restore_overrides,
-)
+from segscale.training.run_folder.relaunch import check_relaunch, restore_overrides
 
 
 @pytest.fixture(autouse=True)
 def nothing_restored_yet(monkeypatch):
     """What restore_overrides noted for the log stays in the test that restored it."""
     monkeypatch.setattr(relaunch, "_restored", None)
-
-
-STARTED = ["model=unet", "datamodule.batch_size=2", "trainer.max_epochs=1", "ckpt_path=null"]
-
-
-def test_the_command_line_wins_key_by_key():
-    recorded = [*STARTED, "datamodule.source.root='/data/my tiles'", "+extra=1", "~gone"]
-    merged = merge_overrides(recorded, ["ckpt_path=last", "trainer.max_epochs=3", "gone=2"])
-    assert merged == [
-        "model=unet",
-        "datamodule.batch_size=2",
-        "datamodule.source.root='/data/my tiles'",  # quoted as it was typed
-        "+extra=1",
-        "ckpt_path=last",
-        "trainer.max_epochs=3",
-        "gone=2",
-    ]
-
-
-def test_groups_packages_and_additions_are_keys_too():
-    recorded = ["model=unet", "model@aux=fpn", "+extra=1", "++forced=1", "+dropped=1"]
-    merged = merge_overrides(recorded, ["model=fpn", "extra=2", "forced=2", "~dropped"])
-    # model@aux is another key than model; a recorded addition keeps its prefix, and
-    # deleting what only the record added leaves neither.
-    assert merged == ["model@aux=fpn", "model=fpn", "+extra=2", "++forced=2"]
-
-
-def test_the_recorded_checkpoint_is_never_restored():
-    merged = merge_overrides(["ckpt_path=/old/last.ckpt", "seed=1"], ["ckpt_path=last"])
-    assert merged == ["seed=1", "ckpt_path=last"]
 
 
 def fake_run(root: Path, overrides: list[str], launches: int = 1) -> Path:
@@ -97,6 +63,91 @@ def test_the_task_root_follows_the_experiment(tmp_path, monkeypatch):
     argv = ["train.py", "experiment=matlab_deeplabv3plus", "ckpt_path=last"]
     assert restore_overrides(argv)[1:3] == ["seed=3", "trainer.max_epochs=1"]
     assert restore_overrides(["train.py", "ckpt_path=last"]) == ["train.py", "ckpt_path=last"]
+
+
+def test_the_command_line_wins_key_by_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recorded = ["datamodule.source.root=/data/my tiles", "seed=3", "model=unet"]
+    fake_run(tmp_path / "outputs" / "train" / "run1", recorded)
+    argv = ["train.py", "ckpt_path=last", "seed=7", "~callbacks.early_stopping"]
+    assert (
+        restore_overrides(argv)
+        == [
+            "train.py",
+            "datamodule.source.root='/data/my tiles'",  # as segscale writes it: quoted
+            "model=unet",
+            "trainer.max_epochs=1",
+            *argv[1:],
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("datamodule.nothere=1", "which this config does not have"),
+        ("datamodule.source.splits=1", "which this config does not have"),  # synthetic's
+        ("callbacks.model_checkpoint.dirpath=/tmp/elsewhere", "outside its run folder"),
+        ("callbacks.model_checkpoint.dirpath=outputs/train", "outside its run folder"),
+        ("callbacks.model_checkpoint.dirpath=outputs/train/run1/../x", "outside its run folder"),
+        ("callbacks.model_checkpoint.dirpath=outputs/train/run1/out", "outside its run folder"),
+        ("callbacks.validation_report.folder=/tmp/x", "outside its run folder"),
+        ("trainer.default_root_dir=/tmp/x", "outside its run folder"),
+        ("logger.csv.save_dir=/tmp/x", "outside its run folder"),
+        ("output_dir=/tmp/x", "outside its run folder"),
+        ("callbacks.model_checkpoint.dirpath=null", "outside its run folder"),
+        ("callbacks.model_checkpoint.filename=../../../../x", "expected a name"),
+        ("callbacks.model_checkpoint.filename=/tmp/x", "expected a name"),
+        ("logger.csv.name=..", "expected a name"),
+        ("logger.csv.version=../x", "expected a name"),
+        ("search_trial.storage=sqlite:////tmp/x.db", "moves a store that runs share"),
+    ],
+)
+def test_a_restored_value_must_exist_and_keep_writes_in_the_run_folder(
+    tmp_path, monkeypatch, line, reason
+):
+    monkeypatch.chdir(tmp_path)
+    run = fake_run(tmp_path / "outputs" / "train" / "run1", ["seed=3", line])
+    (run / "out").symlink_to(tmp_path)  # a link inside the run that leads out of it
+    with pytest.raises(ConfigError, match=rf"overrides\.yaml:2: .*{reason}"):
+        restore_overrides(["train.py", "ckpt_path=last"])
+
+
+def test_writes_inside_the_run_folder_and_plain_names_are_restored(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "outputs" / "train" / "run1"
+    lines = [
+        f"callbacks.model_checkpoint.dirpath={run / 'mine'}",
+        "callbacks.model_checkpoint.filename=best-mIoU",
+        "callbacks.model_checkpoint.monitor=val/loss",  # a metric's name, not a path
+        "logger.mlflow.tracking_uri=sqlite:///outputs/mlflow.db",  # the config's own
+        "logger=mlflow",
+    ]
+    fake_run(run, lines)
+    restored = restore_overrides(["train.py", "ckpt_path=last"])
+    assert restored[1:6] == [
+        f"callbacks.model_checkpoint.dirpath='{run / 'mine'}'",
+        "callbacks.model_checkpoint.filename='best-mIoU'",
+        "callbacks.model_checkpoint.monitor='val/loss'",
+        "logger.mlflow.tracking_uri='sqlite:///outputs/mlflow.db'",
+        "logger=mlflow",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line", ["task_name=elsewhere", "experiment=matlab_deeplabv3plus", "debug=fast"]
+)
+def test_a_record_that_would_move_the_run_to_another_folder_is_refused(tmp_path, monkeypatch, line):
+    monkeypatch.chdir(tmp_path)
+    fake_run(tmp_path / "outputs" / "train" / "run1", [line])
+    fake_run(tmp_path / "outputs" / "elsewhere" / "run2", [])
+    fake_run(tmp_path / "outputs" / "matlab_deeplabv3plus" / "run3", [])
+    fake_run(tmp_path / "outputs" / "debug" / "run4", [])
+    with pytest.raises(ConfigError, match=r"would continue the run in outputs/\w+/run\d"):
+        restore_overrides(["train.py", "ckpt_path=last"])
+    # Through a checkpoint's path the folder is the checkpoint's, whatever the task.
+    ckpt = f"ckpt_path={tmp_path / 'outputs' / 'train' / 'run1' / 'checkpoints' / 'last.ckpt'}"
+    assert restore_overrides(["train.py", ckpt])[1] in (line, "task_name='elsewhere'")
 
 
 @pytest.mark.parametrize(

@@ -2,94 +2,130 @@
 
 A resume (``ckpt_path=last`` or a path) puts the overrides of the run's latest launch
 record back in front of the command line's (``relaunch.restore_overrides``). The record
-is a file in a run folder, which anyone who can write there (a shared folder, a copied
-run) can edit, and Hydra instantiates whatever ``_target_`` a config names. So a record
-is trusted for values only: ``read_recorded_overrides`` refuses, naming the file and the
-line, any override that would be restored and
+is a file in a run folder, which anyone who can write there can edit (a shared folder, a
+copied run, a folder planted under ``outputs/<task>/`` for ``ckpt_path=last`` to pick),
+and Hydra calls whatever ``_target_`` a composed config names. OmegaConf also assembles
+resolver names from interpolations, so no list of bad substrings can tell code from
+values. A record therefore restores values by allow-list: ``restorable_overrides``
+accepts an override in these forms only, and restores it as segscale writes it from the
+parsed key and value, never as the file's text:
 
-- names one of Hydra's instantiation keys (``_target_``, ``_args_``, ``_partial_``,
-  ``_recursive_``, ``_convert_``) in its key or anywhere in its value, or builds config
-  from text (``oc.create``, ``oc.decode``), which could spell one;
-- sets Hydra's own settings (``hydra.*``, ``hydra/...``): Hydra records those apart
-  (``hydra.yaml``), never in ``overrides.yaml``, and they reach the environment of the
-  processes a run starts (``hydra.job.env_set``) and where configs are found
-  (``hydra.searchpath``);
-- picks a config group option that is not a file of the group (``model=../../x``).
+- ``key=value``, the key made of names (a letter, then letters, digits, ``_`` or ``-``;
+  so never one of Hydra's ``_target_``, ``_args_``, ...) or list positions, the value a
+  plain literal: a number, ``true``/``false``, ``null``, a string of printable
+  characters without ``$`` or a backslash, or a list of them;
+- ``group=option`` for a config group of the package's config folder or the user's
+  (``--config-dir``, ``hydra.searchpath``), the option one of the group's files by name
+  (or a list of them, or ``null``).
+
+Everything else is refused, naming the file, the line and why: additions (``+``,
+``++``), deletions (``~``), packages (``@``), Hydra's own settings (``hydra.*``,
+``hydra/...``: Hydra records those apart, never in ``overrides.yaml``), sweeps, functions,
+dictionaries, interpolations and resolvers. ``relaunch`` adds the checks that need the
+composed config (the key exists, the run folder is the same, paths where the run writes
+lie inside it) on what this module returns, so what is checked is what is merged.
 
 An override the command line gives again (the same key) or deletes (``~key`` or a key
-above it) is not restored, so is not refused: a run started with a callback of one's own
+above it) is not restored, so not checked: a run started with a callback of one's own
 (``+callbacks.x._target_=...``) resumes when the command line gives it again.
 """
 
 from __future__ import annotations
 
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 
 from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
+from segscale.moved_keys import renamed_overrides
 
-INSTANTIATION_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
-"""Keys that make Hydra's ``instantiate`` call code, or change what it calls."""
-TEXT_TO_CONFIG = ("oc.create", "oc.decode")
-"""Resolvers that turn a string into config (which could hold an instantiation key)."""
+MAX_RECORD_BYTES = 1 << 20
+"""A launch record larger than this is not one train.py wrote (it holds a command line)."""
+MAX_LINE = 4096
+"""The longest recorded override restored (a path's length limit on Linux)."""
+_NAME = r"[A-Za-z][A-Za-z0-9_-]*"
+KEY = re.compile(rf"{_NAME}(?:\.(?:{_NAME}|[0-9]+))*")
+"""A config key that may be restored: names, or list positions after the first."""
+GROUP = re.compile(rf"{_NAME}(?:/{_NAME})*")
+"""A config group's path (``model``, ``datamodule/classes``)."""
+OPTION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+"""A group option's name: a file of the group, never a path."""
+MAX_LIST_DEPTH = 3
 
 
 @dataclass(frozen=True)
 class RecordedOverride:
-    """One override of a launch record, with the line of the file it is on."""
+    """One override of a launch record: its text, and where it is."""
 
     text: str
+    path: Path
     line: int
 
+    @property
+    def where(self) -> str:
+        """``<file>:<line>``, for messages."""
+        return f"{self.path}:{self.line}"
 
-def read_recorded_overrides(
-    path: Path, given: list[str], config_dirs: tuple[Path, ...] = ()
-) -> list[str]:
-    """The overrides recorded in ``path`` (an ``overrides.yaml``), each checked as data.
 
-    ``given`` are the command line's overrides: a recorded override they replace or
-    delete is not checked (it is not restored). ``config_dirs`` are config folders of
-    the user's besides the package's (``--config-dir``), whose group options count.
-    Raises ``ConfigError`` naming the file and line of the first refused override.
+@dataclass(frozen=True)
+class Restorable:
+    """A recorded override a resume restores: its key, its value, the text segscale writes."""
+
+    key: str
+    value: Any
+    is_group: bool
+    text: str
+    recorded: RecordedOverride
+
+
+def restorable_overrides(
+    path: Path, given: Sequence[str], config_dirs: tuple[Path, ...] = ()
+) -> list[Restorable]:
+    """The overrides of ``path`` (an ``overrides.yaml``) that a resume restores, checked.
+
+    ``given`` are the command line's overrides: a recorded override whose key they set
+    again or delete is not restored (nor checked), and neither is a recorded
+    ``ckpt_path``. ``config_dirs`` are the user's config folders besides the package's,
+    whose group options count. Raises ``ConfigError`` naming the file and line of the
+    first override that is not in one of the forms the module docstring lists.
     """
-    recorded = _read_lines(path)
     parser = OverridesParser.create()
-    given_parsed = parser.parse_overrides(given)
-    replaced = {o.key_or_group for o in given_parsed if not o.is_delete()}
+    given_parsed = parser.parse_overrides(list(given))
+    replaced = {(o.key_or_group, o.package) for o in given_parsed if not o.is_delete()}
     deleted = tuple(o.key_or_group for o in given_parsed if o.is_delete())
-    for entry in recorded:
-        try:
-            (override,) = parser.parse_overrides([entry.text])
-        except HydraException as error:
-            raise ConfigError(
-                f"{path}:{entry.line}: {entry.text!r} is not an override Hydra reads "
-                f"({error}); expected a record written by train.py"
-            ) from None
+    folders = (Path(CONFIG_DIR), *config_dirs)
+    restored = []
+    for recorded in read_record(path):
+        override = _parse(parser, recorded)
         key = override.key_or_group
-        if key in replaced or any(key == d or key.startswith(d + ".") for d in deleted):
+        if key == "ckpt_path" or (key, override.package) in replaced:
             continue
-        problem = _problem(override, (Path(CONFIG_DIR), *config_dirs))
-        if problem:
-            raise ConfigError(
-                f"{path}:{entry.line}: the recorded override {entry.text!r} {problem}. A "
-                "resume restores values from a run folder's records, never code or Hydra "
-                "settings: anyone who can write the folder could have put it there. If you "
-                "trust it, give it again on the command line (with ckpt_path=...); else "
-                "remove that line"
-            )
-    return [entry.text for entry in recorded]
+        if any(key == d or key.startswith((d + ".", d + "/")) for d in deleted):
+            continue
+        restored.append(_restorable(parser, override, recorded, folders))
+    return restored
 
 
-def _read_lines(path: Path) -> list[RecordedOverride]:
+def read_record(path: Path) -> list[RecordedOverride]:
     """The entries of ``path`` (a YAML list of strings) with their line numbers."""
     try:
-        node = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise ConfigError(
+                f"{path}: {size} bytes is not a launch record train.py writes (at most "
+                f"{MAX_RECORD_BYTES}); expected the list of overrides of a run's command line"
+            )
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ConfigError(
             f"{path}: cannot be read as a launch record ({error}); expected the list of "
@@ -98,31 +134,128 @@ def _read_lines(path: Path) -> list[RecordedOverride]:
     if node is None:
         return []
     items = node.value if isinstance(node, yaml.SequenceNode) else None
-    if items is None or not all(isinstance(i, yaml.ScalarNode) for i in items):
+    plain = "tag:yaml.org,2002:str"
+    if items is None or not all(isinstance(i, yaml.ScalarNode) and i.tag == plain for i in items):
         raise ConfigError(
             f"{path}: not a list of overrides; expected the list of overrides train.py writes"
         )
-    return [RecordedOverride(str(item.value), item.start_mark.line + 1) for item in items]
+    return [RecordedOverride(str(i.value), path, i.start_mark.line + 1) for i in items]
 
 
-def _problem(override: Override, config_dirs: tuple[Path, ...]) -> str | None:
-    """Why ``override`` may not be restored from a record, in words; ``None``: it may."""
+def refusal(recorded: RecordedOverride, why: str) -> ConfigError:
+    """The error for a recorded override that is not restored: file, line, why, what to do."""
+    shown = recorded.text if len(recorded.text) <= 200 else recorded.text[:200] + "..."
+    return ConfigError(
+        f"{recorded.where}: the recorded override {shown!r} {why}. A resume restores "
+        "only plain values of existing keys and config-group options from a run folder's "
+        "records, never code, additions or Hydra settings: anyone who can write the "
+        "folder could have put it there. If you trust it, give it again on the command "
+        "line (with ckpt_path=...); else remove that line"
+    )
+
+
+def _parse(parser: OverridesParser, recorded: RecordedOverride) -> Override:
+    """``recorded`` parsed as Hydra would, a moved key renamed; refused unless one override."""
+    if len(recorded.text) > MAX_LINE:
+        raise refusal(recorded, f"is longer than {MAX_LINE} characters")
+    # A run recorded before a key moved resumes with the same values, in today's names.
+    (text,) = renamed_overrides([recorded.text])
+    try:
+        (override,) = parser.parse_overrides([text])
+    except (HydraException, ValueError) as error:
+        raise refusal(recorded, f"is not an override Hydra reads ({error})") from None
+    return override
+
+
+def _restorable(
+    parser: OverridesParser,
+    override: Override,
+    recorded: RecordedOverride,
+    folders: tuple[Path, ...],
+) -> Restorable:
+    """``override`` as segscale restores it, or the refusal saying why it is not."""
+    if override.type != OverrideType.CHANGE:
+        kind = "deletes a key (~)" if override.is_delete() else "adds a key (+ or ++)"
+        raise refusal(recorded, kind)
+    if override.package is not None:
+        raise refusal(recorded, "places a config with @package")
     key = override.key_or_group
-    text = override.input_line or ""
-    named = [k for k in INSTANTIATION_KEYS if k in text]
-    if named:
-        return f"names {named[0]} (Hydra would call the code it names)"
-    parsers = [r for r in TEXT_TO_CONFIG if r in text]
-    if parsers:
-        return f"uses {parsers[0]} (it builds config from text, code included)"
-    if key == "hydra" or key.startswith(("hydra.", "hydra/")) or override.package == "hydra":
-        return "sets Hydra's own settings (train.py never records them there)"
-    folders = [d / key for d in config_dirs if (d / key).is_dir()]
-    if folders and not override.is_delete():
-        value = override.value()
-        options = {p.stem for f in folders for p in f.glob("*.yaml")}
-        picked = value if isinstance(value, list) else [] if value is None else [value]
-        unknown = [v for v in picked if not isinstance(v, str) or v not in options]
-        if unknown:
-            return f"picks {unknown[0]!r}, which is not an option of the config group {key!r}"
-    return None
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+        raise refusal(recorded, "sets Hydra's own settings (train.py never records them there)")
+    if override.is_sweep_override():
+        raise refusal(recorded, "is a sweep, not one value")
+    group = [d / key for d in folders if GROUP.fullmatch(key) and (d / key).is_dir()]
+    if group or "/" in key:
+        if not group:
+            raise refusal(recorded, f"names {key!r}, which is not a config group")
+        text = f"{key}={_options(override.value(), group, key, recorded)}"
+    elif KEY.fullmatch(key):
+        text = f"{key}={_literal(override.value(), recorded)}"
+    else:
+        raise refusal(recorded, f"sets {key!r}, which is not a plain config key")
+    # What Hydra reads back from the text segscale wrote must be what was checked.
+    (written,) = parser.parse_overrides([text])
+    if (written.key_or_group, written.type, written.package) != (key, OverrideType.CHANGE, None):
+        raise refusal(recorded, "does not read back as written")
+    if not _same(written.value(), override.value()):
+        raise refusal(recorded, "does not read back as written")
+    return Restorable(key, override.value(), bool(group), text, recorded)
+
+
+def _options(value: Any, groups: list[Path], key: str, recorded: RecordedOverride) -> str:
+    """A group choice as written: an option, a list of options, or ``null``."""
+    if value is None:
+        return "null"
+    picked = value if isinstance(value, list) else [value]
+    options = {p.stem for folder in groups for p in folder.glob("*.yaml")}
+    for option in picked:
+        if not (isinstance(option, str) and OPTION.fullmatch(option) and option in options):
+            raise refusal(
+                recorded, f"picks {option!r}, which is not an option of the config group {key!r}"
+            )
+    return f"[{','.join(picked)}]" if isinstance(value, list) else str(value)
+
+
+def _literal(value: Any, recorded: RecordedOverride, depth: int = 0) -> str:
+    """``value`` written as a plain literal; refused unless it is one."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # inf, -inf, nan and exponents read back as Hydra's floats
+    if isinstance(value, str):
+        return _string(value, recorded)
+    if isinstance(value, list) and depth < MAX_LIST_DEPTH:
+        return "[" + ",".join(_literal(v, recorded, depth + 1) for v in value) + "]"
+    raise refusal(
+        recorded,
+        f"has a {type(value).__name__} value; expected a number, true/false, null, a "
+        "string or a list of them",
+    )
+
+
+def _string(value: str, recorded: RecordedOverride) -> str:
+    """A plain string quoted for Hydra: printable, no interpolation, no escapes."""
+    if "$" in value or "\\" in value:
+        raise refusal(recorded, "has a value with '$' or '\\' (an interpolation or an escape)")
+    if any(unicodedata.category(c).startswith(("C", "Z")) and c != " " for c in value):
+        raise refusal(recorded, "has a value with a control or separator character")
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise refusal(recorded, "has a value with both kinds of quotes")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of equal types (``nan`` equal to itself), lists element by element."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)

@@ -6,15 +6,21 @@ continues the run as it was started: before Hydra parses the command line,
 ``segscale.run_dir`` resolver of ``resume``), reads the overrides of its latest launch
 record (``.hydra/launch-<n>/overrides.yaml``, else ``.hydra/overrides.yaml``) and puts
 them in front of the command line's. A recorded override whose key the command line
-sets again is left out, so the command line wins; so is the recorded ``ckpt_path``.
-Since the result goes through Hydra, this launch's own record and the ranks that
-segscale starts get the full list. The record is read as data: an override that could
-run code is refused (``recorded_overrides``). ``ckpt_path=auto`` (a requeued job, which has its
-whole command line), a fresh run and a checkpoint outside a run folder restore nothing.
+sets again or deletes is left out, so the command line wins; so is the recorded
+``ckpt_path``. Since the result goes through Hydra, this launch's own record and the
+ranks that segscale starts get the full list. ``ckpt_path=auto`` (a requeued job, which
+has its whole command line), a fresh run and a checkpoint outside a run folder restore
+nothing.
+
+The record is read as data, by allow-list (``recorded_overrides``): plain values of
+existing keys and config-group options, restored as segscale writes them; paths that
+say where the run writes stay inside its folder, and the restored overrides must
+continue the run in the folder whose record they are.
 
 ``check_relaunch`` then refuses, for every relaunch of a run folder that holds a launch
 record, an override that would change what the run cannot change mid-run: the keys of
-``frozen_keys``, compared with the latest launch record's ``config.yaml``.
+``frozen_keys``, compared with the latest launch record's ``config.yaml`` (read as data
+too: ``launch_record.read_record_config``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -35,16 +42,27 @@ from omegaconf.errors import OmegaConfBaseException
 
 from segscale.configs import compose_config
 from segscale.errors import ConfigError
-from segscale.moved_keys import renamed_overrides
 from segscale.training.run_folder.frozen_keys import frozen_changes
-from segscale.training.run_folder.launch_record import RECORD_DIR
-from segscale.training.run_folder.recorded_overrides import read_recorded_overrides
+from segscale.training.run_folder.launch_record import RECORD_DIR, read_record_config
+from segscale.training.run_folder.recorded_overrides import (
+    Restorable,
+    refusal,
+    restorable_overrides,
+)
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 
 # Keys of the command line that can decide where the run folder is (for the fallback).
 _RUN_DIR_KEYS = ("ckpt_path", "task_name", "experiment", "debug", "hydra.")
+RUN_FOLDER_REFERENCE = re.compile(r"\$\{(output_dir|hydra:runtime\.output_dir)\}")
+"""A default that refers to the run folder: its key says where the run writes."""
+SHARED_STORES = (
+    "logger.mlflow.tracking_uri",
+    "logger.mlflow.artifact_location",
+    "search_trial.storage",
+)
+"""Keys naming stores outside the run folder that runs share (MLflow's, Optuna's study)."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +81,10 @@ def restore_overrides(argv: Sequence[str]) -> list[str]:
 
     Unchanged unless ``ckpt_path`` is ``last`` or a path and the run folder it picks
     holds a launch record with overrides. A command line Hydra would refuse is left to
-    Hydra to report. A recorded override that could run code (a ``_target_``, Hydra's
-    own settings, ...) is refused with ``ConfigError`` (``recorded_overrides``).
+    Hydra to report. The record is read as data, by allow-list: what
+    ``recorded_overrides.restorable_overrides`` accepts and ``_check_in_config`` finds
+    in the composed config is exactly what is restored; anything else is refused with
+    ``ConfigError`` naming the file and line.
     """
     global _restored
     _restored = None
@@ -80,57 +100,118 @@ def restore_overrides(argv: Sequence[str]) -> list[str]:
     ckpt_path = ckpt[-1].value() if ckpt else None
     if not isinstance(ckpt_path, str) or ckpt_path in ("", "auto"):
         return list(argv)
-    folder = _run_folder(given, parsed.config_name or "train")
+    config_name = parsed.config_name or "train"
+    composable = _with_config_dir(given, overrides, parsed.config_dir)
+    folder = _run_folder(composable, config_name)
     record = latest_record(folder) if folder else None
-    if record is None or not (record / "overrides.yaml").is_file():
+    if folder is None or record is None or not (record / "overrides.yaml").is_file():
         return list(argv)
-    # Read as data: an override that could run code is refused (ConfigError).
     config_dirs = _config_dirs(parsed.config_dir, overrides)
-    recorded = renamed_overrides(
-        read_recorded_overrides(record / "overrides.yaml", given, config_dirs)
-    )
-    merged = merge_overrides(recorded, given)
-    restored = tuple(o for o in merged if o in recorded and o not in given)
-    _restored = Restored(record, restored) if restored else None
+    restorable = restorable_overrides(record / "overrides.yaml", given, config_dirs)
+    _check_in_config(restorable, composable, config_name, folder)
+    restored = [r.text for r in restorable]
+    _restored = Restored(record, tuple(restored)) if restored else None
     # Hydra's parser takes the overrides as one block (it refuses options among them).
     start = _find_block(list(argv), given)
     if start is None:
         return list(argv)
-    return [*argv[:start], *merged, *argv[start + len(given) :]]
+    return [*argv[:start], *restored, *given, *argv[start + len(given) :]]
 
 
-def merge_overrides(recorded: Sequence[str], given: Sequence[str]) -> list[str]:
-    """The ``recorded`` overrides, then the ``given`` ones; a given key replaces a recorded one.
+def _check_in_config(
+    restorable: list[Restorable], given: list[str], config_name: str, folder: Path
+) -> None:
+    """Refuse what only the composed config shows: a key it lacks, a write elsewhere.
 
-    A key is an override's config key or group with its package (``model``,
-    ``datamodule.batch_size``, ``model@foo``). A recorded ``ckpt_path`` is left out.
-    A recorded ``+key=...`` (or ``++``) that the command line changes with ``key=...``
-    keeps its prefix (the key exists only because the record added it), and one the
-    command line deletes (``~key``) goes with the deletion.
+    A restored ``key=value`` must set a key that exists once the restored groups and the
+    command line are composed. Where the run writes stays inside ``folder``: a key whose
+    default refers to the run folder (checkpoints, loggers, reports, plots) takes only a
+    path inside it, the keys beside such a key (a checkpoint's ``filename``, a logger's
+    ``name`` or ``version``) only names that cannot leave it, and a store that runs
+    share (``SHARED_STORES``) only the address the config has anyway. Last, the whole,
+    composed, must continue the run in ``folder``, no other.
     """
-    parser = OverridesParser.create()
-    given_parsed = parser.parse_overrides(list(given))
-    given_keys = {_key(o) for o in given_parsed}
-    prefixes: dict[tuple[str, str | None], str] = {}
-    kept = []
-    for override in parser.parse_overrides(list(recorded)):
-        key = _key(override)
-        if override.key_or_group == "ckpt_path":
-            continue
-        if key in given_keys:
-            if override.is_add() or override.is_force_add():
-                prefixes[key] = "++" if override.is_force_add() else "+"
-            continue
-        kept.append(override.input_line or "")
-    merged = list(kept)
-    for override in given_parsed:
-        prefix = prefixes.get(_key(override))
-        if prefix and override.is_delete():
-            continue  # the key never existed but for the recorded addition
-        line = override.input_line or ""
-        is_change = not (override.is_add() or override.is_force_add())
-        merged.append(f"{prefix}{line}" if prefix and is_change else line)
-    return merged
+    if not restorable:
+        return
+    groups = [r.text for r in restorable if r.is_group]
+    raw = cast(
+        dict[str, Any],
+        OmegaConf.to_container(_composed(config_name, [*groups, *given], restorable)),
+    )
+    for entry in restorable:
+        if not entry.is_group:
+            _check_value(entry, raw, folder)
+    merged = _composed(config_name, [*(r.text for r in restorable), *given], restorable)
+    moved = OmegaConf.select(merged, "hydra.run.dir", throw_on_resolution_failure=False)
+    if moved is None or Path(str(moved)).resolve() != folder.resolve():
+        raise ConfigError(
+            f"{restorable[0].recorded.path}: the recorded overrides would continue the run in "
+            f"{moved}, not in {folder} whose record they are; give the overrides that "
+            "choose the run's folder (task_name, experiment, debug) on the command line"
+        )
+
+
+def _check_value(entry: Restorable, raw: dict[str, Any], folder: Path) -> None:
+    """Refuse ``entry`` (a restored ``key=value``) unless its key exists and it writes inside."""
+    found, default = _raw_at(raw, entry.key)
+    if not found:
+        raise refusal(entry.recorded, f"sets {entry.key!r}, which this config does not have")
+    value = entry.value
+    if entry.key == "output_dir" or _refers_to_run_folder(default):
+        if not (isinstance(value, str) and _inside(Path(value), folder)):
+            raise refusal(
+                entry.recorded,
+                f"says where the run writes ({entry.key}), outside its run folder {folder}",
+            )
+        return
+    if entry.key in SHARED_STORES:
+        if value != default:
+            raise refusal(entry.recorded, f"moves a store that runs share ({entry.key})")
+        return
+    parent = _raw_at(raw, entry.key.rpartition(".")[0])[1] if "." in entry.key else raw
+    writes_here = isinstance(parent, dict) and any(map(_refers_to_run_folder, parent.values()))
+    path_like = isinstance(default, str) and "/" in default  # a metric's name: val/mIoU
+    leaves = isinstance(value, str) and ("/" in value or value in (".", ".."))
+    if writes_here and leaves and not path_like:
+        raise refusal(
+            entry.recorded,
+            f"makes a path of {entry.key}, beside where the run writes; expected a name",
+        )
+
+
+def _refers_to_run_folder(value: Any) -> bool:
+    """Whether a default (as written) is a place in the run folder: ``${output_dir}/...``."""
+    return isinstance(value, str) and RUN_FOLDER_REFERENCE.search(value) is not None
+
+
+def _composed(config_name: str, overrides: list[str], restorable: list[Restorable]) -> DictConfig:
+    """The config of ``overrides`` with Hydra's, as written; a failure is the record's, named."""
+    try:
+        return compose_config(config_name, overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(
+            f"{restorable[0].recorded.path}: the run's recorded overrides do not compose "
+            f"with this command line ({error}); give the values the run needs on the "
+            "command line, or start a new run"
+        ) from None
+
+
+def _raw_at(raw: Any, key: str) -> tuple[bool, Any]:
+    """Whether ``key`` (``a.b.0``) is in ``raw`` (a config as containers), and its value."""
+    node = raw
+    for part in key.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False, None
+    return True, node
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (relative ones from here) lies in ``folder``, links followed."""
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def latest_record(folder: Path) -> Path | None:
@@ -166,8 +247,7 @@ def check_relaunch(cfg: DictConfig) -> None:
     record = latest_record(Path(cfg.output_dir))
     if record is None:
         return
-    started = OmegaConf.load(record / "config.yaml")
-    assert isinstance(started, DictConfig)  # a composed config is a mapping
+    started = read_record_config(record / "config.yaml")
     changed = frozen_changes(started, cfg)
     if changed:
         lines = "; ".join(
@@ -204,7 +284,7 @@ def _run_folder(given: list[str], config_name: str) -> Path | None:
     Composed as Hydra will, so that ``task_name`` from an experiment or a debug preset,
     and ``hydra.run.dir`` itself, count. Should the command line not compose alone
     (it changes a key only the record adds), only the keys that can decide the folder
-    are composed. A user's own config folder (``--config-dir``) is not searched.
+    are composed.
     """
     register_run_dir_resolver()
     essential = [o for o in given if o.lstrip("+~").startswith(_RUN_DIR_KEYS)]
@@ -216,6 +296,21 @@ def _run_folder(given: list[str], config_name: str) -> Path | None:
             continue
         return Path(str(folder)) if folder else None
     return None
+
+
+def _with_config_dir(
+    given: list[str], overrides: list[Override], config_dir: str | None
+) -> list[str]:
+    """``given`` as ``compose_config`` takes it: ``--config-dir`` added to the search path."""
+    if not config_dir:
+        return list(given)
+    paths = [o for o in overrides if o.key_or_group == "hydra.searchpath" and not o.is_delete()]
+    entries = paths[-1].value() if paths else []
+    entries = [*(entries if isinstance(entries, list) else [entries])]
+    entries.append(f"file://{Path(config_dir).resolve()}")
+    kept = [g for g, o in zip(given, overrides, strict=True) if o not in paths]
+    quoted = ",".join(f"'{entry}'" for entry in entries)
+    return [*kept, f"hydra.searchpath=[{quoted}]"]
 
 
 def _config_dirs(config_dir: str | None, overrides: list[Override]) -> tuple[Path, ...]:
@@ -236,7 +331,3 @@ def _find_block(argv: list[str], block: list[str]) -> int | None:
         if argv[start : start + len(block)] == block:
             return start
     return None
-
-
-def _key(override: Override) -> tuple[str, str | None]:
-    return override.key_or_group, override.package
