@@ -17,6 +17,10 @@ MOVED_KEYS = {
         "synchronized batch norm converts the network; the strategy group is Lightning's "
         "strategy alone",
     ),
+    "training.preemption_exit_s": (
+        "training.preemption_deadline_s",
+        "the deadline now counts from the start of the stop, not from the signal",
+    ),
 }
 """Old key → (new key, why it moved)."""
 

@@ -15,28 +15,31 @@ from segscale.data.datamodule import PR_SET_PDEATHSIG, PREEMPTION_SIGNALS, init_
 from segscale.errors import ConfigError
 from segscale.training.ranks.preemption import (
     EXIT_PREEMPTED,
+    Phase,
     Preempted,
     PreemptionSignals,
     without_lightning_signal_handlers,
 )
 
 
-def test_signal_names_and_the_exit_time_are_checked():
+def test_signal_names_and_the_deadline_are_checked():
     assert PreemptionSignals(["SIGTERM", "usr2"]).signals == [signal.SIGTERM, signal.SIGUSR2]
     with pytest.raises(ConfigError, match=r"training.preemption_signals: 'SIGKILL'"):
         PreemptionSignals(["SIGKILL"])
     with pytest.raises(ConfigError, match=r"'SIGNOPE' is not a signal"):
         PreemptionSignals(["SIGNOPE"])
-    with pytest.raises(ConfigError, match=r"training.preemption_exit_s=0"):
-        PreemptionSignals(["SIGTERM"], exit_s=0)
+    for bad in (0, -1, float("inf"), "25"):
+        with pytest.raises(ConfigError, match=r"training.preemption_deadline_s="):
+            PreemptionSignals(["SIGTERM"], deadline_s=bad)
 
 
-def test_the_first_signal_is_noted_and_the_handlers_from_before_come_back():
+def test_while_training_the_first_signal_is_noted_and_the_handlers_from_before_come_back():
     before = signal.getsignal(signal.SIGUSR2)
     seen = []
     signal.signal(signal.SIGUSR1, lambda number, frame: seen.append(number))
     try:
-        with PreemptionSignals(["SIGUSR1", "SIGUSR2"], exit_s=60) as signals:
+        with PreemptionSignals(["SIGUSR1", "SIGUSR2"], deadline_s=60) as signals:
+            signals.enter(Phase.TRAINING)
             os.kill(os.getpid(), signal.SIGUSR2)
             os.kill(os.getpid(), signal.SIGUSR1)  # a second signal changes nothing
             assert signals.received == signal.SIGUSR2
@@ -48,13 +51,43 @@ def test_the_first_signal_is_noted_and_the_handlers_from_before_come_back():
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
 
 
+def test_before_training_a_signal_ends_the_run_at_once_and_the_wakeup_fd_comes_back():
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Preempted) as stopped, PreemptionSignals(["SIGUSR2"], 60):
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(30)  # the dataset check, say: the handler does not wait for it
+        assert time.monotonic() - started < 5
+        assert stopped.value.details == {"signal": "SIGUSR2", "phase": "before training"}
+        assert "nothing to save yet" in str(stopped.value)
+        assert signal.set_wakeup_fd(before) == before  # its previous owner has it back
+        assert not [t for t in threading.enumerate() if t.name == "signal-deadline"]
+    finally:
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+
+def test_a_signal_noted_in_training_ends_the_run_once_training_is_over():
+    try:
+        with PreemptionSignals(["SIGUSR2"], 60) as signals:
+            signals.enter(Phase.TRAINING)
+            os.kill(os.getpid(), signal.SIGUSR2)  # noted: the next safe point acts on it
+            with pytest.raises(Preempted, match="after training: its checkpoints are written"):
+                signals.enter(Phase.FINISHING)
+            signals.enter(Phase.TRAINING)  # a stop already raised is not raised again
+    finally:
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+
 def test_a_preempted_run_hands_the_signal_to_the_handler_from_before():
     """submitit's handler (requeue, then exit) runs once the checkpoint is written."""
     calls = []
     signal.signal(signal.SIGUSR2, lambda number, frame: calls.append(number))
-    signals = PreemptionSignals(["SIGUSR2"], exit_s=60)
+    signals = PreemptionSignals(["SIGUSR2"], deadline_s=60)
     try:
         with pytest.raises(Preempted) as stopped, signals:
+            signals.enter(Phase.TRAINING)
             os.kill(os.getpid(), signal.SIGUSR2)
             raise Preempted("stop", signal="SIGUSR2", step=3, epoch=0, checkpoint="x")
         os.kill(os.getpid(), signal.SIGUSR2)  # on the way out: still only noted
@@ -67,24 +100,46 @@ def test_a_preempted_run_hands_the_signal_to_the_handler_from_before():
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
 
 
+# Each script writes the time the deadline counts from to ``start``; the deadline is 2 s.
 STUCK = {
-    # A Python sleep: the handler runs between the sleep's retries.
-    "sleeping": "os.kill(os.getpid(), signal.SIGTERM); time.sleep(60)",
     # Blocked in C for good (a hung collective, a device sync): no Python handler runs,
-    # the signal comes from another thread once the main thread is blocked.
-    "blocked in C": textwrap.dedent(
+    # so the run cannot begin to stop; the deadline counts from the signal, which comes
+    # from another thread once the main thread is blocked.
+    "blocked in C when the signal comes": textwrap.dedent(
         """
+        def signal_now():
+            Path("start").write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGTERM)
         mutex = ctypes.create_string_buffer(64)  # zeroed: a default pthread mutex
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        threading.Timer(0.5, signal_now).start()
         ctypes.CDLL(None).pthread_mutex_lock(mutex)
         ctypes.CDLL(None).pthread_mutex_lock(mutex)  # deadlocks (default mutex type)
+        """
+    ),
+    # Training: the signal is only noted, and no deadline runs until the stop begins
+    # (a long validation after SLURM's early warning, say: longer than the deadline).
+    # Then a second signal neither restarts nor shortens the deadline.
+    "stuck after its stop began": textwrap.dedent(
+        """
+        signals.enter(Phase.TRAINING)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(3)
+        Path("start").write_text(repr(time.time()))
+        signals.begin_stop()
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        signals.begin_stop()
+        time.sleep(60)
         """
     ),
     # Holding the logging lock that a late exit through logging would wait for.
     "holding the logging lock": textwrap.dedent(
         """
+        signals.enter(Phase.TRAINING)
         logging.getLogger().handlers[0].acquire()
         os.kill(os.getpid(), signal.SIGTERM)
+        Path("start").write_text(repr(time.time()))
+        signals.begin_stop()
         time.sleep(60)
         """
     ),
@@ -93,30 +148,34 @@ STUCK = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stuck", STUCK)
-def test_a_rank_that_does_not_stop_in_time_exits_anyway(stuck):
+def test_a_rank_still_alive_at_the_deadline_exits_anyway(stuck, tmp_path):
     script = textwrap.dedent(
         """
         import ctypes, logging, os, signal, threading, time
-        from segscale.training.ranks.preemption import PreemptionSignals
+        from pathlib import Path
+        from segscale.training.ranks.preemption import Phase, PreemptionSignals
         logging.basicConfig()
-        with PreemptionSignals(["SIGTERM"], exit_s=1):
+        with PreemptionSignals(["SIGTERM", "SIGUSR2"], deadline_s=2) as signals:
         """
     ) + textwrap.indent(STUCK[stuck], " " * 4)
-    started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
+    ended = time.time()
     assert done.returncode == EXIT_PREEMPTED, done.stderr
-    assert "rank 0: still running 1 s after SIGTERM; exiting now" in done.stderr
     assert "Current thread" in done.stderr  # the stacks: where it was stuck
-    assert time.monotonic() - started < 30
+    assert "; exiting now" in done.stderr
+    # Timed from what it counts from: the deadline (2 s), not a restarted one (3 s).
+    assert 2.0 <= ended - float((tmp_path / "start").read_text()) < 2.9
 
 
 def test_a_run_that_ends_in_time_cancels_the_deadline_and_restores_the_wakeup_fd():
     before = signal.set_wakeup_fd(-1)
     signal.set_wakeup_fd(before)
-    with PreemptionSignals(["SIGUSR2"], exit_s=0.2) as signals:
+    with PreemptionSignals(["SIGUSR2"], deadline_s=0.2) as signals:
+        signals.enter(Phase.TRAINING)
         os.kill(os.getpid(), signal.SIGUSR2)
+        signals.begin_stop()
         assert signals.received == signal.SIGUSR2
     time.sleep(0.5)  # past the deadline: the test process is still here
     assert signal.set_wakeup_fd(before) == before

@@ -1,25 +1,32 @@
-"""Preemption: a signal stops every rank at the same step, with a checkpoint to resume from.
+"""Preemption: a signal stops every rank at the next safe point, with a checkpoint to resume from.
 
 Clusters warn a job before they take its machines away: SLURM sends ``SIGUSR2`` (as
 submitit asks; ``SIGUSR1`` if the job says so) some time before the limit, and spot
 instances and Kubernetes send ``SIGTERM`` with a short grace period, to one process
-or to all of them. Whichever rank gets it, every rank stops after the same training
-step, rank 0 writes ``checkpoints/last.ckpt`` (atomically, through the checkpoint
-plugin), ``summary.json`` says ``preempted``, and the run exits with
-``EXIT_PREEMPTED``: ``ckpt_path=auto`` then continues it with exactly the steps,
-learning rates and patches it had not taken.
+or to all of them. Whatever the run is doing, it stops at its next safe point and
+exits with ``EXIT_PREEMPTED``; ``ckpt_path=auto`` then continues it with exactly the
+steps, learning rates and patches it had not taken:
 
-The ranks agree without a host sync on the device: each step, every rank's flag goes
-into an all-reduce on a CPU (gloo) group, started after one step and read after the
-next, so the host never waits for it; the stop comes at most two steps after the
-signal. A rank still alive ``exit_s`` seconds after the signal (stuck in a collective
-with a rank that died, say) exits anyway, so no signal leaves a process behind. That
-deadline does not depend on the main thread: a rank blocked in C (a hung collective, a
-device sync) runs no Python signal handler, so a thread of its own hears of the signal
-through ``signal.set_wakeup_fd`` (written by the C-level handler) and ends the process
+- before the first training step of a launch (the config and dataset checks, the
+  network, the ranks' start, the sanity check) and after the last (the reports), there
+  is nothing to save that a resume cannot redo: the signal's handler ends the run at
+  once (``Phase.SETUP``, ``Phase.FINISHING``);
+- while training (``Phase.TRAINING``), ``PreemptionStop`` stops every rank after the
+  same optimizer step, or at the same batch of a validation, which it abandons; rank 0
+  writes ``checkpoints/last.ckpt`` with the training state of the last finished step.
+
+The deadline is armed when the stop begins, not at the signal: a rank still alive
+``deadline_s`` seconds after it began to stop (stuck in a collective with a rank that
+died, or on the way out) exits anyway, so no stop leaves a process behind, and a
+warning signal sent long before the kill (SLURM's ``--signal=USR2@90``) costs nothing
+until the run acts on it. A main thread blocked in C when the signal comes (a hung
+collective, a device sync) runs no Python handler, so cannot begin to stop: a thread of
+its own hears of the signal through ``signal.set_wakeup_fd`` (written by the C-level
+handler) and ends the process ``deadline_s`` after a signal no handler took. It ends it
 with ``os._exit``, writing to stderr directly: the blocked thread may hold the logging
-locks. The default deadline (25 s) is under SLURM's grace between ``SIGTERM`` and
-``SIGKILL`` (30 s).
+locks. Later signals (SLURM repeats them, a scheduler escalates) neither restart nor
+shorten the deadline. The default (25 s) fits inside SLURM's 30 s between ``SIGTERM``
+and ``SIGKILL`` (``KillWait``).
 
 Lightning's own SIGTERM handling is switched off: it exits 0 (``SIGTERMException`` is a
 ``SystemExit`` without a code), saves nothing, and under DDP runs a collective inside
@@ -29,12 +36,16 @@ the signal handler, which leaves the ranks waiting for each other
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import faulthandler
 import logging
 import os
+import select
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType, TracebackType
 from typing import Any
@@ -48,12 +59,13 @@ log = logging.getLogger(__name__)
 
 EXIT_PREEMPTED = 75
 """Exit status of a run stopped by a preemption signal (``EX_TEMPFAIL``: run it again)."""
+DEADLINE_KEY = "training.preemption_deadline_s"
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class Preempted(RunStopped):
-    """Every rank stopped at the same step on a preemption signal; ``last.ckpt`` holds it."""
+    """Every rank stopped on a preemption signal; ``last.ckpt`` holds what there was to save."""
 
     status = "preempted"
     exit_code = EXIT_PREEMPTED
@@ -73,26 +85,42 @@ class Preempted(RunStopped):
             handler(signal.Signals[self.details["signal"]], None)
 
 
-class PreemptionSignals:
-    """Handlers that note a preemption signal, installed while the run trains.
+class Phase(enum.Enum):
+    """Where a run is, for what a preemption signal does there."""
 
-    A handler only records the first signal (a second one, during the checkpoint's
-    save say, changes nothing); ``PreemptionStop`` acts on the record at the next step.
-    The first signal also starts the deadline after which a process that has not
-    exited exits anyway (``SignalDeadline``). On leaving, the handlers from before are
-    put back, except when the run was preempted: the process then exits, and a signal
-    on the way out must not end it before it has written its files.
+    SETUP = "before training"
+    TRAINING = "training"
+    FINISHING = "after training"
+
+
+class PreemptionSignals:
+    """Handlers for the preemption signals, installed for a whole run (``train``).
+
+    A handler records the first signal; later ones change nothing. In ``Phase.SETUP``
+    and ``Phase.FINISHING`` it raises ``Preempted`` at once, from wherever the main
+    thread is; in ``Phase.TRAINING`` it only notes the signal, and ``PreemptionStop``
+    acts on it at the next safe point (``begin_stop``). ``SignalDeadline`` ends a process
+    that outlives its stop. On leaving, the wakeup descriptor's previous owner is put
+    back and the deadline is stopped; the handlers from before come back too, except
+    after a preemption: the process is then about to exit, and a signal on the way out
+    must not end it before it has written its files (they stay noted).
     Handlers can only be installed from the main thread; elsewhere (a test's thread)
     none are.
     """
 
-    def __init__(self, names: Sequence[str], exit_s: float = 25.0) -> None:
+    def __init__(self, names: Sequence[str], deadline_s: float = 25.0) -> None:
         self.signals = [_signal(name) for name in names]
-        if not (isinstance(exit_s, int | float) and exit_s > 0):
+        if not (
+            isinstance(deadline_s, int | float)
+            and not isinstance(deadline_s, bool)
+            and 0 < deadline_s < float("inf")
+        ):
             raise ConfigError(
-                f"training.preemption_exit_s={exit_s!r} is not allowed: expected seconds > 0"
+                f"{DEADLINE_KEY}={deadline_s!r} is not allowed: expected seconds > 0 (the time "
+                "a rank has from the start of its stop to its exit)"
             )
-        self.exit_s = float(exit_s)
+        self.deadline_s = float(deadline_s)
+        self.phase = Phase.SETUP
         self.received: signal.Signals | None = None
         self._previous: dict[signal.Signals, Handler] = {}
         self._deadline: SignalDeadline | None = None
@@ -103,10 +131,10 @@ class PreemptionSignals:
 
     def __enter__(self) -> PreemptionSignals:
         if threading.current_thread() is threading.main_thread() and self.signals:
+            self._deadline = SignalDeadline(self.signals, self.deadline_s)
             for number in self.signals:
                 self._previous[number] = signal.getsignal(number)
                 signal.signal(number, self._note)
-            self._deadline = SignalDeadline(self.signals, self.exit_s)
         return self
 
     def __exit__(
@@ -116,72 +144,137 @@ class PreemptionSignals:
         traceback: TracebackType | None,
     ) -> None:
         if isinstance(error, Preempted):
-            # The process is about to exit: more signals stay noted (not deadly) and the
-            # deadline still ends it if something on the way out hangs.
-            error.previous_handler = self._previous.get(signal.Signals[error.details["signal"]])
+            name = error.details.get("signal")
+            error.previous_handler = self._previous.get(signal.Signals[name]) if name else None
+            self._stop_deadline()  # the stop is done: the caller exits
+            self._previous = {}  # ours stay: more signals are only noted
             return
         self.restore()
 
-    def restore(self) -> None:
-        """Put the handlers from before back and stop the deadline."""
+    def enter(self, phase: Phase) -> None:
+        """Move the run to ``phase``; a signal already noted stops it now if that phase does."""
+        self.phase = phase
+        if phase is not Phase.TRAINING and self.received is not None:
+            self._stop_now(self.received)
+
+    def begin_stop(self) -> None:
+        """The run starts to stop: from now on, the deadline counts."""
         if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+            self._deadline.begin()
+
+    def restore(self) -> None:
+        """Put the handlers and the wakeup descriptor from before back; no deadline."""
+        self._stop_deadline()
         for number, handler in self._previous.items():
             signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
 
+    def _stop_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
     def _note(self, number: int, frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signal.Signals(number)
+        if self.received is not None:
+            return  # the first signal decides; later ones change nothing
+        self.received = signal.Signals(number)
+        if self._deadline is not None:
+            self._deadline.noted()
+        if self.phase is not Phase.TRAINING:
+            self._stop_now(self.received)
+
+    def _stop_now(self, received: signal.Signals) -> None:
+        """End the run where it is: there is nothing to save that a resume cannot redo."""
+        self.begin_stop()
+        if self.phase is Phase.SETUP:
+            where = "before training started: nothing to save yet"
+        else:
+            where = "after training: its checkpoints are written"
+        raise Preempted(
+            f"preempted: {received.name} received {where}; run again with ckpt_path=auto "
+            "(in this run folder) to continue",
+            signal=received.name,
+            phase=self.phase.value,
+        )
 
 
 class SignalDeadline:
-    """Ends the process ``exit_s`` seconds after the first of ``signals``, from a thread.
+    """Ends the process ``deadline_s`` after its stop began, or after a signal no handler took.
 
-    The thread reads the signal numbers that Python's C-level handler writes to the
-    wakeup file descriptor, so it hears of a signal even while the main thread is
-    blocked in C and runs no Python handler. At the deadline it writes the threads'
-    stacks and one line to stderr, without logging (whose locks a stuck thread may
-    hold), and calls ``os._exit(EXIT_PREEMPTED)``. Created and cancelled in the main
-    thread (``signal.set_wakeup_fd`` requires it).
+    A thread reads what arrives on a socket: the signal numbers that Python's C-level
+    handler writes there (``signal.set_wakeup_fd``), so that it hears of a signal even
+    while the main thread is blocked in C, and the main thread's own news: the handler
+    took the signal (``noted``), the stop began (``begin``), the run ended (``cancel``).
+    At the deadline it writes the threads' stacks and one line to stderr, without logging
+    (whose locks a stuck thread may hold), and calls ``os._exit(EXIT_PREEMPTED)``. Created
+    and cancelled in the main thread (``signal.set_wakeup_fd`` requires it).
     """
 
-    def __init__(self, signals: Sequence[signal.Signals], exit_s: float) -> None:
+    NOTED, BEGIN, CANCEL = 253, 254, 255  # not signal numbers
+
+    def __init__(self, signals: Sequence[signal.Signals], deadline_s: float) -> None:
         self.numbers = {int(number) for number in signals}
-        self.exit_s = exit_s
-        self._cancelled = threading.Event()
+        self.deadline_s = deadline_s
         self._reader, self._writer = socket.socketpair()
         self._writer.setblocking(False)
         self._previous_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._watch, name="signal-deadline", daemon=True)
         self._thread.start()
 
+    def noted(self) -> None:
+        """The main thread's handler took the signal (it runs Python: it can stop)."""
+        self._send(self.NOTED)
+
+    def begin(self) -> None:
+        """The stop began: the process has ``deadline_s`` from now (later calls change nothing)."""
+        self._send(self.BEGIN)
+
     def cancel(self) -> None:
         """Stop watching: no deadline, the wakeup descriptor from before back."""
         signal.set_wakeup_fd(self._previous_fd)
-        self._cancelled.set()
-        self._writer.send(b"\0")  # wakes the thread; no signal has the number 0
+        self._send(self.CANCEL)
         self._thread.join()
         self._reader.close()
         self._writer.close()
 
-    def _watch(self) -> None:
-        name = self._first_signal()
-        if name is None or self._cancelled.wait(self.exit_s):
-            return
-        line = f"{_rank()}: still running {self.exit_s:.0f} s after {name}; exiting now\n"
-        faulthandler.dump_traceback(file=2, all_threads=True)  # where it was stuck
-        os.write(2, line.encode())
-        os._exit(EXIT_PREEMPTED)
+    def _send(self, news: int) -> None:
+        # Full (never read) or closed: there is nothing left to tell.
+        with contextlib.suppress(OSError):
+            self._writer.send(bytes([news]))
 
-    def _first_signal(self) -> str | None:
-        """The name of the first of the signals to arrive; ``None`` once cancelled."""
-        while not self._cancelled.is_set():
-            for number in self._reader.recv(64):
-                if number in self.numbers:
-                    return signal.Signals(number).name
-        return None
+    def _watch(self) -> None:
+        signalled: str | None = None
+        noted = False
+        ends_at: float | None = None  # the deadline, once one is armed
+        reason = ""
+        while True:
+            timeout = None if ends_at is None else max(0.0, ends_at - time.monotonic())
+            ready, _, _ = select.select([self._reader], [], [], timeout)
+            if not ready:
+                self._exit(reason)
+            for news in self._reader.recv(64):
+                if news == self.CANCEL:
+                    return
+                if news == self.NOTED:
+                    noted = True
+                    if ends_at is not None and reason.startswith("no handler"):
+                        ends_at = None  # it was taken: the deadline waits for the stop
+                elif news == self.BEGIN and not reason.startswith("still"):
+                    ends_at = time.monotonic() + self.deadline_s
+                    reason = f"still running {self.deadline_s:g} s after its stop began"
+                elif news in self.numbers and signalled is None:
+                    signalled = signal.Signals(news).name
+                    if not noted and ends_at is None:
+                        ends_at = time.monotonic() + self.deadline_s
+                        reason = (
+                            f"no handler took {signalled} within {self.deadline_s:g} s "
+                            "(the main thread is blocked)"
+                        )
+
+    def _exit(self, reason: str) -> None:
+        faulthandler.dump_traceback(file=2, all_threads=True)  # where it was stuck
+        os.write(2, f"{_rank()}: {reason}; exiting now\n".encode())
+        os._exit(EXIT_PREEMPTED)
 
 
 class _NoLightningSignalHandlers(_SignalConnector):

@@ -76,11 +76,20 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # the function when it is imported; the function's type does not declare it.
     leader = rank_zero_only.rank == 0  # type: ignore[attr-defined]
     clock = RunClock()
-    with RunFolderLock(cfg.output_dir) if leader else nullcontext():
-        return _train_in_folder(cfg, leader, clock)
+    # Preemption signals are handled for the whole run: before training starts one ends
+    # it at once (exit 75, nothing to save), while training at the next safe point.
+    training = cfg.get("training") or {}
+    signals = PreemptionSignals(
+        training.get("preemption_signals", ["SIGTERM", "SIGUSR2"]),
+        training.get("preemption_deadline_s", 25.0),
+    )
+    with signals, RunFolderLock(cfg.output_dir) if leader else nullcontext():
+        return _train_in_folder(cfg, leader, clock, signals)
 
 
-def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str, Any]:
+def _train_in_folder(
+    cfg: DictConfig, leader: bool, clock: RunClock, signals: PreemptionSignals
+) -> dict[str, Any]:
     """``train`` once the run folder is this run's; ``leader`` (rank 0) writes its files."""
     # A fresh run records itself first, as Hydra would, also if a check then fails; a
     # relaunch (resume, requeue) only once it starts training (LaunchRecord), so that a
@@ -130,8 +139,6 @@ def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str
     summary = RunSummary(
         cfg.output_dir, cfg.training.output_network, scaling, fine_tuning(cfg), clock
     )
-    # Preemption signals are noted from before the ranks start until training ends.
-    signals = PreemptionSignals(cfg.training.preemption_signals, cfg.training.preemption_exit_s)
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
@@ -160,7 +167,7 @@ def _train_in_folder(cfg: DictConfig, leader: bool, clock: RunClock) -> dict[str
             report.write(Path(cfg.output_dir))
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
     own_workers = WorkersEndWithRun()  # left first: before the other ranks are waited for
-    with signals, process_threads(threads.count), ranks, third_party_noise_filtered(), own_workers:
+    with process_threads(threads.count), ranks, third_party_noise_filtered(), own_workers:
         trainer = instantiate(
             cfg.trainer,
             devices=devices,
