@@ -11,14 +11,19 @@ MOVED = r"strategy\.sync_batchnorm is now training\.sync_batchnorm"
 
 
 @pytest.mark.parametrize(
-    "override", ["strategy.sync_batchnorm=false", "+strategy.sync_batchnorm=1"]
+    ("override", "new"),
+    [
+        ("strategy.sync_batchnorm=false", "training.sync_batchnorm"),
+        ("+strategy.sync_batchnorm=1", "training.sync_batchnorm"),
+        ("training.preemption_exit_s=30", "training.preemption_deadline_s"),
+    ],
 )
-def test_train_py_refuses_the_old_key_with_one_line_naming_the_new(tmp_path, override):
+def test_train_py_refuses_the_old_key_with_one_line_naming_the_new(tmp_path, override, new):
     # train.py's entry point in this process: python train.py would spend ~9 s importing.
     result = run_in_process(main, override, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "training.sync_batchnorm=..." in lines[0], result.stderr
+    assert len(lines) == 1 and f"{new}=..." in lines[0], result.stderr
     assert not (tmp_path / "run").exists()
 
 

@@ -198,3 +198,93 @@ def test_sigterm_to_rank_0_alone_stopping_on_an_epochs_last_step_ends_both_ranks
         tiny_data_root, run, ["+callbacks.signal.step=3"], *DDP, "datamodule.num_workers=1"
     )
     assert_preempted_at(run, stopped, 4, "SIGTERM")
+
+
+def validation_rows(run: Path) -> list[int]:
+    """The step of each validation row of ``metrics.csv``."""
+    rows = (run / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    cells = [dict(zip(header, row.split(","), strict=True)) for row in rows[1:]]
+    return [int(c["step"]) for c in cells if c.get("val/mIoU")]
+
+
+@pytest.mark.slow
+def test_a_signal_during_a_long_validation_stops_in_it_and_the_resume_validates_it_again(
+    tiny_data_root, tmp_path, reference
+):
+    run = tmp_path / "run"
+    # SIGUSR2 at the first batch of the validation after step 4 (epoch 0's last), in a
+    # validation of 9 batches that each take 1 s more: longer than the 3 s deadline,
+    # which counts from the start of the stop, so the stop comes at a batch's end.
+    stopped = preempt(
+        tiny_data_root,
+        run,
+        [
+            "+callbacks.signal.phase=validation",
+            "+callbacks.signal.step=4",
+            "+callbacks.signal.name=SIGUSR2",
+            "+callbacks.signal.validation_sleep_s=1",
+        ],
+        "datamodule.val_batch_size=1",
+        "training.preemption_deadline_s=3",
+    )
+    assert_preempted_at(run, stopped, 4, "SIGUSR2")
+    signalled = float((run.parent / "pids" / "signal.time").read_text())
+    assert (run / "summary.json").stat().st_mtime - signalled < 3
+    log = (run / "train.log").read_text()
+    assert "every rank stopped after step 4 (epoch 0), abandoning its validation at batch 0" in log
+    assert validation_rows(run) == []  # the abandoned validation logged nothing
+
+    resumed = resume(tiny_data_root, run, "datamodule.val_batch_size=1")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_resumed_from(run, 4)
+    assert_resumed_as_reference(run, reference, tolerance=1e-12)
+    # Epoch 0's validation ran again, whole, before training went on; then epoch 1's.
+    assert validation_rows(run) == [3, 7]
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_ddp_rank_in_a_validation_of_uneven_shares_stops_both_in_it(
+    tiny_data_root, tmp_path
+):
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    # 9 validation patches in batches of 2: rank 0 has 3 batches, rank 1 has 2; the
+    # ranks agree at the batches both have. SIGTERM to rank 1 alone, at its first.
+    stopped = preempt(
+        tiny_data_root,
+        run,
+        [
+            "+callbacks.signal.phase=validation",
+            "+callbacks.signal.step=4",
+            "+callbacks.signal.rank=1",
+        ],
+        *DDP,
+        "datamodule.val_batch_size=2",
+    )
+    assert_preempted_at(run, stopped, 4, "SIGTERM")
+    assert "abandoning its validation at batch 1" in (run / "train.log").read_text()
+    rank1 = int((pids / "rank1.pid").read_text())
+    assert not Path(f"/proc/{rank1}").exists(), "rank 1 outlived rank 0"
+
+
+@pytest.mark.slow
+def test_a_signal_before_training_ends_the_run_at_once_with_nothing_to_save(
+    tiny_data_root, tmp_path
+):
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    command = train_command(
+        *tiny_overrides(tiny_data_root, None),
+        f"hydra.run.dir={run}",
+        SIGNAL_AT,
+        "+callbacks.signal.phase=setup",
+        f"+callbacks.signal.pid_dir={pids}",
+    )
+    stopped, gone = run_in_own_group(command, timeout_s=240)
+    assert stopped.returncode == EXIT_PREEMPTED, stopped.stderr[-3000:]
+    assert gone - float((pids / "signal.time").read_text()) < 5
+    log = (run / "train.log").read_text()
+    assert "SIGTERM received before training started: nothing to save yet" in log
+    assert "exiting now" not in stopped.stderr  # the run ended itself, not its deadline
+    # A launch that never trained leaves no checkpoint and no summary of its own.
+    assert not (run / "checkpoints" / "last.ckpt").exists()
+    assert not (run / "summary.json").exists()

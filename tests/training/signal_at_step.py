@@ -20,20 +20,33 @@ class SignalAtStep(L.Callback):
     every 10 ms from a thread, while the checkpoint is being saved. Each rank writes its
     pid to ``<pid_dir>/rank<r>.pid`` when training starts, and the sender the time of
     its first signal to ``<pid_dir>/signal.time``.
+
+    ``phase``: ``train`` sends at the end of training step ``step``; ``validation`` at
+    the end of batch ``val_batch`` of the validation after step ``step`` (each of whose
+    batches then takes ``validation_sleep_s`` longer: a long validation); ``setup`` as
+    ``Trainer.fit`` sets up, before the sanity check.
     """
 
     def __init__(
         self,
-        step: int,
+        step: int = 0,
         name: str = "SIGTERM",
         rank: int = 0,
         group: bool = False,
         repeat: int = 0,
         pid_dir: str | None = None,
+        phase: str = "train",
+        val_batch: int = 0,
+        validation_sleep_s: float = 0.0,
     ) -> None:
         self.step, self.number, self.rank = step, signal.Signals[name], rank
         self.group, self.repeat = group, repeat
         self.pid_dir = Path(pid_dir) if pid_dir else None
+        self.phase, self.val_batch, self.validation_sleep_s = phase, val_batch, validation_sleep_s
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.phase == "setup" and trainer.global_rank == self.rank:
+            self._send()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.pid_dir is not None:
@@ -43,14 +56,33 @@ class SignalAtStep(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
     ) -> None:
-        if trainer.global_step != self.step or trainer.global_rank != self.rank:
+        if self.phase != "train" or trainer.global_step != self.step:
             return
-        self._send()
-        if self.repeat:
-            threading.Thread(target=self._send_again, daemon=True).start()
+        if trainer.global_rank == self.rank:
+            self._send()
+            if self.repeat:
+                threading.Thread(target=self._send_again, daemon=True).start()
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self.phase != "validation" or trainer.sanity_checking:
+            return
+        if trainer.global_step != self.step:
+            return
+        time.sleep(self.validation_sleep_s)
+        if batch_idx == self.val_batch and trainer.global_rank == self.rank:
+            self._send()
 
     def _send(self) -> None:
         if self.pid_dir is not None and not (self.pid_dir / "signal.time").exists():
+            self.pid_dir.mkdir(parents=True, exist_ok=True)
             (self.pid_dir / "signal.time").write_text(repr(time.time()))
         if self.group:
             os.killpg(os.getpgid(0), self.number)
