@@ -121,3 +121,27 @@ def test_policy_and_message():
     message = describe("gradient", 7, 2, 0.5, "16-mixed")
     assert message.startswith("the gradient is not finite (NaN or inf) at step 7 (epoch 2)")
     assert "float16 overflow under trainer.precision=16-mixed" in message
+
+
+@pytest.mark.slow
+def test_a_non_finite_last_step_with_no_validation_after_it_reports_no_predictions(
+    tiny_data_root, tmp_path
+):
+    # One epoch of 4 steps, validated after 3 batches only (an integer interval): no
+    # validation or checkpoint reads the last step's verdict before the callbacks'
+    # on_train_end, where the report predicts its sample tiles with the final weights.
+    run = tmp_path / "run"
+    args = [
+        *tiny_overrides(tiny_data_root, None),
+        f"hydra.run.dir={run}",
+        "trainer.max_epochs=1",
+        "trainer.val_check_interval=3",
+        "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
+        "+callbacks.poison.step=3",
+    ]
+    result = run_in_process(main, *args, cwd=tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output[-3000:]
+    assert "the loss is not finite (NaN or inf) at step 3 " in output
+    assert not (run / "evaluation" / "sample_predictions.png").exists()
+    assert "sample predictions" not in (run / "train.log").read_text().lower()

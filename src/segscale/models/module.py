@@ -359,6 +359,16 @@ class SegmentationModule(L.LightningModule):
         """Validate no weights that a non-finite step changed (``_raise_if_pending``)."""
         self._raise_if_pending()
 
+    def on_train_epoch_end(self) -> None:
+        """Let no callback act on weights a non-finite step changed (``_raise_if_pending``).
+
+        Lightning calls the callbacks' ``on_train_end`` before the module's: without a
+        validation or checkpoint after the last steps (an integer ``val_check_interval``,
+        ``check_val_every_n_epoch`` > 1), the report would predict its samples with them.
+        An epoch's end comes after its last step, before any ``on_train_end``.
+        """
+        self._raise_if_pending()
+
     def on_train_end(self) -> None:
         """Report no weights that the last step left non-finite (``_raise_if_pending``)."""
         self._raise_if_pending()
