@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -11,10 +15,139 @@ from omegaconf import ListConfig
 
 from segscale.errors import ConfigError, require
 
+CGROUP_MEMBERSHIP = Path("/proc/self/cgroup")
+"""This process's cgroup in each hierarchy (``ID:controllers:/path`` lines)."""
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""Where the cgroups are mounted: cgroup v2's hierarchy, and v1's ``cpu`` controller in ``cpu/``."""
+
 
 def cpus_available() -> int:
-    """CPU cores this process may run on (its affinity mask, as SLURM and taskset set it)."""
+    """CPU cores this process may use: its affinity mask within its cgroup's CPU quota.
+
+    The affinity mask is what SLURM, cpusets and ``taskset`` narrow; a CPU quota (docker
+    ``--cpus``, Kubernetes CPU limits) leaves the mask whole and caps the CPU time instead
+    (``cpu_quota``). A fractional quota counts rounded up (as loky's ``cpu_count`` and the
+    JVM count it), and never below one core.
+    """
+    return within_quota(affinity_cores(), cpu_quota())
+
+
+def within_quota(cores: int, quota: float | None) -> int:
+    """The ``cores`` that a CPU ``quota`` (in cores; ``None``: none) leaves, at least 1."""
+    # Rounded up: the fraction of a core is time a thread still gets.
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def affinity_cores() -> int:
+    """CPU cores in this process's affinity mask (all the machine's where there is none)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cpu_quota() -> float | None:
+    """The cores' worth of CPU time this process's cgroups allow; ``None`` without a quota.
+
+    cgroup v2's ``cpu.max`` (``QUOTA PERIOD`` or ``max PERIOD``), cgroup v1's
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none). A quota set on an ancestor
+    cgroup limits this one too, so every cgroup from this process's own up to the root
+    is read and the smallest quota counts. Read here rather than through joblib's
+    ``cpu_count`` (not a dependency), which reads the root of the mount only: it sees a
+    container's own quota, but not one on this process's cgroup seen from the host
+    (systemd's ``CPUQuota=``, a batch system's) or on a cgroup above it.
+    """
+    quotas = [q for d, v2 in _cgroup_directories() if (q := _quota_in(d, v2)) is not None]
+    return min(quotas, default=None)
+
+
+def _cgroup_directories() -> Iterator[tuple[Path, bool]]:
+    """The CPU-controlling cgroup directories of this process and of its ancestors.
+
+    Yields ``(directory, is_v2)``, the process's own first. A cgroup path outside this
+    cgroup namespace (``/../x``) names no directory here and is skipped.
+    """
+    try:
+        lines = CGROUP_MEMBERSHIP.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        match = re.fullmatch(r"([0-9]+):([^:]*):(/.*)", line)
+        if match is None:
+            continue
+        hierarchy, controllers, path = match.groups()
+        if hierarchy == "0" and controllers == "":
+            mount, v2 = CGROUP_ROOT, True
+        elif "cpu" in controllers.split(","):
+            mount, v2 = CGROUP_ROOT / "cpu", False
+        else:
+            continue
+        parts = PurePosixPath(path).parts[1:]
+        if ".." in parts:
+            continue
+        for depth in range(len(parts), -1, -1):
+            yield mount.joinpath(*parts[:depth]), v2
+
+
+def _quota_in(directory: Path, v2: bool) -> float | None:
+    """The CPU quota set on the cgroup ``directory``, in cores; ``None`` if none or unreadable."""
+    try:
+        if v2:
+            quota, _, period = (directory / "cpu.max").read_text().strip().partition(" ")
+        else:
+            quota = (directory / "cpu.cfs_quota_us").read_text().strip()
+            period = (directory / "cpu.cfs_period_us").read_text().strip()
+    except OSError:
+        return None
+    # Only the kernel's forms count: "max" or -1 (no quota), anything else unreadable, is none.
+    if not (re.fullmatch("[0-9]+", quota) and re.fullmatch("[0-9]+", period)):
+        return None
+    return int(quota) / int(period) if int(quota) > 0 and int(period) > 0 else None
+
+
+def slurm_task_rank() -> bool:
+    """Whether SLURM's ``srun`` started this process as one of several tasks (ranks).
+
+    Not when torchrun, or segscale's own launcher (``LOCAL_RANK``), started it inside a task.
+    """
+    tasks = int(os.environ.get("SLURM_NTASKS", "1") or 1)
+    return "SLURM_LOCALID" in os.environ and "LOCAL_RANK" not in os.environ and tasks > 1
+
+
+@dataclass(frozen=True)
+class CoreShare:
+    """How the ranks of one node share this process's CPU cores."""
+
+    ranks: int
+    """The ranks that share them: 1 for a SLURM task, whose cores are its own."""
+    granted: int | None = None
+    """The cores SLURM granted this rank's task (``SLURM_CPUS_PER_TASK``), where it says."""
+    slurm_task: bool = False
+
+    def of(self, cores: int) -> int:
+        """The share of ``cores`` that each rank takes (at least 1)."""
+        return max(1, min(cores, self.granted or cores) // self.ranks)
+
+    def describe(self) -> str:
+        """Who shares the cores out, for log lines."""
+        if not self.slurm_task:
+            return f"shared by {self.ranks} rank(s) on this node"
+        granted = f", SLURM_CPUS_PER_TASK={self.granted}" if self.granted else ""
+        return f"not divided (SLURM started this rank as a task with cores of its own{granted})"
+
+
+def core_share(ranks_per_node: int) -> CoreShare:
+    """How the ``ranks_per_node`` ranks of this node share this process's cores.
+
+    Only the cores one launcher gives all its ranks alike are divided: segscale's own
+    (``strategy=ddp``'s rank 0), Lightning's ``ddp_spawn`` and torchrun start their ranks
+    with their own affinity mask, so those ranks share it. SLURM starts each rank as a
+    task with the CPUs it granted that task (``--cpus-per-task``, which its task binding
+    makes the task's own mask): nothing to divide, and no more than that grant.
+    """
+    if not slurm_task_rank():
+        return CoreShare(max(1, ranks_per_node))
+    granted = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    count = int(granted) if re.fullmatch("[0-9]+", granted) else 0
+    return CoreShare(1, count or None, slurm_task=True)
 
 
 def is_device_list(devices: Any) -> bool:

@@ -3,6 +3,7 @@ import pytest
 
 from segscale.data.datamodule import MAX_AUTO_WORKERS, auto_num_workers
 from segscale.data.samplers import EpochShardSampler
+from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 
 @pytest.mark.parametrize(
@@ -19,6 +20,20 @@ from segscale.data.samplers import EpochShardSampler
 )
 def test_auto_num_workers_is_the_ranks_share_of_the_cores_minus_one(cpus, ranks, workers):
     assert auto_num_workers(ranks, cpus=cpus) == workers
+
+
+def test_auto_num_workers_keep_within_the_cpu_quota(monkeypatch, tmp_path):
+    # A 2-CPU container on a 16-core host: one worker beside the main process, not 8.
+    fake_mask(monkeypatch, 16)
+    no_launcher(monkeypatch)
+    fake_cgroups(monkeypatch, tmp_path, "0::/\n", {"cpu.max": "200000 100000"})
+    assert auto_num_workers(1) == 1
+
+
+def test_a_slurm_ranks_workers_share_only_its_own_cores(monkeypatch):
+    # srun --ntasks-per-node=4 --cpus-per-task=8: 7 workers beside the main process, not 1.
+    slurm_task(monkeypatch, 3, tasks=4, cpus="8")
+    assert auto_num_workers(4, cpus=8) == 7
 
 
 def test_loader_options_reach_the_dataloader(make_config, tmp_path):

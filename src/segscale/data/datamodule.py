@@ -36,7 +36,7 @@ from segscale.data.sources import (
     load_tiles,
 )
 from segscale.data.validation import validate_dataset
-from segscale.devices import cpus_available
+from segscale.devices import core_share, cpus_available
 from segscale.errors import ConfigError
 
 MAX_AUTO_WORKERS = 8
@@ -48,10 +48,12 @@ of the dataset's Python state, and beyond a few the GPU, not the pipeline, is th
 def auto_num_workers(ranks_per_node: int, cpus: int | None = None) -> int:
     """DataLoader workers per rank for ``num_workers: auto``: the rank's share of the cores.
 
-    One core of each share is left to the rank's main process (the training step, and
-    receiving the workers' batches); at least one worker, at most ``MAX_AUTO_WORKERS``.
+    The cores are ``cpus`` (default: ``cpus_available``, the affinity mask within the
+    CPU quota), shared as ``core_share`` says (a SLURM task's are its own). One core of
+    each share is left to the rank's main process (the training step, and receiving the
+    workers' batches); at least one worker, at most ``MAX_AUTO_WORKERS``.
     """
-    share = (cpus or cpus_available()) // max(1, ranks_per_node)
+    share = core_share(ranks_per_node).of(cpus or cpus_available())
     return max(1, min(MAX_AUTO_WORKERS, share - 1))
 
 

@@ -1,5 +1,8 @@
 import json
 import os
+import subprocess
+import sys
+import time
 from typing import ClassVar
 
 import pytest
@@ -62,11 +65,7 @@ def test_other_ranks_get_rank_zeros_resolved_values(monkeypatch):
 
 @pytest.mark.slow
 def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
-    import os
-    import subprocess
-    import time
-
-    from tests.conftest import REPO, tiny_overrides, train_command
+    from tests.conftest import tiny_overrides, train_command
 
     overrides = [o for o in tiny_overrides(tiny_data_root, tmp_path) if "output_dir" not in o]
     started = time.monotonic()
@@ -83,7 +82,7 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env=os.environ | {"PYTHONPATH": str(REPO)},
+        env=tree_environment(),
     )
     elapsed = time.monotonic() - started
     assert result.returncode != 0
@@ -92,6 +91,32 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
     assert elapsed < 60
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "failed"  # rank 0 stopped in a collective, and says so
+
+
+def tree_environment() -> dict[str, str]:
+    """This environment with the repository first on ``PYTHONPATH``, the caller's kept after.
+
+    The repository holds ``tests.training.failing``; ``segscale`` is then the tree under
+    test that the caller's ``PYTHONPATH`` names, not the one installed in the environment.
+    """
+    from tests.conftest import REPO
+
+    callers = os.environ.get("PYTHONPATH", "")
+    return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), callers]))}
+
+
+def test_the_started_train_py_imports_the_segscale_under_test(tmp_path):
+    import segscale
+
+    imported = subprocess.run(
+        [sys.executable, "-c", "import segscale; print(segscale.__file__)"],
+        env=tree_environment(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert imported == segscale.__file__
 
 
 def test_ranks_load_the_jobs_own_config_folders(monkeypatch):

@@ -9,6 +9,14 @@ import torch
 from segscale.errors import ConfigError
 from segscale.training.ranks import threads
 from segscale.training.ranks.threads import busy_cores, process_threads, resolve_threads
+from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
+
+
+@pytest.fixture(autouse=True)
+def alone(monkeypatch, tmp_path):
+    """No cgroup quota and no launcher, whatever the machine running the tests has."""
+    fake_cgroups(monkeypatch, tmp_path / "cgroup", "0::/\n", {})
+    no_launcher(monkeypatch)
 
 
 @pytest.fixture
@@ -31,8 +39,8 @@ def test_auto_is_the_ranks_share_of_the_cores_nothing_else_keeps_busy(no_omp):
 def test_auto_says_what_it_counted(no_omp):
     line = resolve_threads("auto", 1, 1, cpus=2, busy=1.02).describe()
     assert line == (
-        "threads: 1 per training process (training.threads=auto: 2 core(s) available, "
-        "1.0 busy with other processes, shared by 1 rank(s) on this node; their 1 "
+        "threads: 1 per training process (training.threads=auto: 2 core(s) in its affinity "
+        "mask, 1.0 busy with other processes, shared by 1 rank(s) on this node; their 1 "
         "DataLoader worker(s) each are not counted (idle most of a step))"
     )
 
@@ -41,6 +49,97 @@ def test_auto_reads_the_cores_of_this_processs_affinity_mask(no_omp, monkeypatch
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this job's
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
     assert resolve_threads("auto", 2, 1, busy=0).count == 3
+
+
+def test_a_containers_cpu_quota_limits_auto_and_the_log_says_so(no_omp, monkeypatch, tmp_path):
+    # A 4-CPU container (docker --cpus=4, a Kubernetes limit) on a 64-core host.
+    fake_mask(monkeypatch, 64)
+    fake_cgroups(monkeypatch, tmp_path / "v2", "0::/\n", {"cpu.max": "400000 100000\n"})
+    chosen = resolve_threads("auto", 1, 2, busy=0)
+    assert chosen.count == 4
+    assert "64 core(s) in its affinity mask" in chosen.describe()
+    assert "limited to 4 by its cgroup's CPU quota (4 core(s))" in chosen.describe()
+    assert resolve_threads("auto", 2, 2, busy=0).count == 2  # the ranks share the quota
+    assert resolve_threads("auto", 1, 2, busy=62).count == 2  # 2 free cores, quota 4
+    fake_cgroups(monkeypatch, tmp_path / "v2", "0::/\n", {"cpu.max": "max 100000\n"})
+    assert resolve_threads("auto", 1, 2, busy=0).count == 64
+
+
+def test_a_cgroup_v1_quota_limits_auto(no_omp, monkeypatch, tmp_path):
+    fake_mask(monkeypatch, 16)
+    quota = {"cpu/cpu.cfs_quota_us": "250000\n", "cpu/cpu.cfs_period_us": "100000\n"}
+    fake_cgroups(monkeypatch, tmp_path / "v1", "3:cpu,cpuacct:/\n", quota)
+    assert resolve_threads("auto", 1, 1, busy=0).count == 3  # 2.5 cores, rounded up
+    fake_cgroups(monkeypatch, tmp_path / "v1", "3:cpu,cpuacct:/\n", {"cpu/cpu.cfs_quota_us": "-1"})
+    assert resolve_threads("auto", 1, 1, busy=0).count == 16
+
+
+def test_a_quota_below_one_core_gives_one_thread(no_omp, monkeypatch, tmp_path):
+    fake_mask(monkeypatch, 8)
+    fake_cgroups(monkeypatch, tmp_path / "cg", "0::/job\n", {"job/cpu.max": "50000 100000"})
+    assert resolve_threads("auto", 1, 1, busy=0).count == 1
+    assert resolve_threads("auto", 4, 1, busy=0).count == 1
+
+
+def test_a_slurm_rank_computes_on_the_cores_slurm_gave_it(no_omp, monkeypatch):
+    # srun --ntasks-per-node=4 --cpus-per-task=8: each task's own 8-core mask.
+    slurm_task(monkeypatch, 1, tasks=4, cpus="8")
+    fake_mask(monkeypatch, 8)
+    chosen = resolve_threads("auto", 4, 7)
+    assert chosen.count == 8
+    assert "not divided (SLURM started this rank as a task with cores of its own" in (
+        chosen.describe()
+    )
+    # Tasks not bound to their cores each see the whole 32-core allocation.
+    fake_mask(monkeypatch, 32)
+    assert resolve_threads("auto", 4, 7).count == 8
+
+
+def test_ranks_that_torchrun_or_slurm_started_agree_without_measuring(no_omp, monkeypatch):
+    # Ranks starting side by side each see the others' start-up as busy cores: measured,
+    # rank 0 would find 0 busy and rank 1 three. Neither measures, so both take 16 // 2.
+    fake_mask(monkeypatch, 16)
+    seen = iter([0.0, 3.0])
+    monkeypatch.setattr(threads, "busy_cores", lambda: next(seen))
+    counts = []
+    for rank in (0, 1):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))  # torchrun's ranks share its mask
+        counts.append(resolve_threads("auto", 2, 1))
+    assert [c.count for c in counts] == [8, 8]
+    assert "busy cores not measured" in counts[1].describe()
+    no_launcher(monkeypatch)
+    for rank in (0, 1):
+        slurm_task(monkeypatch, rank, tasks=2, cpus="16")
+        assert resolve_threads("auto", 2, 1).count == 16
+
+
+def test_the_ranks_segscale_starts_take_rank_zeros_number(no_omp, monkeypatch):
+    # Rank 0 measures once, before any other rank starts, and passes its number down.
+    from segscale.training.ranks import launch
+
+    started: list[dict[str, str]] = []
+
+    class Started:
+        def __init__(self, commands, envs, cwd):
+            started.extend(envs)
+
+        def wait(self):
+            pass
+
+    fake_mask(monkeypatch, 8)
+    monkeypatch.setattr(threads, "busy_cores", lambda: 2.0)
+    monkeypatch.setattr(launch, "RankProcesses", Started)
+    monkeypatch.setattr(launch, "rank_command", lambda rank, folder, resolved=None: ["x"])
+    decided = resolve_threads("auto", 2, 1)
+    assert decided.count == 3  # (8 - 2) // 2
+    with process_threads(decided.count), launch.job_ranks("popen", 2, "/runs/a"):
+        pass
+    (rank_1,) = started
+    monkeypatch.setattr(threads, "busy_cores", lambda: 0.0)  # its start-up saw no load
+    with monkeypatch.context() as inside:
+        for name, value in rank_1.items():
+            inside.setenv(name, value)
+        assert resolve_threads("auto", 2, 1).count == 3
 
 
 def test_a_process_spinning_on_a_core_is_measured_busy():

@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig
 
 from segscale.command_line import config_options, program_command, quoted_override
+from segscale.devices import slurm_task_rank
 from segscale.errors import ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
 
@@ -123,8 +124,7 @@ def must_start_ranks(start_method: str | None, num_processes: int) -> bool:
 
 def started_by_launcher() -> bool:
     """Whether torchrun (``LOCAL_RANK``) or SLURM's srun (several tasks) started the ranks."""
-    slurm_tasks = int(os.environ.get("SLURM_NTASKS", "1") or 1)
-    return "LOCAL_RANK" in os.environ or ("SLURM_LOCALID" in os.environ and slurm_tasks > 1)
+    return "LOCAL_RANK" in os.environ or slurm_task_rank()
 
 
 AGREED_FAILURES = (ConfigError, NonFiniteError, RunStopped)

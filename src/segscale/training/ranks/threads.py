@@ -6,19 +6,29 @@ a 2-core machine beside a process that keeps one core busy, 2 threads trained 1.
 slower than 1. Threads that leave cores idle lose too: alone on the same machine, 1
 thread trained 1.6× slower than 2.
 
-So ``auto`` gives each rank its share of the cores this job may use (its affinity mask)
-that other processes are not keeping busy when the run starts, and never below 1. The
-busy cores are measured (the kernel's per-core counters over a fraction of a second,
-less this process's own time), not assumed. The rank's own DataLoader workers are not
-counted against it: they are idle for most of a step whenever training computes on the
-CPU (cutting and augmenting a batch of patches takes milliseconds; training on it, a
-CPU's hundreds of milliseconds), and on a GPU the training process's threads are the
-idle ones.
+So ``auto`` gives each rank its share of the cores this process may use: those of its
+affinity mask that other processes are not keeping busy when the run starts, within its
+cgroup's CPU quota (``segscale.devices.cpus_available``: a container limited to 4 CPUs
+on a 64-core host has all 64 in its mask), and never below 1. The busy cores are
+measured (the kernel's per-core counters over a fraction of a second, less this
+process's own time), not assumed. The rank's own DataLoader workers are not counted
+against it: they are idle for most of a step whenever training computes on the CPU
+(cutting and augmenting a batch of patches takes milliseconds; training on it, a CPU's
+hundreds of milliseconds), and on a GPU the training process's threads are the idle ones.
+
+Only the cores that one launcher gives all its ranks alike are divided among them
+(``segscale.devices.core_share``): segscale's own rank 0, ``ddp_spawn`` and torchrun
+start their ranks with one mask; SLURM starts each rank as a task with cores of its own
+(``--cpus-per-task``), which are not divided again. The ranks of a node agree: the
+process that starts the others decides, measuring once before they start, and they
+inherit its number through ``OMP_NUM_THREADS``; ranks that torchrun or SLURM started
+measure nothing (each would see the others' start-up as busy cores) and so, from the
+same mask, quota and grant, reach the same number.
 
 ``OMP_NUM_THREADS`` in the environment, where someone set it (the user, torchrun, the
-parallel launcher dividing a machine between jobs), is what ``auto`` takes instead:
-the one who set it knows what else runs there. A number in ``training.threads`` wins
-over both.
+parallel launcher dividing a machine between jobs, rank 0 for the ranks it starts), is
+what ``auto`` takes instead: the one who set it knows what else runs there. A number in
+``training.threads`` wins over both.
 """
 
 from __future__ import annotations
@@ -33,8 +43,9 @@ from typing import Any
 
 import torch
 
-from segscale.devices import cpus_available
+from segscale.devices import CoreShare, affinity_cores, core_share, cpu_quota, within_quota
 from segscale.errors import ConfigError
+from segscale.training.ranks.launch import started_by_launcher
 
 KEY = "training.threads"
 
@@ -76,10 +87,13 @@ def resolve_threads(
 ) -> Threads:
     """The threads of each training process that ``training.threads`` asks for.
 
-    ``setting`` is ``auto`` or a positive count. Under ``auto`` the ``ranks_per_node``
-    share the ``cpus`` this process may use (default: its affinity mask) that are not
-    ``busy`` with other processes (default: measured now, see ``busy_cores``).
-    ``workers_per_rank`` (DataLoader workers) only appear in the reason.
+    ``setting`` is ``auto`` or a positive count. Under ``auto`` (without
+    ``OMP_NUM_THREADS``) this rank takes its share (``core_share(ranks_per_node)``) of the
+    ``cpus`` of its affinity mask (default: read) that are not ``busy`` with other
+    processes, within its cgroup's CPU quota. ``busy`` defaults to ``busy_cores()``
+    measured now, by a process that no launcher started as a rank; a rank that torchrun
+    or SLURM started measures nothing. ``workers_per_rank`` (DataLoader workers) only
+    appear in the reason.
     """
     check_threads_setting(setting)
     if setting != "auto":
@@ -90,16 +104,40 @@ def resolve_threads(
             from_environment,
             f"{KEY}=auto: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} in the environment",
         )
-    cpus = cpus or cpus_available()
-    busy = busy_cores() if busy is None else busy
+    mask = cpus or affinity_cores()
+    if busy is None and not started_by_launcher():
+        busy = busy_cores()
+    return _auto_threads(mask, busy, cpu_quota(), core_share(ranks_per_node), workers_per_rank)
+
+
+def _auto_threads(
+    mask: int, busy: float | None, quota: float | None, share: CoreShare, workers_per_rank: int
+) -> Threads:
+    """The threads of ``auto``, and where they came from.
+
+    This rank's ``share`` of the ``mask``'s cores less the ``busy`` ones (``None``: not
+    measured), within the CPU ``quota``.
+    """
     # A core counts as taken once another process keeps it busy half the time or more.
-    taken = min(cpus - 1, int(busy + 0.5))
-    share = (cpus - taken) // max(1, ranks_per_node)
+    free = mask - (0 if busy is None else min(mask - 1, int(busy + 0.5)))
+    cores = within_quota(free, quota)
+    parts = [
+        f"{mask} core(s) in its affinity mask",
+        "busy cores not measured (torchrun or SLURM started this rank: every rank decides alike)"
+        if busy is None
+        else f"{busy:.1f} busy with other processes",
+    ]
+    if quota is not None:
+        parts.append(
+            f"limited to {cores} by its cgroup's CPU quota ({quota:g} core(s))"
+            if cores < free
+            else f"its cgroup's CPU quota ({quota:g} core(s)) does not limit them"
+        )
+    parts.append(share.describe())
     return Threads(
-        max(1, share),
-        f"{KEY}=auto: {cpus} core(s) available, {busy:.1f} busy with other processes, "
-        f"shared by {ranks_per_node} rank(s) on this node; their {workers_per_rank} "
-        "DataLoader worker(s) each are not counted (idle most of a step)",
+        share.of(cores),
+        f"{KEY}=auto: {', '.join(parts)}; their {workers_per_rank} DataLoader worker(s) "
+        "each are not counted (idle most of a step)",
     )
 
 
