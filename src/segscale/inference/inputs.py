@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from segscale.data.list_files import read_list_text, resolve_listed, windows_form, windows_hint
 from segscale.data.pixel_types import pixel_type_mismatch
 from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
 from segscale.errors import ConfigError
@@ -20,15 +21,15 @@ def input_images(value: str) -> list[Path]:
     """The images that ``input`` names: an image, a folder of images, or a .txt list.
 
     A list names one image path per line (relative to the list's folder or absolute);
-    blank lines and ``#`` comments are skipped. Outputs are named by file stem, so two
-    inputs with the same stem are refused (``check_output_names`` refuses the rest).
+    blank lines and ``#`` comments are skipped; one written on Windows is read as such
+    (``listed_images``). Outputs are named by file stem, so two inputs with the same stem
+    are refused (``check_output_names`` refuses the rest).
     """
     path = Path(value)
     if path.is_dir():
         images = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     elif path.suffix.lower() == ".txt" and path.is_file():
-        lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
-        images = [path.parent / line for line in lines if line]
+        images = listed_images(path)
     elif path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
         images = [path]
     elif not path.exists():
@@ -45,12 +46,39 @@ def input_images(value: str) -> list[Path]:
         )
     missing = [str(p) for p in images if not p.is_file()]
     if missing or not images:
-        raise ConfigError(f"input={value!r}: " + (f"missing {missing}" if missing else "no images"))
+        hint = f"; {windows_hint(LISTED_FROM)}" if any(windows_form(m) for m in missing) else ""
+        found = f"missing {missing}{hint}" if missing else "no images"
+        raise ConfigError(f"input={value!r}: {found}")
     stems: dict[str, Path] = {}
     for image in images:
         if image.stem in stems:
             raise ConfigError(f"input={value!r}: {image} and {stems[image.stem]} share a name")
         stems[image.stem] = image
+    return images
+
+
+LISTED_FROM = "the list's folder (or absolute)"
+"""What the paths of an input list start from, in words (messages)."""
+
+
+def listed_images(listing: Path) -> list[Path]:
+    r"""The image paths of the input list ``listing``, one a line, as its lines name them.
+
+    Relative paths start from the list's folder. The text is UTF-8 or UTF-16, CRLF line
+    ends included (``read_list_text``); a path in Windows' form (``tiles\a.png``,
+    ``D:\survey\tiles\a.png``) that is not there as written is looked for by its
+    trailing parts under the list's folder (``resolve_listed``), and kept as written if
+    it is nowhere.
+    """
+    images = []
+    for line in read_list_text(listing).splitlines():
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        image = listing.parent / entry
+        if not image.is_file() and windows_form(entry):
+            image = resolve_listed(entry, (listing.parent,)) or image
+        images.append(image)
     return images
 
 
