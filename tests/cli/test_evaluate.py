@@ -18,7 +18,14 @@ from segscale.inference.checkpoint_evaluation import evaluate, image_confusion
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import load_trained
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
-from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image, write_pair
+from tests.conftest import (
+    REPO,
+    compose_config,
+    float_oracle_checkpoint,
+    oracle_checkpoint,
+    oracle_image,
+    write_pair,
+)
 from tests.in_process import run_in_process
 
 LABEL_IDS = [10, 20, 30]
@@ -360,3 +367,24 @@ def test_images_of_other_channels_than_the_checkpoint_s_name_its_network(tmp_pat
     assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
     assert f"grey.png: has 1 channels, the network of ckpt={str(ckpt)!r} takes 3" in output
     assert "datamodule.in_channels" not in output and "Traceback" not in output
+
+
+def test_images_far_outside_the_checkpoint_s_value_range_are_refused(tmp_path: Path):
+    mask = np.random.default_rng(0).integers(0, 3, (40, 40)).astype(np.uint8)
+    pixels = oracle_image(mask).astype(np.float32)  # 0-255, for a network of 0-1
+    write_pair(tmp_path / "data", "test", "a", pixels, mask, ".tif", ".png")
+    ckpt = float_oracle_checkpoint(tmp_path / "float.ckpt")
+    with pytest.raises(ConfigError) as refused:
+        evaluate(_config(tmp_path / "data", ckpt, tmp_path / "out", "split=test"))
+    message = str(refused.value)
+    assert f"{tmp_path / 'data/test/images/a.tif'}: " in message
+    assert "far from the training images' 0 to 1" in message
+    unchecked = _config(
+        tmp_path / "data", ckpt, tmp_path / "out", "split=test", "check_value_range=false"
+    )
+    assert evaluate(unchecked)["GlobalAccuracy"] < 1.0  # scored, and wrong: 255x too bright
+    write_pair(tmp_path / "data", "test", "a", pixels / 255, mask, ".tif", ".png")
+    assert (
+        evaluate(_config(tmp_path / "data", ckpt, tmp_path / "out", "split=test"))["GlobalAccuracy"]
+        == 1.0
+    )

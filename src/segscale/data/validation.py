@@ -31,6 +31,7 @@ from segscale.data.sources import (
     TileSource,
 )
 from segscale.data.validation_cache import ValidationCache
+from segscale.data.value_range import ValueRange
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def validate_dataset(
     Checks: every image has a mask and every mask an image; files are readable and
     their headers declare at most ``max_image_pixels`` (see ``read_image``); image
     and mask sizes match; masks hold only values of ``labels`` (classes, ignored values);
-    all images have the same channel count (``in_channels`` when given) and pixel type;
+    all images have the same channel count (``in_channels`` when given) and pixel type,
+    and finite pixels;
     at least one image of each split is at least ``patch_size`` on each side (smaller
     ones are left out, with a warning). The message lists each file's problems, then
     the unknown mask values of all files in one table, with what to do about them.
@@ -100,6 +102,7 @@ def validate_dataset(
         ignored={s: _ignored_values(facts[s], labels) for s in splits},
         ignore_ids=labels.ignore_ids,
         ignore_index=labels.ignore_index,
+        value_range=ValueRange.spanning([f["value_range"] for f in train]),
     )
 
 
