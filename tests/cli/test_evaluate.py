@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -388,3 +389,63 @@ def test_images_far_outside_the_checkpoint_s_value_range_are_refused(tmp_path: P
         evaluate(_config(tmp_path / "data", ckpt, tmp_path / "out", "split=test"))["GlobalAccuracy"]
         == 1.0
     )
+
+
+def _with_class_indices(ckpt: Path, path: Path, ignore_ids: list | None = None) -> Path:
+    """``ckpt`` as train.py writes it for masks of class indices (``ignore_ids`` besides)."""
+    content = load_checkpoint_file(ckpt, "ckpt")
+    content["segscale"] |= {"label_ids": None, "ignore_ids": ignore_ids or []}
+    save_checkpoint_file(content, path)
+    return path
+
+
+def _with_extra_values(root: Path) -> Path:
+    """``_dataset``'s test split, its masks holding 7 (no class of the oracle) in a corner."""
+    _dataset(root)
+    for name in ("a", "b"):
+        path = root / "test/masks" / f"{name}.png"
+        mask = np.asarray(Image.open(path)).copy()
+        mask[-2:, -3:] = 7
+        Image.fromarray(mask).save(path)
+    return root
+
+
+def test_other_data_with_a_value_no_class_has_are_told_the_way_forward_and_take_it(
+    tmp_path: Path,
+):
+    root = _dataset(tmp_path / "data")
+    other = _with_extra_values(tmp_path / "other")
+    oracle = _trained_on(
+        oracle_checkpoint(tmp_path / "o.ckpt"), _folder_source(root), tmp_path / "t.ckpt"
+    )
+    ckpt = _with_class_indices(oracle, tmp_path / "oracle.ckpt")
+    common = ("split=test", "other_data=true")
+    with pytest.raises(InvalidDatasetError) as refused:
+        evaluate(_config(other, ckpt, tmp_path / "out", *common))
+    message = str(refused.value)
+    assert "set datamodule.ignore_ids=[7]" in message and "evaluate.py" in message
+    assert "datamodule/classes=auto takes" not in message  # training's advice
+    assert "classes file of your own" not in message
+    for extra in ((), ("datamodule/classes=auto",)):
+        metrics = evaluate(
+            _config(other, ckpt, tmp_path / "out", *common, *extra, "datamodule.ignore_ids=[7]")
+        )
+        assert metrics["MeanIoU"] == 1.0
+    rows = (tmp_path / "out/confusion_matrix.csv").read_text().splitlines()
+    labelled = 45 * 70 + 33 * 33 - 2 * 15 - 2 * 6  # the 255s and the 7s left out
+    assert sum(int(v) for row in rows[1:] for v in row.split(",")[1:]) == labelled
+
+
+def test_ignore_ids_given_add_to_the_checkpoint_s_and_may_not_take_a_class_s_value(
+    tmp_path: Path,
+):
+    other = _with_extra_values(tmp_path / "other")
+    ckpt = _with_class_indices(oracle_checkpoint(tmp_path / "o.ckpt"), tmp_path / "c.ckpt", [9])
+    cfg = _config(other, ckpt, tmp_path / "out", "split=test", "datamodule.ignore_ids=[7]")
+    evaluate(cfg)
+    assert list(cfg.datamodule.ignore_ids) == [9, 7]  # the checkpoint's stay ignored
+    for value, refused in (("[1]", "mask value 1 is class 'class1'"), ("7", "expected a list")):
+        cfg = _config(other, ckpt, tmp_path / "out", f"datamodule.ignore_ids={value}")
+        key = re.escape(f"datamodule.ignore_ids={value}: ")
+        with pytest.raises(ConfigError, match=f"{key}.*{refused}"):
+            evaluate(cfg)

@@ -46,6 +46,7 @@ def validate_dataset(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     locations_per_class: int = 0,
     channels_from: str = "datamodule.in_channels",
+    checkpoint: str | None = None,
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
@@ -58,7 +59,8 @@ def validate_dataset(
     ones are left out, with a warning). The message lists each file's problems, then
     the unknown mask values of all files in one table, with what to do about them.
     ``channels_from`` says whose number ``in_channels`` is, for the message (a
-    checkpoint's network, when evaluating).
+    checkpoint's network, when evaluating). ``checkpoint``: the checkpoint evaluated,
+    whose classes the masks are read with; the message's advice is then its.
 
     ``locations_per_class > 0`` also keeps up to that many pixels of each class in
     each tile (``DatasetReport.class_locations``); cached files read before without
@@ -83,7 +85,7 @@ def validate_dataset(
         if not usable[split] and not problems and not unknown:
             problems.append(_too_small(split, facts[split], patch_size))
     if problems or unknown:
-        raise InvalidDatasetError(problem_message(problems, unknown, labels))
+        raise InvalidDatasetError(problem_message(problems, unknown, labels, checkpoint))
     train = [f for _, f in facts[splits[0]]]
     mean, std = _channel_moments(train)
     locations = {

@@ -96,6 +96,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         splits=(cfg.split,),
         max_image_pixels=datamodule.max_image_pixels,
         channels_from=network,
+        checkpoint=str(cfg.ckpt),
     )
     pairs = report.pairs[cfg.split]
     # Every image has the report's pixel type (validation refuses a mix): one check.
