@@ -55,6 +55,7 @@ def test_the_classes_of_a_tree_are_shown_and_written_without_training(tmp_path):
     assert "ignore_ids [0]: 64 px, 6.2% of validation pixels, ignored" in log
     assert "unknown mask values: none" in log
     assert "images: 2 training, 1 validation; 3 channel(s), uint8" in log
+    assert "values ['0 to 255', '0 to 255', '0 to 255'] (of the training images)" in log
     classes = OmegaConf.load(out / "classes.yaml")
     assert classes.label_ids == [10, 20, 30] and classes.ignore_ids == [0]
     frequencies = json.loads((out / "class_frequencies.json").read_text())

@@ -34,7 +34,7 @@ MAX_SHARE_OUTSIDE = 0.01
 UNCHECKED_TYPES = ("uint8",)
 """Pixel types whose value scale is their type's (0-255): an input of one is not checked."""
 
-SAMPLE_VALUES = 1 << 24
+SAMPLE_VALUES = 1 << 22
 """Values of an input read for its check, at most: rows spread over the image."""
 
 _FLOAT_KEPT_BITS = 16
@@ -197,9 +197,10 @@ def value_range_problem(image: np.ndarray, trained: ValueRange) -> str | None:
     largest = np.full(trained.channels, -np.inf)
     seen = 0
     for band in _sampled_bands(pixels):
-        outside += ((band < low) | (band > high)).sum((0, 1))
-        smallest = np.minimum(smallest, band.min((0, 1)))
-        largest = np.maximum(largest, band.max((0, 1)))
+        least, most = band.min((0, 1)), band.max((0, 1))
+        smallest, largest = np.minimum(smallest, least), np.maximum(largest, most)
+        if (least < low).any() or (most > high).any():  # else none is outside: not counted
+            outside += np.count_nonzero((band < low) | (band > high), axis=(0, 1))
         seen += band.shape[0] * band.shape[1]
     share = outside / max(seen, 1)
     channel = int(np.argmax(share))
@@ -218,7 +219,7 @@ def _sampled_bands(pixels: np.ndarray) -> Iterator[np.ndarray]:
     step = max(1, math.ceil(pixels.shape[0] * row_values / SAMPLE_VALUES))
     rows = max(1, (1 << 22) // row_values) * step  # ~4 M values read at a time
     for y in range(0, pixels.shape[0], rows):
-        yield np.asarray(pixels[y : y + rows : step], np.float64)
+        yield np.asarray(pixels[y : y + rows : step])
 
 
 def _finite(value: object) -> bool:
