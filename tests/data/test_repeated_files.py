@@ -92,3 +92,28 @@ def test_the_validation_pass_refuses_a_repeated_line_naming_the_list(tmp_path: P
     with pytest.raises(InvalidDatasetError) as refused:
         validate_dataset(source, LabelMap(3), ("x", "y", "z"), 4, None)
     assert f"{tmp_path / 'train.txt'}:2:" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        "train\\a.png trainannot\\a.png",  # written on Windows
+        "hard.png trainannot/a.png",  # a hard link: the same file under another name
+        "train/../train/a.png trainannot/./a.png",
+    ],
+)
+def test_a_pair_named_another_way_is_still_a_repeat(tmp_path: Path, second: str):
+    _tiles(tmp_path)
+    (tmp_path / "hard.png").hardlink_to(tmp_path / "train/a.png")
+    _, problems = _scan(tmp_path, f"train/a.png trainannot/a.png\n{second}\n")
+    assert [p.path for p in problems] == [Path(f"{tmp_path / 'train.txt'}:2")]
+    assert problems[0].reason.startswith(f"repeats the pair at {tmp_path / 'train.txt'}:1")
+
+
+def test_one_name_lines_naming_one_image_twice_are_a_repeat(tmp_path: Path):
+    for name in ("a", "b"):
+        _write(tmp_path / "images" / f"{name}.png", np.zeros((8, 8, 3), np.uint8))
+        _write(tmp_path / "masks" / f"{name}.png", np.zeros((8, 8), np.uint8))
+    _, problems = _scan(tmp_path, "a\nb\na.png\n")
+    assert [p.path for p in problems] == [Path(f"{tmp_path / 'train.txt'}:3")]
+    assert f"{tmp_path / 'train.txt'}:1" in problems[0].reason
