@@ -23,7 +23,7 @@ from PIL import Image
 from segscale.configs import CONFIG_DIR
 from segscale.data.synthetic import SyntheticTiles, draw_tile
 from segscale.devices import cpus_available
-from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -218,6 +218,22 @@ def oracle_checkpoint(path: Path, num_classes: int = 3, colours: list | None = N
     }
     state = {"network.weight": weight, "network.bias": -(torch.arange(num_classes) ** 2.0)}
     save_checkpoint_file({"state_dict": state, "segscale": meta}, path)
+    return path
+
+
+def float_oracle_checkpoint(
+    path: Path, value_range: list[list[float]] | None = ((0.0, 1.0),) * 3
+) -> Path:
+    """``oracle_checkpoint`` trained on float images of 0-1, with that ``value_range``.
+
+    It predicts ``mask`` from ``oracle_image(mask) / 255`` (as float32); ``value_range``
+    ``None``: a checkpoint written before segscale recorded one.
+    """
+    content = load_checkpoint_file(oracle_checkpoint(path), "ckpt")
+    content["segscale"]["max_value"] = 1.0
+    if value_range is not None:
+        content["segscale"]["value_range"] = [list(pair) for pair in value_range]
+    save_checkpoint_file(content, path)
     return path
 
 

@@ -13,7 +13,13 @@ from segscale import api
 from segscale.errors import ConfigError
 from segscale.inference.prediction import predict as predict_command
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
-from tests.conftest import compose_config, oracle_checkpoint, oracle_image, tiny_overrides
+from tests.conftest import (
+    compose_config,
+    float_oracle_checkpoint,
+    oracle_checkpoint,
+    oracle_image,
+    tiny_overrides,
+)
 
 COLOURS = [[255, 0, 0], [0, 255, 0], [0, 0, 255]]
 
@@ -282,3 +288,16 @@ def test_a_one_channel_float_array_with_a_nan_is_refused_as_h_by_w(oracle: Path,
     pixels[5, 5] = np.nan
     with pytest.raises(ValueError, match="image of dtype float32: has NaN or infinite pixels"):
         predictor.predict(pixels)
+
+
+def test_an_array_far_outside_the_training_values_is_refused(oracle: Path, tmp_path: Path):
+    ckpt = float_oracle_checkpoint(tmp_path / "float.ckpt")
+    truth = _truth((20, 20))
+    pixels = oracle_image(truth).astype(np.float32)
+    predictor = segscale.load(ckpt, tile_size=32)
+    np.testing.assert_array_equal(predictor.predict(pixels / 255), truth)
+    with pytest.raises(ValueError, match="far from the training images' 0 to 1") as refused:
+        predictor.predict(pixels)
+    assert "check_value_range=false" in str(refused.value)
+    unchecked = segscale.load(ckpt, tile_size=32, overrides=["check_value_range=false"])
+    assert unchecked.predict(pixels).shape == truth.shape

@@ -32,7 +32,7 @@ from segscale.data.sources import (
     check_max_image_pixels,
 )
 from segscale.errors import ConfigError
-from segscale.inference.inputs import check_pixels, read_input_image
+from segscale.inference.inputs import check_pixels, range_checked, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
@@ -65,6 +65,9 @@ class Predictor:
         max_image_pixels: int | None,
         ckpt: str | os.PathLike[str] = "ckpt",
     ) -> None:
+        # The training images' values, which an image must not be far outside (None:
+        # not recorded, or check_value_range=false).
+        self.value_range = trained.value_range
         self.module = trained.module.to(device).eval()
         self.class_names = trained.class_names
         self.colours = trained.colours
@@ -122,7 +125,12 @@ class Predictor:
             return self._checked_array(image)
         if isinstance(image, (str, os.PathLike)):
             return read_input_image(
-                Path(image), self.in_channels, self.max_image_pixels, self.max_value, self.network
+                Path(image),
+                self.in_channels,
+                self.max_image_pixels,
+                self.max_value,
+                self.network,
+                self.value_range,
             )
         raise TypeError(
             f"image must be a numpy array or the path of an image file, got {type(image).__name__}"
@@ -139,7 +147,8 @@ class Predictor:
                 + " of raw pixel values"
             )
         # A ConfigError is a ValueError: the array's own checks and a file's are one.
-        check_pixels(f"image of dtype {image.dtype}", image, self.max_value, self.network)
+        what = f"image of dtype {image.dtype}"
+        check_pixels(what, image, self.max_value, self.network, self.value_range)
         return image
 
 
@@ -174,7 +183,7 @@ def load(
         if value is not None:
             cfg.inference[key] = value
     check_max_image_pixels(cfg.max_image_pixels, "max_image_pixels")
-    trained = load_trained(Path(ckpt), key="ckpt")
+    trained = range_checked(load_trained(Path(ckpt), key="ckpt"), cfg.check_value_range)
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     window = build(cfg.inference)  # a ConfigError comes out as itself, not Hydra's wrapper
     return Predictor(trained, window, torch.device(device), cfg.max_image_pixels, ckpt)

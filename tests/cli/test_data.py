@@ -55,6 +55,7 @@ def test_the_classes_of_a_tree_are_shown_and_written_without_training(tmp_path):
     assert "ignore_ids [0]: 64 px, 6.2% of validation pixels, ignored" in log
     assert "unknown mask values: none" in log
     assert "images: 2 training, 1 validation; 3 channel(s), uint8" in log
+    assert "values ['0 to 255', '0 to 255', '0 to 255'] (of the training images)" in log
     classes = OmegaConf.load(out / "classes.yaml")
     assert classes.label_ids == [10, 20, 30] and classes.ignore_ids == [0]
     frequencies = json.loads((out / "class_frequencies.json").read_text())
@@ -109,3 +110,23 @@ def test_data_py_inspects_the_synthetic_dataset(tiny_data_root, tmp_path):
     assert "impervious_surface" in done.stdout and "unknown mask values: none" in done.stdout
     assert "torch.nn" not in done.stdout  # nothing about a network
     assert (out / "class_frequencies.csv").is_file() and not (out / "classes.yaml").exists()
+
+
+def test_a_nan_pixel_in_a_float_training_image_is_refused_naming_the_file(tmp_path):
+    root = tmp_path / "data"
+    rng = np.random.default_rng(0)
+    for split, name in (("train", "a"), ("train", "b"), ("val", "c")):
+        image = rng.random((32, 32, 3), dtype=np.float32)
+        if name == "b":
+            image[5, 6, 0] = np.nan
+        write_pair(root, split, name, image, np.zeros((32, 32), np.uint8), image_suffix=".tif")
+    done = _data(
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule.patch_size=16",
+        f"output_dir={tmp_path}",
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert "Traceback" not in output
+    assert f"{root / 'train/images/b.tif'}: has 1 NaN or infinite pixel value(s)" in output

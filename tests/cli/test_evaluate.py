@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,14 @@ from segscale.inference.checkpoint_evaluation import evaluate, image_confusion
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import load_trained
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
-from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image, write_pair
+from tests.conftest import (
+    REPO,
+    compose_config,
+    float_oracle_checkpoint,
+    oracle_checkpoint,
+    oracle_image,
+    write_pair,
+)
 from tests.in_process import run_in_process
 
 LABEL_IDS = [10, 20, 30]
@@ -360,3 +368,88 @@ def test_images_of_other_channels_than_the_checkpoint_s_name_its_network(tmp_pat
     assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
     assert f"grey.png: has 1 channels, the network of ckpt={str(ckpt)!r} takes 3" in output
     assert "datamodule.in_channels" not in output and "Traceback" not in output
+
+
+def test_images_far_outside_the_checkpoint_s_value_range_are_refused(tmp_path: Path):
+    mask = np.random.default_rng(0).integers(0, 3, (40, 40)).astype(np.uint8)
+    pixels = oracle_image(mask).astype(np.float32)  # 0-255, for a network of 0-1
+    write_pair(tmp_path / "data", "test", "a", pixels, mask, ".tif", ".png")
+    ckpt = float_oracle_checkpoint(tmp_path / "float.ckpt")
+    with pytest.raises(ConfigError) as refused:
+        evaluate(_config(tmp_path / "data", ckpt, tmp_path / "out", "split=test"))
+    message = str(refused.value)
+    assert f"{tmp_path / 'data/test/images/a.tif'}: " in message
+    assert "far from the training images' 0 to 1" in message
+    unchecked = _config(
+        tmp_path / "data", ckpt, tmp_path / "out", "split=test", "check_value_range=false"
+    )
+    assert evaluate(unchecked)["GlobalAccuracy"] < 1.0  # scored, and wrong: 255x too bright
+    write_pair(tmp_path / "data", "test", "a", pixels / 255, mask, ".tif", ".png")
+    assert (
+        evaluate(_config(tmp_path / "data", ckpt, tmp_path / "out", "split=test"))["GlobalAccuracy"]
+        == 1.0
+    )
+
+
+def _with_class_indices(ckpt: Path, path: Path, ignore_ids: list | None = None) -> Path:
+    """``ckpt`` as train.py writes it for masks of class indices (``ignore_ids`` besides)."""
+    content = load_checkpoint_file(ckpt, "ckpt")
+    content["segscale"] |= {"label_ids": None, "ignore_ids": ignore_ids or []}
+    save_checkpoint_file(content, path)
+    return path
+
+
+def _with_extra_values(root: Path) -> Path:
+    """``_dataset``'s test split, its masks holding 7 (no class of the oracle) in a corner."""
+    _dataset(root)
+    for name in ("a", "b"):
+        path = root / "test/masks" / f"{name}.png"
+        mask = np.asarray(Image.open(path)).copy()
+        mask[-2:, -3:] = 7
+        Image.fromarray(mask).save(path)
+    return root
+
+
+def test_other_data_with_a_value_no_class_has_are_told_the_way_forward_and_take_it(
+    tmp_path: Path,
+):
+    root = _dataset(tmp_path / "data")
+    other = _with_extra_values(tmp_path / "other")
+    oracle = _trained_on(
+        oracle_checkpoint(tmp_path / "o.ckpt"), _folder_source(root), tmp_path / "t.ckpt"
+    )
+    ckpt = _with_class_indices(oracle, tmp_path / "oracle.ckpt")
+    common = ("split=test", "other_data=true")
+    with pytest.raises(InvalidDatasetError) as refused:
+        evaluate(_config(other, ckpt, tmp_path / "out", *common))
+    message = str(refused.value)
+    assert "set datamodule.ignore_ids=[7]" in message and "evaluate.py" in message
+    assert "datamodule/classes=auto takes" not in message  # training's advice
+    assert "classes file of your own" not in message
+    for extra in ((), ("datamodule/classes=auto",)):
+        metrics = evaluate(
+            _config(other, ckpt, tmp_path / "out", *common, *extra, "datamodule.ignore_ids=[7]")
+        )
+        assert metrics["MeanIoU"] == 1.0
+    rows = (tmp_path / "out/confusion_matrix.csv").read_text().splitlines()
+    labelled = 45 * 70 + 33 * 33 - 2 * 15 - 2 * 6  # the 255s and the 7s left out
+    assert sum(int(v) for row in rows[1:] for v in row.split(",")[1:]) == labelled
+
+
+def test_ignore_ids_given_add_to_the_checkpoint_s_and_may_not_take_a_class_s_value(
+    tmp_path: Path,
+):
+    other = _with_extra_values(tmp_path / "other")
+    ckpt = _with_class_indices(oracle_checkpoint(tmp_path / "o.ckpt"), tmp_path / "c.ckpt", [9])
+    cfg = _config(other, ckpt, tmp_path / "out", "split=test", "datamodule.ignore_ids=[7]")
+    evaluate(cfg)
+    assert list(cfg.datamodule.ignore_ids) == [9, 7]  # the checkpoint's stay ignored
+    for value, refused in (
+        ("[1]", "mask value 1 is class 'class1'"),
+        ("7", "expected a list"),
+        ("[x]", "'x' is not a mask value"),
+        ("[[0,0,9]]", "mix grey levels and RGB triplets"),
+    ):
+        cfg = _config(other, ckpt, tmp_path / "out", f"datamodule.ignore_ids={value}")
+        with pytest.raises(ConfigError, match=f"^datamodule.ignore_ids.*{re.escape(refused)}"):
+            evaluate(cfg)

@@ -16,7 +16,13 @@ from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_
 from segscale.inference.inputs import UnreadableImageError
 from segscale.inference.prediction import predict, run_prediction
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
-from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
+from tests.conftest import (
+    REPO,
+    compose_config,
+    float_oracle_checkpoint,
+    oracle_checkpoint,
+    oracle_image,
+)
 from tests.data.declared_size import png_declaring
 from tests.in_process import run_in_process
 from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
@@ -413,3 +419,58 @@ def test_accelerator_gpu_without_a_gpu_says_so_and_how_to_use_the_cpu(tmp_path, 
     message = str(refused.value)
     assert message.startswith("accelerator=gpu: no GPU is visible to this process")
     assert "give accelerator=cpu" in message and "indices" not in message
+
+
+def _float_inputs(folder: Path) -> dict[str, np.ndarray]:
+    """``right.tif`` of floats 0-1 (as the training images), ``scaled.tif`` of 0-255."""
+    folder.mkdir()
+    mask = np.random.default_rng(0).integers(0, 3, (40, 50)).astype(np.uint8)
+    pixels = oracle_image(mask).astype(np.float32)
+    tifffile.imwrite(folder / "right.tif", pixels / 255)
+    tifffile.imwrite(folder / "scaled.tif", pixels)
+    return {"right": mask, "scaled": mask}
+
+
+@pytest.mark.parametrize(
+    ("recorded", "overrides", "code"),
+    [
+        ([[0.0, 1.0]] * 3, (), EXIT_BAD_INPUT),
+        ([[0.0, 1.0]] * 3, ("check_value_range=false",), 0),
+        (None, (), 0),  # a checkpoint from before the range was recorded: no check
+    ],
+    ids=["refused", "check_value_range=false", "older checkpoint"],
+)
+def test_a_float_image_of_0_to_255_for_a_network_of_0_to_1_is_refused_naming_both(
+    tmp_path: Path, recorded, overrides: tuple[str, ...], code: int
+):
+    _float_inputs(tmp_path / "in")
+    ckpt = float_oracle_checkpoint(tmp_path / "float.ckpt", recorded)
+    args = [
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "accelerator=cpu",
+        "inference.tile_size=32",
+        *overrides,
+    ]
+    result = run_in_process(predict_main, *args, cwd=tmp_path, program="predict.py")
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output[-3000:]
+    assert "Traceback" not in output
+    written = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
+    if code:
+        assert f"{tmp_path / 'in/scaled.tif'}: " in output
+        assert "far from the training images' 0 to 1, which the network of ckpt=" in output
+        assert "check_value_range=false" in output
+        assert "scaled.png" not in written
+    else:
+        assert "scaled.png" in written and "right.png" in written
+
+
+def test_check_value_range_takes_true_or_false(tmp_path: Path):
+    _float_inputs(tmp_path / "in")
+    ckpt = float_oracle_checkpoint(tmp_path / "float.ckpt")
+    cfg = _config(f"ckpt={ckpt}", f"input={tmp_path / 'in'}", "check_value_range=maybe")
+    with pytest.raises(ConfigError, match="check_value_range='maybe' is not allowed"):
+        predict(cfg)

@@ -36,6 +36,12 @@ def test_grey_level_label_ids_and_several_ids_per_class():
         ([0, 1, 1], (), "given for two classes"),
         ([0, 1, [0, 0, 255]], (), "mix grey levels and RGB"),
         ([[0, 0, 300], [0, 0, 1], [0, 0, 2]], (), "not an RGB triplet"),
+        # values of another kind: a string recursed without end, a float raised TypeError
+        (None, ["x"], r"datamodule.ignore_ids: 'x' is not a mask value"),
+        (["road", 1, 2], (), r"datamodule.label_ids: 'road' is not a mask value"),
+        ([0, 1.5, 2], (), r"datamodule.label_ids: 1.5 is not a mask value"),
+        (None, [True], r"datamodule.ignore_ids: True is not a mask value"),
+        (None, [{"a": 1}], r"datamodule.ignore_ids: \{'a': 1\} is not a mask value"),
     ],
 )
 def test_bad_label_ids_name_the_key(label_ids, ignore_ids, message):

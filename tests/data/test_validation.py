@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tifffile
 from PIL import Image
 
 from segscale.data import mask_values, validation_cache
@@ -381,3 +382,38 @@ def test_class_locations_are_kept_compact_and_cached(tmp_path: Path, monkeypatch
         FolderTiles(str(root)), LabelMap(3, 255), NAMES, 16, None, locations_per_class=5
     )
     assert len(reads) == 9  # another number of locations: read again
+
+
+def _float_dataset(root: Path, scale: float = 1.0) -> Path:
+    """Float TIFFs of values 0 to ``scale`` (0.2 to 0.7 in the val split), class masks."""
+    rng = np.random.default_rng(0)
+    for split, names, low, high in (("train", ("t1", "t2"), 0, 1), ("val", ("v1",), 0.2, 0.7)):
+        for name in names:
+            image = rng.uniform(low, high, (32, 32, 3)).astype(np.float32) * scale
+            mask = rng.integers(0, 3, (32, 32)).astype(np.uint8)
+            write_pair(root, split, name, image, mask, image_suffix=".tif")
+    return root
+
+
+def test_nan_or_infinite_pixels_in_float_images_are_listed_file_by_file(tmp_path: Path):
+    root = _float_dataset(tmp_path)
+    for name, value in (("train/images/t1.tif", np.nan), ("val/images/v1.tif", -np.inf)):
+        image = tifffile.imread(root / name)
+        image[3, 4, 1] = value
+        tifffile.imwrite(root / name, image)
+    message = _problems(root)
+    assert message.startswith("2 problem(s) in the dataset")
+    for name in ("train/images/t1.tif", "val/images/v1.tif"):
+        assert f"{root / name}: has 1 NaN or infinite pixel value(s); expected finite" in message
+    assert str(root / "train/images/t2.tif") not in message
+
+
+def test_the_training_images_value_range_is_recorded_per_channel(tmp_path: Path):
+    floats = _validate(_float_dataset(tmp_path / "floats"))
+    assert floats.value_range.channels == 3
+    for low, high in zip(floats.value_range.low, floats.value_range.high, strict=True):
+        assert 0 <= low < 0.01 and 0.99 < high <= 1.0  # the training images', not val's
+    scaled = _validate(_float_dataset(tmp_path / "scaled", scale=255.0))
+    assert all(250 < high <= 255 for high in scaled.value_range.high)
+    uint8 = _validate(_dataset(tmp_path / "uint8"))
+    assert uint8.value_range.low == (0.0,) * 3 and uint8.value_range.high == (255.0,) * 3

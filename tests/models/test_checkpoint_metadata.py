@@ -189,6 +189,9 @@ NONSENSE = [
     ({"label_ids": [0, 128]}, r"label_ids/ignore_ids: .*2 entries for 3 classes"),
     ({"label_ids": [0, 0, 255], "ignore_ids": []}, r"mask value 0 is given for two classes"),
     ({"label_ids": [0, [1, 2, 3], 9], "ignore_ids": []}, r"mix grey levels and RGB"),
+    ({"value_range": [[0.0, 1.0]]}, r"value_range=\[\[0\.0, 1\.0\]\]: expected 3 \[low, high\]"),
+    ({"value_range": [[1.0, 0.0]] * 3}, r"value_range=.*low above high"),
+    ({"value_range": [[0.0, float("inf")]] * 3}, r"value_range=.*finite numbers"),
 ]
 
 
@@ -214,6 +217,13 @@ def test_predict_py_refuses_nonsense_metadata(tmp_path, entries, code):
     assert "Traceback" not in output
     if code:
         assert f"ckpt='{ckpt}': its metadata makes no sense: {next(iter(entries))}=" in output
+
+
+def test_checkpoints_record_the_training_images_value_range(trained):
+    module, path = trained
+    recorded = module.inference_metadata["value_range"]
+    assert len(recorded) == 3 and all(0 <= low < high <= 255 for low, high in recorded)
+    assert load_trained(path).value_range.record() == recorded
 
 
 def test_checkpoints_record_the_segscale_that_wrote_them(trained, tmp_path):

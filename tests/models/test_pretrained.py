@@ -180,6 +180,7 @@ def test_a_checkpoint_never_fetches():
         max_value=1,
         labels=LabelMap(1),
         patch_size=64,
+        value_range=None,
     )
     metadata = inference_metadata({"encoder_weights": "imagenet"}, datamodule)
     assert metadata["model"]["encoder_weights"] is None

@@ -36,6 +36,7 @@ from segscale.data.sources import (
     load_tiles,
 )
 from segscale.data.validation import validate_dataset
+from segscale.data.value_range import ValueRange
 from segscale.devices import core_share, cpus_available
 from segscale.errors import ConfigError
 
@@ -156,6 +157,11 @@ class SegmentationDataModule(L.LightningDataModule):
     def max_value(self) -> float:
         """Full intensity of the images' pixel type: 255 (uint8), 65535 (uint16), 1."""
         return self.check().max_value
+
+    @property
+    def value_range(self) -> ValueRange | None:
+        """The training images' values per channel (``DatasetReport.value_range``)."""
+        return self.check().value_range
 
     @property
     def mean(self) -> tuple[float, ...]:

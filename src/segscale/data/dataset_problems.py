@@ -28,17 +28,23 @@ def problem_message(
     problems: list[FileProblem],
     unknown: MaskValueCensus | None = None,
     labels: LabelMap | None = None,
+    checkpoint: str | None = None,
 ) -> str:
     """Every problem: those of single files one per line, then unknown mask values.
 
     More than ``MAX_LINES_PER_KIND`` problems of one ``kind`` (images without a mask,
     ...) are one line with their count, then the first ``EXAMPLES_PER_KIND``.
+    ``checkpoint``: the checkpoint whose classes the masks are read with (evaluate.py),
+    whose way with unknown values is not training's.
     """
     files = len(unknown.all_files) if unknown else 0
     lines = [f"{len(problems) + files} problem(s) in the dataset (datamodule.source):"]
     lines += _problem_lines(problems)
     if unknown and labels is not None:
-        lines += _unknown_values(unknown, labels, files)
+        if checkpoint is None:
+            lines += _unknown_values(unknown, labels, files)
+        else:
+            lines += _unknown_to_checkpoint(unknown, labels, files, checkpoint)
     return "\n".join(lines)
 
 
@@ -83,6 +89,21 @@ def _unknown_values(unknown: MaskValueCensus, labels: LabelMap, files: int) -> l
             f"set {ignore} to ignore these values."
         )
     return lines
+
+
+def _unknown_to_checkpoint(
+    unknown: MaskValueCensus, labels: LabelMap, files: int, checkpoint: str
+) -> list[str]:
+    """The table of mask values that no class of ``checkpoint`` has, and the way forward."""
+    what = "a value" if len(unknown) == 1 else f"{len(unknown)} values"
+    return [
+        f"  {files} mask(s) hold {what} that no class of ckpt={checkpoint!r} has (it knows "
+        f"{labels.describe_known()}):",
+        unknown.table(indent=4),
+        "  What to do: evaluate.py scores the checkpoint's classes, which these masks cannot "
+        f"change; set datamodule.ignore_ids={unknown.override_list()} to leave these pixels "
+        "out of the scores (added to the values the checkpoint ignores).",
+    ]
 
 
 def _classes_option() -> str | None:

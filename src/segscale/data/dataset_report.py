@@ -18,6 +18,7 @@ from segscale.data.labels import LabelId, code_of, shown_value
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pixel_types import MAX_VALUES
 from segscale.data.sources import ImageMaskPair
+from segscale.data.value_range import ValueRange
 
 SPLIT_WORDS = {"train": "training", "val": "validation"}
 """How messages name a split's images and masks."""
@@ -50,6 +51,9 @@ class DatasetReport:
     ignore_ids: tuple[LabelId, ...] = ()
     """The mask values ``datamodule.ignore_ids`` names."""
     ignore_index: int = 255
+    value_range: ValueRange | None = None
+    """The training images' values per channel (raw): the lowest and highest of their
+    robust ranges (``segscale.data.value_range``). Checkpoints record it."""
 
     @property
     def max_value(self) -> float:

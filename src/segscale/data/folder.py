@@ -10,8 +10,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from segscale.data.list_files import ListedLine, read_list, resolve_listed
+from segscale.data.list_files import (
+    ListedLine,
+    read_list,
+    resolve_listed,
+    windows_form,
+    windows_hint,
+    windows_parts,
+)
 from segscale.data.name_pairing import Naming, files_by_key, pair_folders, unusable
+from segscale.data.repeated_files import repeated_files
 from segscale.data.sources import IMAGE_SUFFIXES, MASK_SUFFIXES, FileProblem, ImageMaskPair
 from segscale.errors import ConfigError, require
 
@@ -21,6 +29,9 @@ SPLIT_KEYS = {
     "list": "the split's list file",
 }
 """The keys of a split given as a mapping, and what each names (under the root)."""
+
+LIST_BASES = "the list's folder or datamodule.source.root"
+"""What the paths of a list start from, in words (messages)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,10 @@ class FolderTiles:
         files = self.split_files(split)
         if files.listing is not None:
             return self._pair_listed(files, files.listing)
-        return pair_folders(files.images, files.masks, self._naming("image"), self._naming("mask"))
+        pairs, problems = pair_folders(
+            files.images, files.masks, self._naming("image"), self._naming("mask")
+        )
+        return pairs, problems + repeated_files(pairs, [str(p.image) for p in pairs])
 
     def split_files(self, split: str) -> SplitFiles:
         """Where ``split``'s files are; ``ConfigError`` naming the keys if they are not there."""
@@ -197,6 +211,7 @@ class FolderTiles:
         bases = tuple(dict.fromkeys((listing.parent, Path(self.root))))
         named = _NamedFiles(files, self._naming("image"), self._naming("mask"))
         pairs: list[ImageMaskPair] = []
+        places: list[str] = []
         problems: list[FileProblem] = []
         for line in read_list(listing):
             found: ImageMaskPair | FileProblem | None
@@ -213,9 +228,10 @@ class FolderTiles:
                 )
             if isinstance(found, ImageMaskPair):
                 pairs.append(found)
+                places.append(line.where)
             elif found is not None:
                 problems.append(found)
-        return pairs, named.problems + problems
+        return pairs, named.problems + problems + repeated_files(pairs, places)
 
 
 def check_splits(splits: object) -> None:
@@ -290,19 +306,28 @@ class _NamedFiles:
             )
         images, masks = self._by_key
         name = line.fields[0]
-        key = self.image_naming.key(Path(name))  # a name without the suffix: as it is
-        key = key or replace(self.image_naming, name_suffix="").key(Path(name)) or name
+        key = self._key(name)
+        if key not in images and windows_form(name):  # a name written on Windows
+            parts = windows_parts(name)
+            tails = (self._key("/".join(parts[start:])) for start in range(len(parts)))
+            key = next((tail for tail in tails if tail in images), key)
         if key in self.explained and (key not in images or key not in masks):
             return None  # its unusable image or mask is listed already
         if key not in images:
             where = self.files.images
             kind = f"names in {list_name} with no image in {where}"
-            return FileProblem(Path(line.where), f"no image {name!r} in {where}", kind)
+            hint = f"; {windows_hint(f'the image folder {where}')}" if windows_form(name) else ""
+            return FileProblem(Path(line.where), f"no image {name!r} in {where}{hint}", kind)
         if key not in masks:
             where = self.files.masks
             kind = f"images listed in {list_name} without a mask in {where}"
             return FileProblem(images[key], f"no mask for it in {where}", kind)
         return ImageMaskPair(images[key], masks[key])
+
+    def _key(self, name: str) -> str:
+        """The pairing key of a listed name (one without the name suffix: as it is)."""
+        key = self.image_naming.key(Path(name))
+        return key or replace(self.image_naming, name_suffix="").key(Path(name)) or name
 
 
 def _listed_pair(
@@ -319,6 +344,9 @@ def _listed_pair(
             reason = (
                 f"{what} {text!r} not found, as written nor by its trailing parts under {under}"
             )
+            if windows_form(text):
+                parts = "/".join(windows_parts(text))
+                reason += f" (nor as {parts}); {windows_hint(LIST_BASES)}"
             return FileProblem(
                 Path(line.where), reason, f"lines of {list_name} whose {what} is missing"
             )

@@ -42,7 +42,9 @@ class LabelMap:
         self.table: dict[LabelId, int] = {}
         self._plain = label_ids is None and not ignore_ids
         self._ignore_ids = bool(ignore_ids)
-        self.ignore_ids: tuple[LabelId, ...] = tuple(_values_of_list(ignore_ids))
+        self.ignore_ids: tuple[LabelId, ...] = tuple(
+            _values_of_list(ignore_ids, "datamodule.ignore_ids")
+        )
         """The mask values ``ignore_ids`` names, one by one."""
         if label_ids is None:
             self.table = {c: c for c in range(num_classes)}
@@ -54,9 +56,9 @@ class LabelMap:
                     "classes; expected one grey level or RGB triplet per class"
                 )
             for index, entry in enumerate(label_ids):
-                for value in _values_of(entry):
+                for value in _values_of(entry, "datamodule.label_ids"):
                     self._add(value, index, "datamodule.label_ids")
-        for value in _values_of_list(ignore_ids):
+        for value in self.ignore_ids:
             self._add(value, ignore_index, "datamodule.ignore_ids")
         keys = list(self.table)
         self.colour = bool(keys) and isinstance(keys[0], tuple)
@@ -178,23 +180,39 @@ def shown_value(value: LabelId) -> str:
     return f"[{value[0]}, {value[1]}, {value[2]}]" if isinstance(value, tuple) else str(value)
 
 
-def label_values(entries: Sequence[Any]) -> list[LabelId]:
-    """The mask values of a ``label_ids``/``ignore_ids`` list (entries may hold several)."""
-    return _values_of_list(entries)
+def label_values(entries: Sequence[Any], key: str = "datamodule.ignore_ids") -> list[LabelId]:
+    """The mask values of a ``label_ids``/``ignore_ids`` list (entries may hold several).
+
+    ``ConfigError`` naming ``key`` for an entry that is no mask value (see ``_values_of``).
+    """
+    return _values_of_list(entries, key)
 
 
-def _values_of(entry: Any) -> list[LabelId]:
-    """The mask values of one class: a grey level, an RGB triplet, or a list of those."""
-    if isinstance(entry, (int, np.integer)):
+def _values_of(entry: Any, key: str) -> list[LabelId]:
+    """The mask values of one class: a grey level, an RGB triplet, or a list of those.
+
+    Anything else (a string, a float, true) is refused naming ``key``: a string would
+    otherwise be taken apart letter by letter, and a bool read as 0 or 1.
+    """
+    if _is_integer(entry):
         return [int(entry)]
+    if isinstance(entry, str) or not isinstance(entry, Sequence):
+        raise ConfigError(
+            f"{key}: {entry!r} is not a mask value; expected a grey level (an integer), an "
+            "RGB triplet ([r, g, b]) or a list of those"
+        )
     entry = list(entry)
-    if len(entry) == 3 and all(isinstance(v, (int, np.integer)) for v in entry):
+    if len(entry) == 3 and all(_is_integer(v) for v in entry):
         return [_triplet(entry)]
-    return [v for item in entry for v in _values_of(item)]
+    return [v for item in entry for v in _values_of(item, key)]
 
 
-def _values_of_list(entries: Sequence[Any]) -> list[LabelId]:
-    return [v for entry in entries for v in _values_of(entry)]
+def _values_of_list(entries: Sequence[Any], key: str) -> list[LabelId]:
+    return [v for entry in entries for v in _values_of(entry, key)]
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _triplet(entry: Sequence[int]) -> tuple[int, int, int]:

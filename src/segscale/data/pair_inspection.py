@@ -1,4 +1,4 @@
-"""One image and its mask read in row chunks: sizes, pixel sums, the mask's values.
+"""One image and its mask read in row chunks: sizes, pixel sums and range, the mask's values.
 
 What it finds does not depend on the label settings, so the validation cache keeps it
 for any classes; asked for, it also keeps a few pixel locations of each class
@@ -23,6 +23,7 @@ from segscale.data.sources import (
     read_image,
     read_mask_values,
 )
+from segscale.data.value_range import ValueHistogram
 
 ROWS_PER_CHUNK = 1024
 """Rows read at a time, so a memory-mapped tile is never loaded whole."""
@@ -42,17 +43,21 @@ def inspect_pair(
 
     What it returns does not depend on ``labels``: the mask's channels and its distinct
     values (``mask_codes``) with their pixels (``mask_values``, at most
-    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all). A file whose header
-    declares more than ``max_image_pixels`` is a problem like any unreadable one, found
-    before it is decoded. ``locations_per_class > 0`` with ``labels`` also keeps that
-    many pixels of each class (``class_locations``, see ``LocationSampler``), marked
-    with the labels they were found with.
+    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all); the image's pixel sums
+    and its range per channel (``value_range``, see ``ValueHistogram``). A file whose
+    header declares more than ``max_image_pixels``, and an image with NaN or infinite
+    pixels, are problems like an unreadable one (the first found before it is decoded).
+    ``locations_per_class > 0`` with ``labels`` also keeps that many pixels of each
+    class (``class_locations``, see ``LocationSampler``), marked with the labels they
+    were found with.
     """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
     try:
         image = read_image(pair.image, max_image_pixels)
         facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
-        facts |= {"dtype": str(image.dtype), **_pixel_sums(image)}
+        facts |= {"dtype": str(image.dtype), **_pixel_statistics(image)}
+        if facts["nonfinite"]:
+            facts["image_problems"].append(_nonfinite_problem(facts["nonfinite"]))
     except READ_ERRORS as error:
         reason = describe_read_error(pair.image, error)
         facts["image_problems"].append(f"image cannot be read: {reason}")
@@ -88,16 +93,38 @@ def inspect_pair(
     return facts
 
 
-def _pixel_sums(image: np.ndarray) -> dict[str, Any]:
-    """Per-channel sum and sum of squares (float64), for the dataset's mean and std."""
+def _pixel_statistics(image: np.ndarray) -> dict[str, Any]:
+    """Per channel: sum and sum of squares (float64), for the dataset's mean and std; range.
+
+    The range (``value_range``: ``[low, high]`` per channel, ``None`` without a finite
+    value) goes into the checkpoint; ``nonfinite`` counts NaN and infinite values.
+    """
     total = np.zeros(image.shape[2])
     squares = np.zeros(image.shape[2])
+    histogram = ValueHistogram(image.shape[2], image.dtype)
     for start in range(0, image.shape[0], ROWS_PER_CHUNK):
-        chunk = np.asarray(image[start : start + ROWS_PER_CHUNK], np.float64)
+        rows = np.asarray(image[start : start + ROWS_PER_CHUNK])
+        histogram.add(rows)
+        chunk = rows.astype(np.float64)
         total += chunk.sum((0, 1))
         squares += (chunk**2).sum((0, 1))
     pixels = image.shape[0] * image.shape[1]
-    return {"pixels": pixels, "sum": total.tolist(), "squares": squares.tolist()}
+    return {
+        "pixels": pixels,
+        "sum": total.tolist(),
+        "squares": squares.tolist(),
+        "value_range": histogram.percentiles(),
+        "nonfinite": histogram.nonfinite(),
+    }
+
+
+def _nonfinite_problem(count: int) -> str:
+    """The problem of an image with ``count`` NaN or infinite values."""
+    return (
+        f"has {count} NaN or infinite pixel value(s); expected finite values (a NaN "
+        "makes every patch and the mean NaN): give no-data pixels a value, and their "
+        "mask the ignore index"
+    )
 
 
 def _value_counts(

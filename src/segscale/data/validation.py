@@ -31,6 +31,7 @@ from segscale.data.sources import (
     TileSource,
 )
 from segscale.data.validation_cache import ValidationCache
+from segscale.data.value_range import ValueRange
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +46,21 @@ def validate_dataset(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     locations_per_class: int = 0,
     channels_from: str = "datamodule.in_channels",
+    checkpoint: str | None = None,
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
     Checks: every image has a mask and every mask an image; files are readable and
     their headers declare at most ``max_image_pixels`` (see ``read_image``); image
     and mask sizes match; masks hold only values of ``labels`` (classes, ignored values);
-    all images have the same channel count (``in_channels`` when given) and pixel type;
+    all images have the same channel count (``in_channels`` when given) and pixel type,
+    and finite pixels;
     at least one image of each split is at least ``patch_size`` on each side (smaller
     ones are left out, with a warning). The message lists each file's problems, then
     the unknown mask values of all files in one table, with what to do about them.
     ``channels_from`` says whose number ``in_channels`` is, for the message (a
-    checkpoint's network, when evaluating).
+    checkpoint's network, when evaluating). ``checkpoint``: the checkpoint evaluated,
+    whose classes the masks are read with; the message's advice is then its.
 
     ``locations_per_class > 0`` also keeps up to that many pixels of each class in
     each tile (``DatasetReport.class_locations``); cached files read before without
@@ -81,7 +85,7 @@ def validate_dataset(
         if not usable[split] and not problems and not unknown:
             problems.append(_too_small(split, facts[split], patch_size))
     if problems or unknown:
-        raise InvalidDatasetError(problem_message(problems, unknown, labels))
+        raise InvalidDatasetError(problem_message(problems, unknown, labels, checkpoint))
     train = [f for _, f in facts[splits[0]]]
     mean, std = _channel_moments(train)
     locations = {
@@ -100,6 +104,7 @@ def validate_dataset(
         ignored={s: _ignored_values(facts[s], labels) for s in splits},
         ignore_ids=labels.ignore_ids,
         ignore_index=labels.ignore_index,
+        value_range=ValueRange.spanning([f["value_range"] for f in train]),
     )
 
 

@@ -23,7 +23,8 @@ from segscale.data.user_cache import cache_file
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 2  # 2: facts independent of the labels, with each mask's value counts
+_CACHE_VERSION = 3  # 2: facts independent of the labels, with each mask's value counts;
+# 3: each image's value range and its non-finite values
 
 
 class ValidationCache:

@@ -11,6 +11,11 @@ could not serve, as it is a real value of ``label_ids`` (class indices) and
 ``class_colors`` (a default palette). A given value that means the same as the
 checkpoint's is accepted; one that does not is refused, naming both.
 
+Except ``ignore_ids``: the values given add to the checkpoint's. Masks of other data (or
+of a test split) may hold a value that no class of the checkpoint has; ignoring it in
+the evaluated masks leaves what the classes mean as it is, and only leaves those pixels
+out of the scores. A value that is a class's is refused.
+
 Normalization (``mean``, ``std``, the pixels' full intensity) needs no such care: the
 network rebuilt from the checkpoint applies its own, and the datamodule's are not used.
 """
@@ -20,10 +25,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from segscale.data.class_discovery import is_inferred
-from segscale.data.labels import LabelMap
+from segscale.data.labels import LabelId, LabelMap, code_of, label_values, shown_value
 from segscale.errors import ConfigError
 from segscale.inference.trained import TrainedModel
 
@@ -49,10 +55,12 @@ def use_checkpoint_classes(datamodule: DictConfig, trained: TrainedModel, ckpt: 
     Raises ``ConfigError`` for a key given a value that differs from the checkpoint's,
     naming the key, both values and ``ckpt``. A checkpoint written before segscale
     stored label IDs takes them from the config, else reads masks as class indices, and
-    says so in the log.
+    says so in the log. ``datamodule.ignore_ids`` given add to the checkpoint's
+    (``_add_ignore_ids``).
     """
     given = _given(datamodule)
     stored = _stored(trained)
+    _add_ignore_ids(given, stored, ckpt)
     for key, value in given.items():
         if key in stored and not _same(key, value, stored):
             raise ConfigError(
@@ -80,10 +88,13 @@ def use_checkpoint_classes(datamodule: DictConfig, trained: TrainedModel, ckpt: 
 def _given(datamodule: DictConfig) -> dict[str, Any]:
     """The class keys the config gives a value of its own, as plain resolved values."""
     # datamodule/classes=auto: the classes the training masks held, which for evaluation
-    # are the checkpoint's (training stored what it found).
+    # are the checkpoint's (training stored what it found). Values to ignore still add.
     if is_inferred(datamodule.get("label_ids")):
         log.info("datamodule/classes=auto: the classes are those the checkpoint found")
-        return {}
+        ignore_ids = datamodule.get("ignore_ids", FROM_CHECKPOINT)
+        if _is(ignore_ids, FROM_CHECKPOINT):
+            return {}
+        return {"ignore_ids": OmegaConf.to_container(ignore_ids, resolve=True)}
     given: dict[str, Any] = {}
     for key in CLASS_KEYS:
         value = datamodule.get(key, FROM_CHECKPOINT)
@@ -95,6 +106,53 @@ def _given(datamodule: DictConfig) -> dict[str, Any]:
     if isinstance(names, list):  # names as training stored them: [1, 2] are "1", "2"
         given["class_names"] = [str(name) for name in names]
     return given
+
+
+def _add_ignore_ids(given: dict[str, Any], stored: dict[str, Any], ckpt: str) -> None:
+    """Move ``ignore_ids`` from ``given`` into ``stored``'s, after the checkpoint's own.
+
+    Raises ``ConfigError`` naming the key for a value that is not a list of mask values,
+    or that one of the checkpoint's classes has. A checkpoint without label IDs (an
+    earlier segscale's) has no ignored values to add to: the config's are its.
+    """
+    if "ignore_ids" not in given or "label_ids" not in stored:
+        return
+    value = given.pop("ignore_ids")
+    key = f"datamodule.ignore_ids={value!r}"
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}: expected a list of mask values, e.g. [7] or [[0, 0, 0]]")
+    trained = LabelMap(
+        stored["num_classes"], stored["ignore_index"], stored["label_ids"], stored["ignore_ids"]
+    )
+    expected = "expected mask values that none of its classes has (evaluate.py ignores them "
+    expected += "besides the checkpoint's own)"
+    values = label_values(value)  # ConfigError for an entry that is no mask value
+    for v in values:
+        index = _class_of(trained, v)
+        if index is not None:
+            raise ConfigError(
+                f"{key}: mask value {shown_value(v)} is class {stored['class_names'][index]!r} "
+                f"of ckpt={ckpt!r}; {expected}"
+            )
+    merged = [*stored["ignore_ids"], *value]
+    try:  # decoded with the checkpoint's classes: grey levels and colours not mixed
+        LabelMap(trained.num_classes, trained.ignore_index, stored["label_ids"], merged)
+    except (ConfigError, TypeError, ValueError) as error:
+        raise ConfigError(f"{key}: {error}; {expected}") from None
+    added = [v for v in values if not trained.known(np.array([code_of(v)]))[0]]
+    if added:
+        shown = ", ".join(shown_value(v) for v in added)
+        log.info("datamodule.ignore_ids: mask values [%s] ignored besides the checkpoint's", shown)
+    plain = [list(v) if isinstance(v, tuple) else v for v in added]
+    stored["ignore_ids"] = [*stored["ignore_ids"], *plain]
+
+
+def _class_of(labels: LabelMap, value: LabelId) -> int | None:
+    """The class that ``labels`` decode the mask value ``value`` to; ``None`` for none."""
+    if not labels.known(np.array([code_of(value)]))[0]:
+        return None
+    index = int(labels.decode_codes(np.array([code_of(value)]))[0])
+    return index if index < labels.num_classes else None
 
 
 def _is(value: Any, marker: str) -> bool:

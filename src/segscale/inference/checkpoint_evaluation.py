@@ -40,7 +40,7 @@ from segscale.errors import ConfigError
 from segscale.inference.checkpoint_classes import CLASS_KEYS, use_checkpoint_classes
 from segscale.inference.checkpoint_data import use_checkpoint_data
 from segscale.inference.devices import run_on_devices
-from segscale.inference.inputs import check_pixels
+from segscale.inference.inputs import check_pixels, range_checked
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
@@ -66,7 +66,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     if cfg.inference.get("tile_size") == "checkpoint":
         filled_in.append("inference.tile_size")
     check_types(cfg, filled_in=filled_in)
-    trained = load_trained(cfg.ckpt)
+    trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
     use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
@@ -96,6 +96,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         splits=(cfg.split,),
         max_image_pixels=datamodule.max_image_pixels,
         channels_from=network,
+        checkpoint=str(cfg.ckpt),
     )
     pairs = report.pairs[cfg.split]
     # Every image has the report's pixel type (validation refuses a mix): one check.
@@ -218,6 +219,7 @@ def image_confusion(
         counts[:] += np.bincount(pairs, minlength=classes * classes)
 
     image = read_image(pair.image, max_image_pixels)
-    check_pixels(pair.image, image, trained.max_value)
+    network = "the network of ckpt"
+    check_pixels(pair.image, image, trained.max_value, network, trained.value_range)
     window.predict(trained.module, image, classes, device, on_band=count)
     return torch.from_numpy(counts.reshape(classes, classes))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
+from segscale.data.list_files import read_list_text, resolve_listed, windows_form, windows_hint
 from segscale.data.pixel_types import pixel_type_mismatch
 from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
+from segscale.data.value_range import ValueRange, value_range_problem
 from segscale.errors import ConfigError
 from segscale.inference.georeference import Georeference, read_georeference
+from segscale.inference.trained import TrainedModel
 
 
 class UnreadableImageError(ConfigError):
@@ -20,15 +24,15 @@ def input_images(value: str) -> list[Path]:
     """The images that ``input`` names: an image, a folder of images, or a .txt list.
 
     A list names one image path per line (relative to the list's folder or absolute);
-    blank lines and ``#`` comments are skipped. Outputs are named by file stem, so two
-    inputs with the same stem are refused (``check_output_names`` refuses the rest).
+    blank lines and ``#`` comments are skipped; one written on Windows is read as such
+    (``listed_images``). Outputs are named by file stem, so two inputs with the same stem
+    are refused (``check_output_names`` refuses the rest).
     """
     path = Path(value)
     if path.is_dir():
         images = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     elif path.suffix.lower() == ".txt" and path.is_file():
-        lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
-        images = [path.parent / line for line in lines if line]
+        images = listed_images(path)
     elif path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
         images = [path]
     elif not path.exists():
@@ -45,12 +49,39 @@ def input_images(value: str) -> list[Path]:
         )
     missing = [str(p) for p in images if not p.is_file()]
     if missing or not images:
-        raise ConfigError(f"input={value!r}: " + (f"missing {missing}" if missing else "no images"))
+        hint = f"; {windows_hint(LISTED_FROM)}" if any(windows_form(m) for m in missing) else ""
+        found = f"missing {missing}{hint}" if missing else "no images"
+        raise ConfigError(f"input={value!r}: {found}")
     stems: dict[str, Path] = {}
     for image in images:
         if image.stem in stems:
             raise ConfigError(f"input={value!r}: {image} and {stems[image.stem]} share a name")
         stems[image.stem] = image
+    return images
+
+
+LISTED_FROM = "the list's folder (or absolute)"
+"""What the paths of an input list start from, in words (messages)."""
+
+
+def listed_images(listing: Path) -> list[Path]:
+    r"""The image paths of the input list ``listing``, one a line, as its lines name them.
+
+    Relative paths start from the list's folder. The text is UTF-8 or UTF-16, CRLF line
+    ends included (``read_list_text``); a path in Windows' form (``tiles\a.png``,
+    ``D:\survey\tiles\a.png``) that is not there as written is looked for by its
+    trailing parts under the list's folder (``resolve_listed``), and kept as written if
+    it is nowhere.
+    """
+    images = []
+    for line in read_list_text(listing).splitlines():
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        image = listing.parent / entry
+        if not image.is_file() and windows_form(entry):
+            image = resolve_listed(entry, (listing.parent,)) or image
+        images.append(image)
     return images
 
 
@@ -87,11 +118,13 @@ def read_input_image(
     max_image_pixels: int | None,
     max_value: float | None = None,
     network: str = "the network of ckpt",
+    value_range: ValueRange | None = None,
 ) -> np.ndarray:
     """The pixels (H×W×C) of the image file ``path``, for a network of ``in_channels``.
 
     With ``max_value`` (the checkpoint's full intensity) the pixel type must be the one
-    the network was trained on, and float pixels finite. ``network`` names it in the
+    the network was trained on, and float pixels finite; with ``value_range`` too, the
+    values must not be far outside it (``check_pixels``). ``network`` names it in the
     messages (``the network of ckpt='run/best.ckpt'``).
 
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
@@ -106,25 +139,53 @@ def read_input_image(
     if image.shape[2] != in_channels:
         raise ConfigError(f"{path}: has {image.shape[2]} channels, {network} takes {in_channels}")
     if max_value is not None:
-        check_pixels(path, image, max_value, network)
+        check_pixels(path, image, max_value, network, value_range)
     return image
 
 
 def check_pixels(
-    what: Path | str, image: np.ndarray, max_value: float, network: str = "the network of ckpt"
+    what: Path | str,
+    image: np.ndarray,
+    max_value: float,
+    network: str = "the network of ckpt",
+    value_range: ValueRange | None = None,
 ) -> None:
     """Raise ``ConfigError`` naming ``what`` unless ``image`` suits a network of ``max_value``.
 
     The pixel type must be the training images' (``pixel_type_mismatch``); float pixels
-    must also be finite, as a NaN spreads through every tile it touches. Their range is
-    not checked: training took float pixels as they came. ``what``: the image's file
-    (or a description of an array); ``network``: the network, for the message.
+    must also be finite, as a NaN spreads through every tile it touches; and with
+    ``value_range`` (the training images', as the checkpoint records it) the values must
+    not be on another scale (``value_range_problem``: a float image of 0-255 for a
+    network trained on 0-1 would give an unrelated mask). ``what``: the image's file (or
+    a description of an array); ``network``: the network, for the message.
     """
     mismatch = pixel_type_mismatch(image.dtype.name, max_value, network)
     if mismatch:
         raise ConfigError(f"{what}: {mismatch}")
     if image.dtype.kind == "f" and not _all_finite(image):
         raise ConfigError(f"{what}: has NaN or infinite pixels; expected finite values")
+    problem = value_range_problem(image, value_range) if value_range is not None else None
+    if problem:
+        raise ConfigError(
+            f"{what}: {problem}, which {network} recorded: are its values on another scale "
+            "(0-255 for 0-1, 16-bit for 12-bit data)? Scale it as the training images were, "
+            f"or give {RANGE_CHECK_KEY}=false to predict it anyway"
+        )
+
+
+RANGE_CHECK_KEY = "check_value_range"
+"""The config key (of predict.py, evaluate.py, ``segscale.load``'s overrides) that turns
+the value range check off."""
+
+
+def range_checked(trained: TrainedModel, check: object) -> TrainedModel:
+    """``trained`` as inputs are checked against: without its value range if ``check`` is false.
+
+    ``check``: the value of ``check_value_range``; ``ConfigError`` unless true or false.
+    """
+    if not isinstance(check, bool):
+        raise ConfigError(f"{RANGE_CHECK_KEY}={check!r} is not allowed: expected true or false")
+    return trained if check else dataclasses.replace(trained, value_range=None)
 
 
 def _all_finite(image: np.ndarray) -> bool:

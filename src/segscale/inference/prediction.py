@@ -37,6 +37,7 @@ from segscale.inference.inputs import (
     check_output_names,
     input_images,
     output_stems,
+    range_checked,
     read_input_georeference,
     read_input_image,
 )
@@ -85,7 +86,7 @@ def run_prediction(cfg: DictConfig) -> PredictionRun:
             f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"
         )
     check_types(cfg)
-    trained = load_trained(cfg.ckpt)
+    trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     images = input_images(cfg.input)
     check_output_names(images, cfg.overlay)
@@ -174,7 +175,12 @@ def predict_image(
     """
     network = f"the network of ckpt={str(cfg.ckpt)!r}"
     image = read_input_image(
-        path, trained.in_channels, cfg.max_image_pixels, trained.max_value, network
+        path,
+        trained.in_channels,
+        cfg.max_image_pixels,
+        trained.max_value,
+        network,
+        trained.value_range,
     )
     geo = read_input_georeference(path)  # the outputs lie where the input lies
     height, width = image.shape[:2]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from segscale.data.labels import class_colours
+from segscale.data.value_range import ValueRange
 from segscale.models.module import SegmentationModule
 
 
@@ -52,6 +53,9 @@ class TrainedModel:
     """How training's validation predicted whole images (``grid_inference``): the
     sliding-window settings ``evaluate.py`` uses by default; ``None`` for a checkpoint
     written before segscale stored them."""
+    value_range: ValueRange | None = None
+    """The training images' values per channel (raw), which inputs must not be far
+    outside; ``None`` for a checkpoint written before segscale recorded it."""
 
     @property
     def num_classes(self) -> int:
@@ -85,4 +89,7 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
         mask_labels=mask_labels,
         data_source=meta.get("data_source"),
         validation_inference=meta.get("validation_inference"),
+        value_range=(
+            ValueRange.from_record(meta["value_range"]) if "value_range" in meta else None
+        ),
     )

@@ -19,6 +19,7 @@ from torch import nn
 
 from segscale.data.labels import LabelMap
 from segscale.data.patches import grid_inference
+from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import load_checkpoint_file
 from segscale.models.networks import build_network
@@ -35,11 +36,15 @@ def inference_metadata(
 ) -> dict[str, Any]:
     """What a checkpoint must carry for inference: network config, classes, normalization.
 
+    And the training images' value range (``value_range``: ``[low, high]`` raw values per
+    channel, see ``segscale.data.value_range``), when the data gave one.
+
     With the classes go the mask values that mean them (``label_ids``, ``ignore_ids``,
     as ``mask_label_ids`` gives them), so that ``evaluate.py`` reads labelled images as
     training did without being told the classes again.
     """
     label_ids, ignore_ids = mask_label_ids(datamodule.labels)
+    value_range = datamodule.value_range
     # Plain Python values only (no numpy scalars): weights-only loading refuses others.
     return {
         "segscale_version": __version__,
@@ -54,6 +59,8 @@ def inference_metadata(
         "max_value": float(datamodule.max_value),
         # How validation predicted whole tiles: evaluate.py's default inference.
         "validation_inference": grid_inference(datamodule.patch_size),
+        # The training images' values, raw: inputs far outside them are refused.
+        **({"value_range": value_range.record()} if value_range is not None else {}),
     }
 
 
@@ -74,6 +81,7 @@ LATER_METADATA: dict[str, type | tuple[type, ...]] = {
     "data_source": dict,  # the training datamodule.source (added by training.builders)
     "segscale_version": str,
     "validation_inference": dict,
+    "value_range": list,
 }
 """Entries that checkpoints written before segscale stored them lack: checked if present.
 
@@ -216,6 +224,7 @@ def metadata_problems(meta: dict[str, Any]) -> list[str]:
     max_value = meta["max_value"]
     if not _number(max_value) or not math.isfinite(max_value) or max_value <= 0:
         problems.append(f"max_value={max_value!r}: expected a positive finite number")
+    problems += _range_problems(meta.get("value_range"), channels)
     if problems:  # the checks below count on the classes (and the rest) being sound
         return problems
     return _label_problems(meta, len(names))
@@ -230,6 +239,19 @@ def _class_problems(names: list[Any], model: dict[str, Any]) -> list[str]:
         return [f"class_names: {len(names)} names for a network of {classes!r} classes"]
     if len(names) > 255:
         return [f"class_names: {len(names)} classes; expected at most 255"]
+    return []
+
+
+def _range_problems(record: Any, channels: int) -> list[str]:
+    """The value range (if recorded) against the input channels."""
+    if record is None:
+        return []
+    try:
+        value_range = ValueRange.from_record(record)
+    except ValueError as error:
+        return [f"value_range={record!r}: {error}"]
+    if value_range.channels != channels:
+        return [f"value_range={record!r}: expected {channels} [low, high] pairs, one a channel"]
     return []
 
 

@@ -72,11 +72,14 @@ def _check_datamodule_keys(cfg: DictConfig) -> None:
 
 
 def _images_line(report: DatasetReport) -> str:
-    """How many images each split has, their channels, pixel type and mean/std."""
+    """How many images each split has, their channels, pixel type, mean/std and values."""
     counts = ", ".join(
         f"{len(pairs)} {SPLIT_WORDS.get(split, split)}" for split, pairs in report.pairs.items()
     )
+    values = report.value_range
+    shown = f"; values {[values.describe(c) for c in range(values.channels)]}" if values else ""
     return (
         f"images: {counts}; {report.channels} channel(s), {report.dtype}; mean "
-        f"{list(report.channel_mean)}, std {list(report.channel_std)} (of the training images)"
+        f"{list(report.channel_mean)}, std {list(report.channel_std)}{shown} (of the "
+        "training images)"
     )
