@@ -150,3 +150,45 @@ def test_the_config_keys_reach_the_datamodule_as_its_grouped_settings(tmp_path):
         )
         assert (dm.batch_size, dm.val_batch_size, dm.num_workers) == (4, 4, "auto")
         assert dm.labels.ignore_ids == (9,) and dm._mean is None and dm._in_channels == 3
+
+
+# 2 tiles × 5 patches in batches of 2: 5 batches in windows of 2; validated after batch 3,
+# inside the second window (val_check_interval is not a multiple of the window).
+MID_WINDOW = (
+    "datamodule.patches_per_image=5",
+    "datamodule.batch_size=2",
+    "datamodule.patch_size=32",
+    "trainer.accumulate_grad_batches=2",
+    "trainer.val_check_interval=3",
+    "trainer.max_epochs=1",
+    "callbacks.validation_report=null",
+    "callbacks.training_progress=null",
+    "callbacks.model_checkpoint.save_top_k=-1",  # every validation's checkpoint kept
+    "callbacks.model_checkpoint.filename='step{step}'",
+    "+callbacks.record._target_=tests.training.record_batches.RecordBatches",
+)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_inside_a_window_trains_the_batches_lightning_counts(make_config, tmp_path):
+    from segscale.training.run.training_run import train
+    from tests.training.record_batches import recorded
+
+    run = tmp_path / "run"
+    train(make_config(*MID_WINDOW, f"+callbacks.record.folder={tmp_path}/whole"))
+    whole, validations = recorded(tmp_path / "whole")
+    assert [(v["step"], v["validated"]) for v in validations] == [(1, 0)]
+    # The checkpoint of the validation after batch 2 (0-based): 3 batches done, 1 step.
+    train(
+        make_config(
+            *MID_WINDOW,
+            f"+callbacks.record.folder={tmp_path}/resumed",
+            f"ckpt_path={run}/checkpoints/step1.ckpt",
+        )
+    )
+    resumed, _ = recorded(tmp_path / "resumed")
+    # Lightning counts 3 batches done and steps after its 4th and 5th: the sampler hands
+    # it batches 3 and 4, not 2 and 3 (batch 4 was never trained).
+    assert [b["batch"] for b in resumed] == [3, 4]
+    assert [b["keys"] for b in resumed] == [b["keys"] for b in whole[3:]]
+    assert [b["step"] for b in resumed] == [b["step"] for b in whole[3:]] == [2, 3]
