@@ -41,6 +41,33 @@ def test_loader_options_reach_the_dataloader(make_config, tmp_path):
     assert datamodule.train_dataloader(num_workers=0).prefetch_factor is None
 
 
+
+def epoch_keys(datamodule, epoch: int) -> list[tuple[int, int]]:
+    """The patch keys ``(epoch, index)`` the training loader gives in ``epoch``, in order."""
+    loader = datamodule.train_dataloader()
+    loader.batch_sampler.set_epoch(epoch)
+    return [tuple(key.tolist()) for batch in loader for key in batch["key"]]
+
+
+@pytest.mark.parametrize("shuffle", ["every-epoch", "once", "never"])
+def test_the_shuffle_key_reaches_the_training_loader(make_config, shuffle):
+    from segscale.training.run.builders import build_datamodule
+    from segscale.training.scaling.rules import ScalingRules
+
+    cfg = make_config(f"datamodule.shuffle={shuffle}")
+    datamodule = build_datamodule(cfg, ScalingRules().resolve(4, 0.01, 1))
+    datamodule.setup("fit")
+    first, second = epoch_keys(datamodule, 0), epoch_keys(datamodule, 1)
+    in_order = [(0, i) for i in range(16)]  # 2 tiles × 8 patches, 4 batches of 4
+    if shuffle == "every-epoch":  # each epoch its own patches, in its own order
+        assert {e for e, _ in second} == {1} and sorted(first) == in_order
+        assert [i for _, i in first] != [i for _, i in second]
+    elif shuffle == "once":  # epoch 0's patches, in the one order drawn
+        assert second == first != in_order and sorted(first) == in_order
+    else:  # epoch 0's patches, in index order
+        assert second == first == in_order
+
+
 BALANCED = (
     "datamodule.sampling.mode=class_balanced",
     "datamodule.sampling.p=0.6",
