@@ -41,7 +41,6 @@ def test_loader_options_reach_the_dataloader(make_config, tmp_path):
     assert datamodule.train_dataloader(num_workers=0).prefetch_factor is None
 
 
-
 def epoch_keys(datamodule, epoch: int) -> list[tuple[int, int]]:
     """The patch keys ``(epoch, index)`` the training loader gives in ``epoch``, in order."""
     loader = datamodule.train_dataloader()
