@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
-from segscale.models.nonfinite import NonFiniteError
+from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
 from segscale.moved_keys import refuse_moved_overrides
 from segscale.sweeps.objective import objective
 from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
@@ -29,9 +29,6 @@ from segscale.training.run_folder.relaunch import restore_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
-
-EXIT_NONFINITE = 3
-"""Exit status of a run stopped by a non-finite loss or gradient."""
 
 register_run_dir_resolver()
 
@@ -63,9 +60,9 @@ def run(cfg: DictConfig) -> float | None:
     try:
         summary = train(cfg)
     except (ConfigError, NonFiniteError) as error:
+        log.error("%s", error)  # in this job's log; a sweep names the job again at its end
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # this job fails; the sweeper reports it and the other jobs go on
-        log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT if isinstance(error, ConfigError) else EXIT_NONFINITE)
     except Preempted as stop:
         # The whole process (a sweep's included) stops: its machine is going away.
