@@ -20,8 +20,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn
 from omegaconf import OmegaConf
 
-from hydra_plugins.segscale_plugins.failed_jobs import FailedJob, end_with_failures, failed_jobs
 from hydra_plugins.segscale_plugins.sweep_folder import sweep_folder_held
+from segscale.disk_full import disk_full_error
+from segscale.sweeps.failed_jobs import FailedJob, end_with_failures, failed_jobs
 from segscale.sweeps.sweep_summary import write_sweep_summary
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,21 @@ class GridSweeper(BasicSweeper):
 
 
 def summarize(sweep_dir: Path) -> None:
-    """Write the sweep's summary and say where it is (nothing if no job started)."""
+    """Write the sweep's summary and say where it is (nothing if no job started).
+
+    On a full disk it says so in a line: the sweep ends for the reason that stopped it
+    (a job's full disk itself, exit 74), not for its summary.
+    """
     if not sweep_dir.is_dir():
         return
-    rows = write_sweep_summary(sweep_dir)
+    try:
+        rows = write_sweep_summary(sweep_dir)
+    except OSError as error:
+        full = disk_full_error(error)
+        if full is None:
+            raise
+        log.error("the sweep summary was not written: %s", full)
+        return
     if rows:
         failed = [row["job"] for row in rows if row["status"] == "failed"]
         log.info(

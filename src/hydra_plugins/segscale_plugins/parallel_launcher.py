@@ -29,10 +29,10 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from hydra_plugins.segscale_plugins.failed_jobs import JobFailedError
 from segscale.command_line import config_options, program_command
 from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
+from segscale.sweeps.failed_jobs import JobFailedError
 from segscale.sweeps.objective import objective
 from segscale.training.run_folder.summary_file import read_summary
 

@@ -20,9 +20,10 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from segscale.errors import ConfigError
 from segscale.training.run_folder.launch_record import (
@@ -58,9 +59,25 @@ def prediction_folder(cfg: DictConfig) -> Iterator[Path]:
                 f"or files of yours; nothing was predicted, so none was overwritten. "
                 f"Predict into a new folder ({KEY})"
             )
-        if HydraConfig.initialized():  # what and where Hydra itself would have recorded
-            write_launch_record(HydraConfig.get().runtime.output_dir, launch_record(cfg))
+        record_folder = _hydra_run_folder()
+        if record_folder is not None:  # what and where Hydra itself would have recorded
+            write_launch_record(record_folder, launch_record(cfg))
         yield folder
+
+
+def _hydra_run_folder() -> str | None:
+    """The run folder of the Hydra run this is (``hydra.runtime.output_dir``), if it is one.
+
+    A config composed without a run (a test, the API) leaves it unset.
+    """
+    if not HydraConfig.initialized():
+        return None
+    # Hydra annotates it HydraConf, but it holds the config masked to its "hydra" key.
+    hydra_cfg = cast(DictConfig, HydraConfig.instance().cfg)
+    folder = OmegaConf.select(
+        hydra_cfg, "hydra.runtime.output_dir", default=None, throw_on_missing=False
+    )
+    return None if folder is None else str(folder)
 
 
 def unexpected_entries(folder: Path) -> list[str]:

@@ -4,14 +4,14 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from hydra_plugins.segscale_plugins.failed_jobs import (
+from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
+from segscale.sweeps.failed_jobs import (
     FailedJob,
     JobFailedError,
     end_with_failures,
     failed_jobs,
 )
-from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
 
 
 def job(overrides: list[str], outcome: object, folder: str | None = None) -> JobReturn:

@@ -8,10 +8,12 @@ that ran in a process of its own (``hydra/launcher=parallel``) failed with the e
 status it reports (``JobFailedError``; its output's tail is in the sweep's log already).
 Any other exception is a crash: the sweeper raises it, with its traceback.
 
-(No ``from __future__ import annotations``: Hydra runs the plugin modules to scan them
-without registering them in ``sys.modules``, where ``dataclass`` looks string
-annotations up.)
+Here, not among the plugins: Hydra runs every module of ``hydra_plugins`` again when it
+scans for plugins, which would make a new ``JobFailedError`` class that an error raised
+before the scan is no instance of.
 """
+
+from __future__ import annotations
 
 import logging
 import sys
