@@ -76,8 +76,8 @@ def failed_jobs(results: Sequence[JobReturn], first_number: int = 0) -> list[Fai
         error = result._return_value
         code = exit_status(error) if isinstance(error, BaseException) else None
         if code is None:
-            _ = result.return_value  # raises the crash, as BasicSweeper does
-            continue  # not reached: a failed job's return_value raises
+            _ = result.return_value  # raises the crash after Hydra's line, as BasicSweeper does
+            raise error  # (a failed job's return_value always raises)
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         own = tuple(o for o in result.overrides or () if o not in shared)
         failed.append(FailedJob(number, own, _folder(result), reason, code))
