@@ -37,7 +37,8 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
     The bytes go to a temporary file beside ``path`` (``temporary_beside``) and are
     moved into place (``move_into_place``), so a crash, a kill or an exception in
     ``write`` leaves the previous file (or none), never half of one. What ``write``
-    returns (a byte count, say) is ignored.
+    returns (a byte count, say) is ignored. An ``OSError`` of a write to the stream
+    (a full disk) names no file: it is given ``path``'s name.
     """
     temporary = temporary_beside(path)
     try:
@@ -47,8 +48,10 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
             write(stream)
             stream.flush()
             return move_into_place(temporary, path)
-    except BaseException:
+    except BaseException as error:
         temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:
+            error.filename = str(path)
         raise
 
 

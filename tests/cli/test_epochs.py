@@ -43,6 +43,12 @@ def test_accumulated_epochs_train_every_batch_and_validate(make_config, tmp_path
         "datamodule.batch_size=2",
         "trainer.accumulate_grad_batches=2",
         "trainer.max_epochs=2",
+        # An epoch of warm-up and a drop every epoch, in epochs of 3 optimizer steps.
+        "scheduler=piecewise",
+        "scheduler.drop_period=1",
+        "scheduler.drop_factor=0.1",
+        "scheduler.warmup_epochs=1",
+        "scheduler.warmup_start_factor=0.4",
     )
     assert Counter(b["epoch"] for b in batches) == {0: 5, 1: 5}
     assert [b["batch"] for b in batches] == [0, 1, 2, 3, 4] * 2
@@ -54,6 +60,11 @@ def test_accumulated_epochs_train_every_batch_and_validate(make_config, tmp_path
     assert steps == [0, 1, 1, 2, 3, 3, 4, 4, 5, 6]  # the global step after each batch
     assert [(v["validated"], v["step"]) for v in validations] == [(0, 3), (1, 6)]
     assert summary["steps"] == 6 and summary["epochs"] == 2
+    # The schedule counts epochs of ceil(5 / 2) = 3 steps: the warm-up ends and the rate
+    # drops at step 3, the first of epoch 1, and drops again at step 6.
+    warmed = {0: 0.4, 1: 0.6, 2: 0.8}
+    expected = [warmed.get(step, 1.0) * 0.1 ** (step // 3) for step in steps]
+    assert [b["lr_factor"] for b in batches] == pytest.approx(expected)
 
 
 def test_a_last_partial_batch_is_left_out(make_config, tmp_path):

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_
 from segscale.inference.inputs import UnreadableImageError
 from segscale.inference.prediction import predict, run_prediction
 from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
+from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import (
     REPO,
     compose_config,
@@ -336,7 +338,8 @@ def test_predict_of_an_image_without_georeferencing_writes_todays_files(
 def test_a_dangling_link_as_input_is_said_to_lead_nowhere(tmp_path: Path):
     (tmp_path / "scene.tif").symlink_to(tmp_path / "gone.tif")
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
-    cfg = _config(f"ckpt={ckpt}", f"input={tmp_path / 'scene.tif'}", f"output_dir={tmp_path}")
+    out = tmp_path / "out"
+    cfg = _config(f"ckpt={ckpt}", f"input={tmp_path / 'scene.tif'}", f"output_dir={out}")
     with pytest.raises(ConfigError, match=r"is a link to .*gone.tif, which does not exist"):
         predict(cfg)
 
@@ -382,7 +385,8 @@ def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path
     )
     assert f"deep.tif: its pixels are uint16, {expected}" in message
     assert f"float.tif: its pixels are float32, {expected}" in message
-    assert "wide.png" not in message and not (tmp_path / "out").exists()
+    assert "wide.png" not in message
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
 def test_a_float_image_with_nan_pixels_is_refused(tmp_path: Path):
@@ -474,3 +478,74 @@ def test_check_value_range_takes_true_or_false(tmp_path: Path):
     cfg = _config(f"ckpt={ckpt}", f"input={tmp_path / 'in'}", "check_value_range=maybe")
     with pytest.raises(ConfigError, match="check_value_range='maybe' is not allowed"):
         predict(cfg)
+
+
+def _files(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder``: its bytes and modification time."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _predict_into(tmp_path: Path, folder: Path, *overrides: str):
+    """``predict.py`` in this process, writing masks, log and record into ``folder``."""
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    args = [
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"hydra.run.dir={folder}",  # output_dir too, by default
+        "accelerator=cpu",
+        "inference.tile_size=32",
+        *overrides,
+    ]
+    return run_in_process(predict_main, *args, cwd=tmp_path, program="predict.py")
+
+
+def test_a_second_prediction_into_a_finished_one_s_folder_is_refused_and_changes_nothing(
+    tmp_path: Path,
+):
+    _images(tmp_path / "in")
+    folder = tmp_path / "run"
+    first = _predict_into(tmp_path, folder)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _files(folder)
+    assert {".hydra/config.yaml", "wide.png", "tall_overlay.png", "predict.log"} <= set(before)
+    second = _predict_into(tmp_path, folder, "overlay=false")
+    output = second.stdout + second.stderr
+    assert second.returncode == EXIT_BAD_INPUT, output[-3000:]
+    assert "Traceback" not in output
+    assert f"{folder} already holds 4 file(s) or folder(s) that this prediction" in output
+    assert "(tall.png, tall_overlay.png, wide.png, wide_overlay.png)" in output
+    assert _files(folder) == before  # masks, record and log as the first left them
+
+
+def test_a_prediction_into_a_folder_a_running_one_holds_is_refused(tmp_path: Path):
+    _images(tmp_path / "in")
+    folder = tmp_path / "run"
+    with RunFolderLock(folder, what="prediction"):  # a prediction running there
+        refused = _predict_into(tmp_path, folder)
+        held = _files(folder)
+    output = refused.stdout + refused.stderr
+    assert refused.returncode == EXIT_BAD_INPUT, output[-3000:]
+    assert "Traceback" not in output
+    assert f"{folder} is in use by another prediction (pid {os.getpid()}" in output
+    # No mask, no record; the log Hydra opened for it before it was refused holds nothing.
+    assert sorted(held) == [".lock", "predict.log"] and held["predict.log"][0] == b""
+
+
+def test_a_folder_left_by_a_prediction_refused_for_its_input_takes_the_next_one(
+    tmp_path: Path,
+):
+    truths = _images(tmp_path / "in")
+    folder = tmp_path / "run"
+    refused = _predict_into(tmp_path, folder, "max_image_pixels=-1")
+    assert refused.returncode == EXIT_BAD_INPUT, refused.stderr[-3000:]
+    done = _predict_into(tmp_path, folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Each launch its own record: the refused one's kept, this one's beside it.
+    assert "max_image_pixels: -1" in (folder / ".hydra/config.yaml").read_text()
+    assert "max_image_pixels: -1" not in (folder / ".hydra/launch-2/config.yaml").read_text()
+    for name, truth in truths.items():
+        np.testing.assert_array_equal(np.asarray(Image.open(folder / f"{name}.png")), truth)

@@ -5,18 +5,17 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.accelerators import CPUAccelerator
 
 from segscale.cli.train import main
 from segscale.errors import ConfigError
 from segscale.training.run.training_run import train
 from segscale.training.run_folder.resume import resolve_checkpoint
 from tests.conftest import tiny_overrides, train_command
+from tests.data.fake_trainer import fake_trainer, restore
 from tests.in_process import run_in_process
 
 # 3 epochs of 4 iterations; a checkpoint every 3 iterations lands mid-epoch.
@@ -115,21 +114,12 @@ def test_a_resumed_epoch_continues_the_patch_sequence(make_config):
     loader.batch_sampler.set_epoch(1)
     uninterrupted = [batch["key"] for batch in loader]
     # Lightning makes the loader before it restores the checkpoint (to count the steps
-    # of the schedule) and keeps it; the restored step counts when the epoch starts.
-    trainer = SimpleNamespace(
-        global_step=0,
-        current_epoch=0,
-        num_training_batches=8,
-        accumulate_grad_batches=1,
-        global_rank=0,
-        world_size=1,
-        num_devices=1,
-        accelerator=CPUAccelerator(),
-    )
+    # of the schedule) and keeps it; the restored count of batches counts when the epoch starts.
+    trainer = fake_trainer()
     datamodule.trainer = trainer
     loader = datamodule.train_dataloader()
-    # A run restarting at global step 11 = epoch 1 (8 batches each), batch 3.
-    trainer.global_step, trainer.current_epoch = 11, 1
+    # A run restarting in epoch 1 (8 batches each) after its batch 2: 3 batches done.
+    restore(trainer, epoch=1, batches_done=3)
     loader.batch_sampler.set_epoch(1)
     resumed = [batch["key"] for batch in loader]
     assert len(resumed) == 5

@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from hydra_plugins.segscale_plugins import parallel_launcher
 from segscale.cli.train import main
+from segscale.models.nonfinite import EXIT_NONFINITE
 from segscale.training.ranks import launch
 from segscale.training.ranks.launch import free_port
 from segscale.training.run_folder.lock import RunFolderLock
@@ -149,3 +150,21 @@ def test_an_optuna_search_into_a_live_sweeps_folder_is_refused(tiny_data_root, t
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-3000:]
     assert "is in use by another sweep" in output and not (sweep / "optuna.db").exists()
+
+
+@pytest.mark.slow
+def test_a_job_stopped_by_a_non_finite_loss_fails_the_sweep_in_a_few_lines(
+    tiny_data_root, tmp_path
+):
+    sweep, result = multirun(tmp_path, tiny_data_root, "optimizer.lr=1e6,0.03")
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_NONFINITE, output[-3000:]
+    assert "Traceback" not in output and "Error executing job" not in output
+    # The other job ran, and the summary says which failed.
+    with (sweep / "sweep_summary.csv").open() as file:
+        assert [row["status"] for row in csv.DictReader(file)] == ["failed", "completed"]
+    # The last lines name the failed job, what set it apart, its folder and why.
+    last = output.strip().splitlines()[-2:]
+    assert last[0].endswith("1 of 2 job(s) of the sweep failed:")
+    assert last[1].startswith(f"  #0 (optimizer.lr=1000000.0, {sweep / '0'}): training stop")
+    assert "the loss is not finite" in (sweep / "0" / "train.log").read_text()

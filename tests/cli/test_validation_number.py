@@ -2,14 +2,21 @@
 
 One tiny training (through train.py's entry point) serves the tests of this file; its
 patch size (80) does not divide the validation tiles (192), so the validation grid's
-last row and column are moved back inside the tile, as in real data.
+last row and column are moved back inside the tile, as in real data. It trains long
+enough (64 patches per image) for its network to predict more than one class and to
+depend on a pixel's context: an inference other than validation's (predict.py's
+overlapping blended tiles, or a blend in the grid's overlap) then scores hundreds of
+pixels differently, where the network of a shorter run predicts one class everywhere
+whatever the tiles.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from segscale.cli.evaluate import main as evaluate_main
@@ -28,12 +35,20 @@ def trained_run(tiny_data_root: Path, tmp_path_factory: pytest.TempPathFactory):
         train_main,
         *tiny_overrides(tiny_data_root, run),
         f"datamodule.patch_size={PATCH}",
+        "datamodule.patches_per_image=64",
         "trainer.max_epochs=1",  # one validation is the number compared
         "callbacks.verbose_log.frequency=2",
         f"hydra.run.dir={run}",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return run, done
+
+
+def confusion(folder: Path) -> np.ndarray:
+    """``confusion_matrix.csv`` of an evaluation folder: rows true, columns predicted."""
+    with (folder / "confusion_matrix.csv").open(newline="") as file:
+        rows = list(csv.reader(file))[1:]
+    return np.array([[int(count) for count in row[1:]] for row in rows])
 
 
 @pytest.mark.slow
@@ -54,6 +69,14 @@ def test_evaluate_split_val_gives_the_validation_miou_of_training(trained_run, t
     assert done.returncode == 0, output[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["MeanIoU"] == pytest.approx(summary["best_score"], abs=1e-3)
+    # Pixel by pixel: the run's own report of this checkpoint (its last validation) and
+    # evaluate.py's count the same predictions, but for near-ties that a different
+    # batching may flip. Its network predicts several classes, so tiles cut or blended
+    # otherwise would move hundreds of pixels.
+    validated, evaluated = confusion(run / "evaluation"), confusion(out)
+    assert np.count_nonzero(validated.sum(axis=0)) >= 2  # classes predicted
+    moved = np.abs(validated - evaluated).sum() // 2  # a pixel leaves one cell, joins one
+    assert moved <= validated.sum() / 1000
     # Each number says which inference made it: the same one here.
     grid = {"tile_size": PATCH, "overlap": 0.0, "blend": "none"}
     assert summary["validation_inference"] == grid

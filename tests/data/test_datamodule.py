@@ -56,6 +56,32 @@ def test_loader_options_reach_the_dataloader(make_config, tmp_path):
     assert datamodule.train_dataloader(num_workers=0).prefetch_factor is None
 
 
+def epoch_keys(datamodule, epoch: int) -> list[tuple[int, int]]:
+    """The patch keys ``(epoch, index)`` the training loader gives in ``epoch``, in order."""
+    loader = datamodule.train_dataloader()
+    loader.batch_sampler.set_epoch(epoch)
+    return [tuple(key.tolist()) for batch in loader for key in batch["key"]]
+
+
+@pytest.mark.parametrize("shuffle", ["every-epoch", "once", "never"])
+def test_the_shuffle_key_reaches_the_training_loader(make_config, shuffle):
+    from segscale.training.run.builders import build_datamodule
+    from segscale.training.scaling.rules import ScalingRules
+
+    cfg = make_config(f"datamodule.shuffle={shuffle}")
+    datamodule = build_datamodule(cfg, ScalingRules().resolve(4, 0.01, 1))
+    datamodule.setup("fit")
+    first, second = epoch_keys(datamodule, 0), epoch_keys(datamodule, 1)
+    in_order = [(0, i) for i in range(16)]  # 2 tiles × 8 patches, 4 batches of 4
+    if shuffle == "every-epoch":  # each epoch its own patches, in its own order
+        assert {e for e, _ in second} == {1} and sorted(first) == in_order
+        assert [i for _, i in first] != [i for _, i in second]
+    elif shuffle == "once":  # epoch 0's patches, in the one order drawn
+        assert second == first != in_order and sorted(first) == in_order
+    else:  # epoch 0's patches, in index order
+        assert second == first == in_order
+
+
 BALANCED = (
     "datamodule.sampling.mode=class_balanced",
     "datamodule.sampling.p=0.6",
@@ -165,3 +191,45 @@ def test_the_config_keys_reach_the_datamodule_as_its_grouped_settings(tmp_path):
         )
         assert (dm.batch_size, dm.val_batch_size, dm.num_workers) == (4, 4, "auto")
         assert dm.labels.ignore_ids == (9,) and dm._mean is None and dm._in_channels == 3
+
+
+# 2 tiles × 5 patches in batches of 2: 5 batches in windows of 2; validated after batch 3,
+# inside the second window (val_check_interval is not a multiple of the window).
+MID_WINDOW = (
+    "datamodule.patches_per_image=5",
+    "datamodule.batch_size=2",
+    "datamodule.patch_size=32",
+    "trainer.accumulate_grad_batches=2",
+    "trainer.val_check_interval=3",
+    "trainer.max_epochs=1",
+    "callbacks.validation_report=null",
+    "callbacks.training_progress=null",
+    "callbacks.model_checkpoint.save_top_k=-1",  # every validation's checkpoint kept
+    "callbacks.model_checkpoint.filename='step{step}'",
+    "+callbacks.record._target_=tests.training.record_batches.RecordBatches",
+)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_inside_a_window_trains_the_batches_lightning_counts(make_config, tmp_path):
+    from segscale.training.run.training_run import train
+    from tests.training.record_batches import recorded
+
+    run = tmp_path / "run"
+    train(make_config(*MID_WINDOW, f"+callbacks.record.folder={tmp_path}/whole"))
+    whole, validations = recorded(tmp_path / "whole")
+    assert [(v["step"], v["validated"]) for v in validations] == [(1, 0)]
+    # The checkpoint of the validation after batch 2 (0-based): 3 batches done, 1 step.
+    train(
+        make_config(
+            *MID_WINDOW,
+            f"+callbacks.record.folder={tmp_path}/resumed",
+            f"ckpt_path={run}/checkpoints/step1.ckpt",
+        )
+    )
+    resumed, _ = recorded(tmp_path / "resumed")
+    # Lightning counts 3 batches done and steps after its 4th and 5th: the sampler hands
+    # it batches 3 and 4, not 2 and 3 (batch 4 was never trained).
+    assert [b["batch"] for b in resumed] == [3, 4]
+    assert [b["keys"] for b in resumed] == [b["keys"] for b in whole[3:]]
+    assert [b["step"] for b in resumed] == [b["step"] for b in whole[3:]] == [2, 3]

@@ -1,10 +1,8 @@
-from types import SimpleNamespace
-
 import pytest
 from hydra.utils import instantiate
-from lightning.pytorch.accelerators import CPUAccelerator
 
 from segscale.data.samplers import EpochShardSampler
+from tests.data.fake_trainer import fake_trainer, restore
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -27,23 +25,14 @@ def test_a_loader_with_workers_iterated_before_the_restore_continues_the_epoch(
         sampler.set_epoch(epoch)
         return [[list(key) for key in batch] for batch in sampler]
 
-    trainer = SimpleNamespace(
-        global_step=0,
-        current_epoch=0,
-        num_training_batches=8,
-        accumulate_grad_batches=1,
-        global_rank=0,
-        world_size=1,
-        num_devices=1,
-        accelerator=CPUAccelerator(),
-    )
+    trainer = fake_trainer()
     datamodule.trainer = trainer
     loader = datamodule.train_dataloader()
     # Lightning makes the loader's iterator before it restores the checkpoint (when it
     # counts the schedule's steps) and trains the resumed epoch from that iterator.
     batches = iter(loader)
-    trainer.global_step, trainer.current_epoch = 11, 1  # restored: epoch 1, after batch 3
+    restore(trainer, epoch=1, batches_done=3)  # restored: epoch 1, 3 batches done
     assert [batch["key"].tolist() for batch in batches] == epoch_keys(1)[3:]
     # The next epoch starts from its first batch (a persistent worker's too).
-    trainer.global_step, trainer.current_epoch = 16, 2
+    restore(trainer, epoch=2, batches_done=0)
     assert [batch["key"].tolist() for batch in loader] == epoch_keys(2)

@@ -12,9 +12,11 @@ import lightning as L
 class RecordBatches(L.Callback):
     """Append one JSON line per trained batch and per validation to ``<folder>/rank<r>.jsonl``.
 
-    A batch line holds its epoch, ``batch_idx``, the global step after it and its patch
-    keys ``[epoch, index]`` (as the sampler addressed them); a validation line holds the
-    epoch and step it ran at. Lines are appended, so a resumed run adds to the same file.
+    A batch line holds its epoch, ``batch_idx``, the global step after it, its patch
+    keys ``[epoch, index]`` (as the sampler addressed them) and the learning rate of that
+    step as a fraction of the initial one (``lr_factor``: the schedule's factor); a
+    validation line holds the epoch and step it ran at. Lines are appended, so a resumed
+    run adds to the same file.
     """
 
     def __init__(self, folder: str) -> None:
@@ -29,7 +31,10 @@ class RecordBatches(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
     ) -> None:
         epoch, step, keys = trainer.current_epoch, trainer.global_step, batch["key"].tolist()
-        self._write(trainer, {"epoch": epoch, "batch": idx, "step": step, "keys": keys})
+        group = trainer.optimizers[0].param_groups[0]  # the schedule has stepped to `step`
+        factor = group["lr"] / group.get("initial_lr", group["lr"])
+        record = {"epoch": epoch, "batch": idx, "step": step, "keys": keys, "lr_factor": factor}
+        self._write(trainer, record)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:

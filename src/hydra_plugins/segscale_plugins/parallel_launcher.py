@@ -32,6 +32,7 @@ from omegaconf import DictConfig, open_dict
 from segscale.command_line import config_options, program_command
 from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
+from segscale.sweeps.failed_jobs import JobFailedError
 from segscale.sweeps.objective import objective
 from segscale.training.run_folder.summary_file import read_summary
 
@@ -298,8 +299,7 @@ class ParallelLauncher(Launcher):
             tail,
         )
         result.status = JobStatus.FAILED
-        result.return_value = RuntimeError(
-            f"job {plan.number} ({' '.join(plan.overrides)}) failed with exit code {code}; "
-            f"see {plan.console}"
+        result.return_value = JobFailedError(
+            f"job {plan.number} failed with exit code {code}; see {plan.console}", code
         )
         return result

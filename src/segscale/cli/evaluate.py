@@ -2,7 +2,7 @@
 
 The run itself is ``segscale.inference.checkpoint_evaluation``; this module parses the
 command line (did it name the data?), calls it and exits 2 (``EXIT_BAD_INPUT``) on a
-refused config.
+refused config, 74 (``EXIT_DISK_FULL``) when a write met a full disk.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
+from segscale.disk_full import EXIT_DISK_FULL, disk_full_error, disk_full_message
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.checkpoint_evaluation import evaluate
 
@@ -40,6 +41,13 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as error:
         log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT)
+    except OSError as error:
+        full = disk_full_error(error)
+        if full is None:
+            raise
+        hint = "free space there, or evaluate into another folder (hydra.run.dir)"
+        log.error("%s", disk_full_message(full, cfg.output_dir, hint))
+        sys.exit(EXIT_DISK_FULL)
 
 
 if __name__ == "__main__":

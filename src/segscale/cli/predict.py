@@ -4,7 +4,8 @@ The run itself is ``segscale.inference.prediction``; this module parses the comm
 line, calls it and maps the outcome to an exit status: 0, every image predicted; 2
 (``EXIT_BAD_INPUT``), refused: a config value or an unreadable input (all listed); 3
 (``EXIT_SKIPPED``), the readable images were predicted and the unreadable ones, listed
-in the log, skipped.
+in the log, skipped; 74 (``EXIT_DISK_FULL``), a write met a full disk (named, no
+traceback).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
+from segscale.disk_full import EXIT_DISK_FULL, disk_full_error, disk_full_message
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.prediction import run_prediction
 
@@ -27,12 +29,19 @@ EXIT_SKIPPED = 3
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
 def main(cfg: DictConfig) -> None:
-    """Entry point of ``predict.py``: exit 0, ``EXIT_BAD_INPUT`` or ``EXIT_SKIPPED``."""
+    """Entry point of ``predict.py``: exit 0, 2, 3 or 74 (see the module's docstring)."""
     try:
         run = run_prediction(cfg)
     except ConfigError as error:
         log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT)
+    except OSError as error:
+        full = disk_full_error(error)
+        if full is None:
+            raise
+        hint = "free space there, or predict into another folder (hydra.run.dir)"
+        log.error("%s", disk_full_message(full, cfg.output_dir, hint))
+        sys.exit(EXIT_DISK_FULL)
     if run.skipped:
         log.warning(
             "%d image(s) predicted, %d skipped as unreadable (listed above)",

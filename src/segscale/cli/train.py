@@ -18,8 +18,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.configs import CONFIG_DIR
+from segscale.disk_full import EXIT_DISK_FULL, disk_full_error, disk_full_message
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
-from segscale.models.nonfinite import NonFiniteError
+from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
 from segscale.moved_keys import refuse_moved_overrides
 from segscale.sweeps.objective import objective
 from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
@@ -30,8 +31,11 @@ from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 
-EXIT_NONFINITE = 3
-"""Exit status of a run stopped by a non-finite loss or gradient."""
+DISK_FULL_HINT = (
+    "free space there (or give the run another folder: hydra.run.dir), then continue "
+    "the run from its last checkpoint: ckpt_path=auto, or ckpt_path=<its checkpoint>"
+)
+"""What to do when a training run met a full disk."""
 
 register_run_dir_resolver()
 
@@ -63,9 +67,9 @@ def run(cfg: DictConfig) -> float | None:
     try:
         summary = train(cfg)
     except (ConfigError, NonFiniteError) as error:
+        log.error("%s", error)  # in this job's log; a sweep names the job again at its end
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # this job fails; the sweeper reports it and the other jobs go on
-        log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT if isinstance(error, ConfigError) else EXIT_NONFINITE)
     except Preempted as stop:
         # The whole process (a sweep's included) stops: its machine is going away.
@@ -79,6 +83,13 @@ def run(cfg: DictConfig) -> float | None:
         if stop.exit_code:
             sys.exit(stop.exit_code)
         return None
+    except OSError as error:
+        full = disk_full_error(error)
+        if full is None:
+            raise
+        # The whole process (a sweep's too) stops: its other jobs would fail alike.
+        log.error("%s", disk_full_message(full, cfg.output_dir, DISK_FULL_HINT))
+        sys.exit(EXIT_DISK_FULL)
     log.info("summary: %s", OmegaConf.to_yaml(OmegaConf.create(summary)) if summary else "{}")
     return objective(cfg, summary)
 

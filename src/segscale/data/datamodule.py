@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import signal
 import sys
@@ -28,7 +27,7 @@ from segscale.data.dataset_report import DatasetReport
 from segscale.data.deferred_loader import DeferredStartLoader
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
-from segscale.data.samplers import EpochShardSampler, batches_done_in_epoch
+from segscale.data.samplers import EpochShardSampler
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TileSource,
@@ -235,19 +234,18 @@ class SegmentationDataModule(L.LightningDataModule):
         )
 
     def _epoch_position(self) -> tuple[int, int] | None:
-        """The trainer's epoch and the batches of it trained already (after a resume: > 0)."""
+        """The trainer's epoch and the batches of it trained already (after a resume: > 0).
+
+        The count is Lightning's own (its epoch loop's batches, restored from a
+        checkpoint), the one its gradient-accumulation windows and its end of the epoch
+        follow: a checkpoint written inside a window (a validation there) resumes with
+        the batch after the last one Lightning counted, in the window Lightning steps.
+        """
         trainer = self.trainer
         if trainer is None:  # a loader used on its own: the sampler's set_epoch says
             return None
-        # inf until Lightning has the loader's length, which is before any epoch starts
-        if not math.isfinite(trainer.num_training_batches):
-            return trainer.current_epoch, 0
-        return trainer.current_epoch, batches_done_in_epoch(
-            trainer.global_step,
-            trainer.current_epoch,
-            int(trainer.num_training_batches),
-            trainer.accumulate_grad_batches,
-        )
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+        return trainer.current_epoch, done
 
     def val_dataloader(self) -> DataLoader:
         """Validation grid patches: the share of this rank (metrics are synced across ranks)."""

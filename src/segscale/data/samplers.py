@@ -101,18 +101,3 @@ class EpochShardSampler(Sampler[list[Key]]):
         for step in range(min(done, len(self)), len(self)):
             first = step * global_batch + start
             yield [(patch_epoch, int(order[p])) for p in range(first, first + size)]
-
-
-def batches_done_in_epoch(
-    global_step: int, epoch: int, batches_per_epoch: int, accumulate: int
-) -> int:
-    """Batches of epoch ``epoch`` already trained when its iteration starts at ``global_step``.
-
-    Every epoch takes ``ceil(batches_per_epoch / accumulate)`` optimizer steps (Lightning
-    steps on an epoch's last, partial window too), and a run stops only between optimizer
-    steps, so the steps past the earlier epochs' are whole windows of ``accumulate``
-    batches of this one: 0 when an epoch starts, more when a run resumes inside it.
-    """
-    steps_per_epoch = math.ceil(batches_per_epoch / accumulate)
-    steps_in_epoch = global_step - epoch * steps_per_epoch
-    return min(batches_per_epoch, max(0, steps_in_epoch * accumulate))

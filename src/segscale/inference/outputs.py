@@ -73,7 +73,19 @@ class BandImage:
         self.pixels[y0 : y0 + len(band)] = band
 
     def close(self) -> Path:
-        """Finish the file and move it into place; return its path."""
+        """Finish the file and move it into place; return its path.
+
+        An ``OSError`` that names no file (a full disk, met by a write) is given this
+        image's name.
+        """
+        try:
+            return self._finish()
+        except OSError as error:
+            if error.filename is None:
+                error.filename = str(self.path)
+            raise
+
+    def _finish(self) -> Path:
         if self.pixels is None:  # what flushing or reading None would raise
             raise AttributeError("the image was discarded; it cannot be closed")
         if self.file_format == "tif":

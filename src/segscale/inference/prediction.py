@@ -42,6 +42,7 @@ from segscale.inference.inputs import (
     read_input_image,
 )
 from segscale.inference.outputs import BandImage, overlay
+from segscale.inference.prediction_folder import prediction_folder
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
@@ -70,6 +71,16 @@ def predict(cfg: DictConfig) -> list[Path]:
 
 def run_prediction(cfg: DictConfig) -> PredictionRun:
     """Check every input's header, then predict the readable images.
+
+    The prediction holds ``output_dir`` throughout, and takes only a fresh one
+    (``prediction_folder``: one prediction per folder, nothing overwritten).
+    """
+    with prediction_folder(cfg):
+        return _predict_in_folder(cfg)
+
+
+def _predict_in_folder(cfg: DictConfig) -> PredictionRun:
+    """``run_prediction`` once the output folder is this prediction's.
 
     Inputs whose outputs would share a name are refused (``check_output_names``). Every
     input is opened first, without decoding (``check_image_headers``: size limit

@@ -10,7 +10,6 @@ index can survive damage to its body. Reading never runs code (``read_weights``)
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import zipfile
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from segscale.atomic_files import write_atomically
+from segscale.disk_full import FULL
 from segscale.errors import ConfigError
 from segscale.models.weights import read_weights
 
@@ -85,10 +85,6 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | Path) -> None:
             f"the write of the checkpoint {path} was interrupted; its previous version, "
             "if any, is kept"
         ) from error
-
-
-FULL = (errno.ENOSPC, errno.EDQUOT)
-"""The errors of a write to a full disk, or past the user's quota."""
 
 
 class _RecordingStream:

@@ -17,6 +17,8 @@ from segscale.errors import ConfigError
 
 POLICIES = ("stop", "skip")
 """The values of ``training.on_nonfinite``."""
+EXIT_NONFINITE = 3
+"""Exit status of a run stopped by a non-finite loss or gradient."""
 
 
 class NonFiniteError(RuntimeError):
