@@ -475,7 +475,12 @@ def test_a_float_image_of_0_to_255_for_a_network_of_0_to_1_is_refused_naming_bot
 def test_check_value_range_takes_true_or_false(tmp_path: Path):
     _float_inputs(tmp_path / "in")
     ckpt = float_oracle_checkpoint(tmp_path / "float.ckpt")
-    cfg = _config(f"ckpt={ckpt}", f"input={tmp_path / 'in'}", "check_value_range=maybe")
+    cfg = _config(
+        f"ckpt={ckpt}",
+        f"input={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        "check_value_range=maybe",
+    )
     with pytest.raises(ConfigError, match="check_value_range='maybe' is not allowed"):
         predict(cfg)
 
