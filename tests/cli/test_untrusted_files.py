@@ -55,7 +55,9 @@ def test_predict_and_evaluate_refuse_it(tmp_path):
     image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
     with pytest.raises(ConfigError, match=r"ckpt='.*shared\.ckpt' cannot be read"):
         predict(
-            compose_config("predict", f"ckpt={bad}", f"input={image}", f"output_dir={tmp_path}")
+            compose_config(
+                "predict", f"ckpt={bad}", f"input={image}", f"output_dir={tmp_path / 'out'}"
+            )
         )
     with pytest.raises(ConfigError, match=r"ckpt='.*shared\.ckpt' cannot be read"):
         evaluate(
@@ -108,7 +110,8 @@ def test_a_checkpoint_whose_metadata_calls_other_code_is_refused(tmp_path, targe
     content["segscale"]["model"] = {"_target_": target, **paths}
     save_checkpoint_file(content, ckpt)  # a valid digest: the file is as its author wrote it
     image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
-    cfg = compose_config("predict", f"ckpt={ckpt}", f"input={image}", f"output_dir={tmp_path}")
+    out = tmp_path / "out"
+    cfg = compose_config("predict", f"ckpt={ckpt}", f"input={image}", f"output_dir={out}")
     with pytest.raises(ConfigError, match=rf"its network config names _target_='{target}'"):
         predict(cfg)
     assert not marker.exists()
