@@ -4,13 +4,18 @@ A full disk surfaces as an ``OSError`` somewhere in the exception that ends a ru
 possibly wrapped (``CheckpointWriteError``) or followed by the failure of a later write
 (the summary of the failed run): ``disk_full_error`` finds it, and the entry points
 (``train.py``, ``predict.py``, ``evaluate.py``) end with ``disk_full_message`` and
-``EXIT_DISK_FULL`` instead of a traceback. Any other ``OSError`` is a crash, traceback
-and all.
+``EXIT_DISK_FULL`` instead of a traceback (``full_disk_ends_command``). Any other
+``OSError`` is a crash, traceback and all.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 """The errors of a write to a full disk, or past the user's quota."""
@@ -51,3 +56,20 @@ def disk_full_message(error: OSError, folder: str, hint: str) -> str:
     what = f"{error.filename}" if error.filename else "a file"
     reason = (error.strerror or "no space left on device").lower()
     return f"{what} could not be written: {reason}\n  the output folder: {folder}\n  {hint}"
+
+
+@contextmanager
+def full_disk_ends_command(folder: str, hint: str) -> Iterator[None]:
+    """A command's block: a full disk met inside ends it in a few lines, ``EXIT_DISK_FULL``.
+
+    ``folder`` is the command's output folder and ``hint`` what to do, both for the
+    message; any other ``OSError`` goes on up (a crash).
+    """
+    try:
+        yield
+    except OSError as error:
+        full = disk_full_error(error)
+        if full is None:
+            raise
+        log.error("%s", disk_full_message(full, folder, hint))
+        raise SystemExit(EXIT_DISK_FULL) from None

@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
-from segscale.disk_full import EXIT_DISK_FULL, disk_full_error, disk_full_message
+from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.checkpoint_evaluation import evaluate
 
@@ -36,18 +36,13 @@ def names_data(overrides: list[str]) -> bool:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     """Entry point of ``evaluate.py``."""
+    hint = "free space there, or evaluate into another folder (hydra.run.dir)"
     try:
-        evaluate(cfg, data_given=names_data(HydraConfig.get().overrides.task))
+        with full_disk_ends_command(cfg.output_dir, hint):
+            evaluate(cfg, data_given=names_data(HydraConfig.get().overrides.task))
     except ConfigError as error:
         log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT)
-    except OSError as error:
-        full = disk_full_error(error)
-        if full is None:
-            raise
-        hint = "free space there, or evaluate into another folder (hydra.run.dir)"
-        log.error("%s", disk_full_message(full, cfg.output_dir, hint))
-        sys.exit(EXIT_DISK_FULL)
 
 
 if __name__ == "__main__":

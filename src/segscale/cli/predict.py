@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
-from segscale.disk_full import EXIT_DISK_FULL, disk_full_error, disk_full_message
+from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.prediction import run_prediction
 
@@ -30,18 +30,13 @@ EXIT_SKIPPED = 3
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
 def main(cfg: DictConfig) -> None:
     """Entry point of ``predict.py``: exit 0, 2, 3 or 74 (see the module's docstring)."""
+    hint = "free space there, or predict into another folder (hydra.run.dir)"
     try:
-        run = run_prediction(cfg)
+        with full_disk_ends_command(cfg.output_dir, hint):
+            run = run_prediction(cfg)
     except ConfigError as error:
         log.error("%s", error)
         sys.exit(EXIT_BAD_INPUT)
-    except OSError as error:
-        full = disk_full_error(error)
-        if full is None:
-            raise
-        hint = "free space there, or predict into another folder (hydra.run.dir)"
-        log.error("%s", disk_full_message(full, cfg.output_dir, hint))
-        sys.exit(EXIT_DISK_FULL)
     if run.skipped:
         log.warning(
             "%d image(s) predicted, %d skipped as unreadable (listed above)",

@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.configs import CONFIG_DIR
-from segscale.disk_full import EXIT_DISK_FULL, disk_full_error, disk_full_message
+from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
 from segscale.moved_keys import refuse_moved_overrides
@@ -65,7 +65,9 @@ def main() -> None:
 def run(cfg: DictConfig) -> float | None:
     """Train one job of the composed config; return its ``optimized_metric`` (for sweepers)."""
     try:
-        summary = train(cfg)
+        # A full disk stops the whole process (a sweep's too): its other jobs would fail alike.
+        with full_disk_ends_command(cfg.output_dir, DISK_FULL_HINT):
+            summary = train(cfg)
     except (ConfigError, NonFiniteError) as error:
         log.error("%s", error)  # in this job's log; a sweep names the job again at its end
         if HydraConfig.get().mode == RunMode.MULTIRUN:
@@ -83,13 +85,6 @@ def run(cfg: DictConfig) -> float | None:
         if stop.exit_code:
             sys.exit(stop.exit_code)
         return None
-    except OSError as error:
-        full = disk_full_error(error)
-        if full is None:
-            raise
-        # The whole process (a sweep's too) stops: its other jobs would fail alike.
-        log.error("%s", disk_full_message(full, cfg.output_dir, DISK_FULL_HINT))
-        sys.exit(EXIT_DISK_FULL)
     log.info("summary: %s", OmegaConf.to_yaml(OmegaConf.create(summary)) if summary else "{}")
     return objective(cfg, summary)
 
