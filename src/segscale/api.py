@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from segscale.command_line import TRAIN_COMMAND, quoted_override
 from segscale.configs import compose_config
+from segscale.data.rasters import Pixels
 from segscale.data.sources import (
     check_max_image_pixels,
 )
@@ -119,8 +120,8 @@ class Predictor:
             probabilities[:, y0 : y0 + band.shape[1]] = band
         return probabilities
 
-    def _pixels(self, image: ImageInput) -> np.ndarray:
-        """``image`` as an array whose channels the network takes."""
+    def _pixels(self, image: ImageInput) -> Pixels:
+        """``image`` as pixels whose channels the network takes (a TIFF read by window)."""
         if isinstance(image, np.ndarray):
             return self._checked_array(image)
         if isinstance(image, (str, os.PathLike)):

@@ -9,7 +9,7 @@ from segscale.data.augment import Augmentation, PatchPose, cut_patch, patch_rng
 from segscale.data.class_locations import LocationSampler, TileClassLocations
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
-from segscale.data.sources import Tile
+from segscale.data.tiles import Tile
 from segscale.data.synthetic import draw_tile
 
 

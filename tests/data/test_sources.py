@@ -6,12 +6,10 @@ import pytest
 import tifffile
 from PIL import Image, ImageFile
 
-from segscale.data.labels import LabelMap
+from segscale.data.rasters import WindowedRaster
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     ImageHeader,
-    ImageMaskPair,
-    load_tiles,
     read_image,
     read_image_header,
     read_mask_values,
@@ -28,10 +26,12 @@ def test_uncompressed_tiff_is_memory_mapped_with_channels_last(tmp_path: Path):
     np.testing.assert_array_equal(image, pixels.transpose(1, 2, 0))
 
 
-def test_compressed_tiff_is_decoded_and_16_bit_png_keeps_its_depth(tmp_path: Path):
+def test_compressed_tiff_is_read_by_window_and_16_bit_png_keeps_its_depth(tmp_path: Path):
     pixels = np.arange(24 * 20 * 3, dtype=np.uint8).reshape(24, 20, 3)
     tifffile.imwrite(tmp_path / "z.tif", pixels, compression="zlib")
-    np.testing.assert_array_equal(read_image(tmp_path / "z.tif"), pixels)
+    image = read_image(tmp_path / "z.tif")
+    assert isinstance(image, WindowedRaster) and image.shape == (24, 20, 3)
+    np.testing.assert_array_equal(np.asarray(image), pixels)
     grey = (np.arange(24 * 20, dtype=np.uint16) * 100).reshape(24, 20)
     Image.fromarray(grey).save(tmp_path / "g.png")
     image = read_image(tmp_path / "g.png")
@@ -43,25 +43,6 @@ def test_unsupported_pixel_type_names_the_file(tmp_path: Path):
     tifffile.imwrite(tmp_path / "f64.tif", np.zeros((4, 4), np.float64))
     with pytest.raises(ValueError, match=r"f64.tif: pixels of type float64"):
         read_image(tmp_path / "f64.tif")
-
-
-def test_colour_masks_are_decoded_and_class_index_tiffs_stay_mapped(tmp_path: Path):
-    colours = np.array([[255, 255, 255], [0, 0, 255]], np.uint8)
-    indices = np.random.default_rng(1).integers(0, 2, (16, 12)).astype(np.uint8)
-    Image.fromarray(colours[indices]).save(tmp_path / "rgb.png")
-    tifffile.imwrite(tmp_path / "index.tif", indices)
-    Image.fromarray(np.zeros((16, 12, 3), np.uint8)).save(tmp_path / "image.png")
-    assert read_mask_values(tmp_path / "rgb.png").shape == (16, 12, 3)
-    (colour,) = load_tiles(
-        [ImageMaskPair(tmp_path / "image.png", tmp_path / "rgb.png")],
-        LabelMap(2, 255, label_ids=colours.tolist()),
-    )
-    np.testing.assert_array_equal(colour.mask, indices)
-    (plain,) = load_tiles(
-        [ImageMaskPair(tmp_path / "image.png", tmp_path / "index.tif")], LabelMap(2)
-    )
-    assert isinstance(plain.mask, np.memmap)
-    np.testing.assert_array_equal(plain.mask, indices)
 
 
 def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,31 +88,17 @@ def test_sizes_between_pillows_warning_and_its_limit_read_without_a_warning(tmp_
             read_image(path)
 
 
-def test_compressed_tiffs_are_held_to_the_limit_and_memory_mapped_ones_are_exempt(
-    tmp_path: Path,
-):
+def test_tiffs_are_exempt_from_the_limit_as_they_are_never_decoded_whole(tmp_path: Path):
     pixels = np.zeros((30, 40, 3), np.uint8)
     tifffile.imwrite(tmp_path / "z.tif", pixels, compression="zlib")
     tifffile.imwrite(tmp_path / "plain.tif", pixels)
-    with pytest.raises(ValueError, match=r"z.tif: its header declares 40 x 30 = 1200 pixels"):
-        read_image(tmp_path / "z.tif", max_image_pixels=1000)
-    with pytest.raises(ValueError, match="limit of 1000 pixels"):
-        read_mask_values(tmp_path / "z.tif", max_image_pixels=1000)
-    with pytest.raises(ValueError, match="limit of 1000 pixels"):
-        read_image_header(tmp_path / "z.tif", max_image_pixels=1000)
-    assert read_image(tmp_path / "z.tif", max_image_pixels=1200).shape == (30, 40, 3)
+    windowed = read_image(tmp_path / "z.tif", max_image_pixels=1000)
+    assert isinstance(windowed, WindowedRaster) and windowed.shape == (30, 40, 3)
+    assert read_mask_values(tmp_path / "z.tif", max_image_pixels=1000).shape == (30, 40, 3)
+    assert read_image_header(tmp_path / "z.tif", 1000) == ImageHeader(40, 30, 3, "uint8")
     mapped = read_image(tmp_path / "plain.tif", max_image_pixels=1000)
     assert isinstance(mapped.base, np.memmap) or isinstance(mapped, np.memmap)
     assert read_image_header(tmp_path / "plain.tif", 1000) == ImageHeader(40, 30, 3, "uint8")
-
-
-def test_load_tiles_applies_the_limit(tmp_path: Path):
-    Image.fromarray(np.zeros((16, 12, 3), np.uint8)).save(tmp_path / "image.png")
-    Image.fromarray(np.zeros((16, 12), np.uint8)).save(tmp_path / "mask.png")
-    pair = ImageMaskPair(tmp_path / "image.png", tmp_path / "mask.png")
-    with pytest.raises(ValueError, match=r"image.png: its header declares 12 x 16 = 192"):
-        load_tiles([pair], LabelMap(2), max_image_pixels=100)
-    assert load_tiles([pair], LabelMap(2), max_image_pixels=192)[0].shape == (16, 12)
 
 
 def test_the_header_gives_size_channels_and_type_as_read_image_would(

@@ -14,6 +14,7 @@ import albumentations as A
 import cv2
 import numpy as np
 
+from segscale.data.rasters import Pixels
 from segscale.errors import ConfigError
 
 
@@ -74,7 +75,7 @@ class Augmentation:
 
 
 def cut_patch(
-    image: np.ndarray, mask: np.ndarray, pose: PatchPose, size: int, ignore_index: int
+    image: Pixels, mask: Pixels, pose: PatchPose, size: int, ignore_index: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cut a ``size``×``size`` patch at ``pose`` out of a tile in one affine warp.
 

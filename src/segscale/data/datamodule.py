@@ -1,4 +1,4 @@
-"""The LightningDataModule: tiles in memory, random training patches, a validation grid."""
+"""The LightningDataModule: tiles read where they lie, random patches, a validation grid."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from segscale.data.datamodule_settings import (
     PatchSettings,
 )
 from segscale.data.dataset_report import DatasetReport
+from segscale.data.decode_cache import DecodeCache
 from segscale.data.deferred_loader import DeferredStartLoader
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
@@ -32,8 +33,8 @@ from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TileSource,
     check_max_image_pixels,
-    load_tiles,
 )
+from segscale.data.tiles import open_tiles
 from segscale.data.validation import validate_dataset
 from segscale.data.value_range import ValueRange
 from segscale.devices import core_share, cpus_available
@@ -73,6 +74,10 @@ class SegmentationDataModule(L.LightningDataModule):
 
     ``sampling`` says where training patches are centred (``PatchSampling``: uniform,
     or class-balanced on the class locations the validation pass keeps).
+
+    ``decode_cache`` holds the PNG and JPEG files decoded once per machine
+    (``DecodeCache``; ``None``: each rank decodes them into its memory); TIFFs are read
+    where they lie (``segscale.data.tiles``).
     """
 
     def __init__(
@@ -85,8 +90,10 @@ class SegmentationDataModule(L.LightningDataModule):
         augmentation: Augmentation | None = None,
         max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
         sampling: PatchSampling | Mapping[str, Any] | None = None,
+        decode_cache: DecodeCache | None = None,
     ) -> None:
         super().__init__()
+        self.decode_cache = decode_cache
         patches = patches or PatchSettings()
         loader = loader or LoaderSettings()
         normalization = normalization or Normalization()
@@ -177,7 +184,7 @@ class SegmentationDataModule(L.LightningDataModule):
         self.source.prepare()
 
     def setup(self, stage: str) -> None:
-        """Decode the tiles of the splits that ``stage`` needs into memory."""
+        """Open the tiles of the splits that ``stage`` needs, where they lie (no TIFF decoded)."""
         # Patches are small: OpenCV's thread pool only oversubscribes the CPU that
         # DataLoader workers share. Set here, before workers fork: calling it inside a
         # forked worker deadlocks when the parent's pool is already running.
@@ -186,7 +193,9 @@ class SegmentationDataModule(L.LightningDataModule):
             report = self.check()
             locations = report.class_locations.get("train", [])
             self.train_set = RandomPatchDataset(
-                load_tiles(report.pairs["train"], self.labels, self.max_image_pixels),
+                open_tiles(
+                    report.pairs["train"], self.labels, self.max_image_pixels, self.decode_cache
+                ),
                 self.patch_size,
                 self.patches_per_image,
                 self.augmentation,
@@ -196,7 +205,9 @@ class SegmentationDataModule(L.LightningDataModule):
             )
         if stage in ("fit", "validate") and self.val_set is None:
             self.val_set = GridPatchDataset(
-                load_tiles(self.check().pairs["val"], self.labels, self.max_image_pixels),
+                open_tiles(
+                    self.check().pairs["val"], self.labels, self.max_image_pixels, self.decode_cache
+                ),
                 self.patch_size,
                 self.ignore_index,
             )
@@ -356,6 +367,7 @@ def segmentation_datamodule(
     prefetch_factor: int = 2,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     sampling: PatchSampling | Mapping[str, Any] | None = None,
+    decode_cache: DecodeCache | None = None,
 ) -> SegmentationDataModule:
     """The ``datamodule`` group's object, from its flat keys (each documented in the group).
 
@@ -379,4 +391,5 @@ def segmentation_datamodule(
         augmentation=augmentation,
         max_image_pixels=max_image_pixels,
         sampling=sampling,
+        decode_cache=decode_cache,
     )

@@ -85,7 +85,7 @@ class LabelMap:
         """Whether masks hold class indices themselves (no label IDs, no ignore IDs)."""
         return self._plain
 
-    def is_identity(self, raw: np.ndarray) -> bool:
+    def is_identity(self, raw: Any) -> bool:
         """Whether ``raw`` (uint8 class indices, no label IDs) needs no decoding."""
         return self._plain and raw.ndim == 2 and raw.dtype == np.uint8
 

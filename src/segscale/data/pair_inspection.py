@@ -15,6 +15,7 @@ import numpy as np
 
 from segscale.data.class_locations import LocationSampler
 from segscale.data.labels import LabelMap, mask_codes
+from segscale.data.rasters import Pixels
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     READ_ERRORS,
@@ -93,7 +94,7 @@ def inspect_pair(
     return facts
 
 
-def _pixel_statistics(image: np.ndarray) -> dict[str, Any]:
+def _pixel_statistics(image: Pixels) -> dict[str, Any]:
     """Per channel: sum and sum of squares (float64), for the dataset's mean and std; range.
 
     The range (``value_range``: ``[low, high]`` per channel, ``None`` without a finite
@@ -128,7 +129,7 @@ def _nonfinite_problem(count: int) -> str:
 
 
 def _value_counts(
-    raw: np.ndarray, labels: LabelMap | None = None, sampler: LocationSampler | None = None
+    raw: Pixels, labels: LabelMap | None = None, sampler: LocationSampler | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct mask values (as ``mask_codes``) and how many pixels have each.
 

@@ -19,7 +19,7 @@ from segscale.data.class_locations import (
     centre_rng,
     class_probabilities,
 )
-from segscale.data.sources import Tile
+from segscale.data.tiles import Tile
 from segscale.errors import ConfigError, integer_at_least, require
 
 PatchKey = tuple[int, int]

@@ -1,4 +1,4 @@
-"""Where pixels come from: image/mask files, their readers and writers, tiles in memory."""
+"""Where pixels come from: image/mask files, their readers and writers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tifffile
 from PIL import Image, ImageMode
 
 from segscale.atomic_files import write_atomically
-from segscale.data.labels import LabelMap
+from segscale.data.rasters import Pixels, WindowedRaster
 from segscale.errors import require
 
 
@@ -25,22 +25,6 @@ class ImageMaskPair:
 
     image: Path
     mask: Path
-
-
-@dataclass(frozen=True)
-class Tile:
-    """One image (H×W×C, uint8/uint16/float32) and its mask (H×W uint8 class indices).
-
-    Either array may be a read-only memory map of the file (large uncompressed TIFFs).
-    """
-
-    image: np.ndarray
-    mask: np.ndarray
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Height and width in pixels."""
-        return self.mask.shape[0], self.mask.shape[1]
 
 
 @dataclass(frozen=True)
@@ -114,22 +98,25 @@ class ImageHeader:
     dtype: str
 
 
-def read_image(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray:
-    """An image file as an H×W×C array (uint8, uint16 or float32).
+def read_image(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> Pixels:
+    """An image file as an H×W×C array (uint8, uint16 or float32), or a raster standing for one.
 
-    TIFFs whose pixels are stored uncompressed in one block come back memory-mapped
-    (read-only): only the pages that patches touch are read, so a tile larger than RAM
-    still works. Every other file is decoded into memory, but only after its header's
-    width × height passed ``max_image_pixels`` (``None``: no limit); a larger one is
-    refused with a ``ValueError`` before anything is decoded.
+    TIFFs are never decoded whole (``segscale.data.rasters``): pixels stored uncompressed
+    in one block come back memory-mapped (read-only), every other TIFF as a
+    ``WindowedRaster`` that decodes only the blocks of the windows read from it, so a
+    tile larger than RAM still works. PNG and JPEG files, which cannot be read by window,
+    are decoded into memory, but only after their header's width × height passed
+    ``max_image_pixels`` (``None``: no limit); a larger one is refused with a
+    ``ValueError`` before anything is decoded (training reads them through the decode
+    cache instead: ``segscale.data.decode_cache``).
     """
     if path.suffix.lower() in TIFF_SUFFIXES:
-        array = _read_tiff(path, max_image_pixels)
+        array = _read_tiff(path)
     else:
         with _open_checked(path, max_image_pixels) as img:
             array = np.asarray(img.convert("RGB") if img.mode in _TO_RGB_MODES else img)
-    if array.ndim == 2:
-        array = array[:, :, None]
+    if array.ndim == 2:  # a raster of an image always has a channel axis
+        array = np.asarray(array)[:, :, None]
     _check_pixel_type(path, array.dtype)
     return array
 
@@ -140,13 +127,13 @@ def read_image_header(
     """The size, channels and pixel type of an image file, read without decoding pixels.
 
     Raises what ``read_image`` would for the same causes that a header shows: a file
-    that is not an image, a size past ``max_image_pixels`` (memory-mapped TIFFs are
+    that is not an image, a size past ``max_image_pixels`` (TIFFs, never decoded whole, are
     exempt, as in ``read_image``), a pixel type that is not supported. A PNG's chunk
     checksums are verified too (``Image.verify``: it reads the file but inflates
     nothing), so a truncated or damaged PNG is found here.
     """
     if path.suffix.lower() in TIFF_SUFFIXES:
-        return _tiff_header(path, max_image_pixels)
+        return _tiff_header(path)
     with _open_checked(path, max_image_pixels) as img:
         to_rgb = img.mode in _TO_RGB_MODES
         channels = 3 if to_rgb else len(img.getbands())
@@ -158,15 +145,16 @@ def read_image_header(
     return header
 
 
-def read_mask_values(
-    path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
-) -> np.ndarray:
+def read_mask_values(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> Pixels:
     """A mask file's raw values: H×W (class indices, grey levels) or H×W×3 (colours).
 
-    ``max_image_pixels`` limits the size as in ``read_image``.
+    Read as ``read_image`` reads images (TIFFs mapped or by window); ``max_image_pixels``
+    limits the size of the files decoded whole.
     """
     if path.suffix.lower() in TIFF_SUFFIXES:
-        array = _read_tiff(path, max_image_pixels)
+        array = _read_tiff(path, mask=True)
+        if isinstance(array, WindowedRaster):
+            return array
     else:
         with _open_checked(path, max_image_pixels) as img:
             array = np.asarray(img.convert("RGB") if img.mode in ("RGBA", "LA") else img)
@@ -239,34 +227,35 @@ def _check_pixel_type(path: Path, dtype: np.dtype) -> None:
         )
 
 
-def _read_tiff(path: Path, max_image_pixels: int | None) -> np.ndarray:
-    """A TIFF's first image with its channel axis last, memory-mapped when possible.
+def _read_tiff(path: Path, mask: bool = False) -> Pixels:
+    """A TIFF's first image with its channel axis last, never decoded whole.
 
-    A memory map decodes nothing, so only TIFFs that must be decoded are held to
-    ``max_image_pixels``.
+    Uncompressed pixels in one block are memory-mapped; any other TIFF (tiled or
+    striped, compressed) is a ``WindowedRaster``, which decodes the blocks of the
+    windows read from it. As a ``mask``, one band is an H×W raster and an alpha band is
+    left out. Neither decodes anything here, so no TIFF is held to ``max_image_pixels``.
     """
-    array: np.ndarray
     with tifffile.TiffFile(path) as tif:
         series = tif.series[0]
         axes = _image_axes(path, series)
-        try:
-            array = tifffile.memmap(path, mode="r")
-        except ValueError:  # compressed, tiled or strided: decode into memory
-            _check_tiff_size(path, series, max_image_pixels)
-            array = series.asarray()
+        mappable = series.dataoffset is not None
+    if not mappable:  # compressed, tiled or strided: read by window
+        raster = WindowedRaster(path, squeeze=mask)
+        if mask and len(raster.bands) == 4:  # RGBA: the alpha channel carries no label
+            raster = WindowedRaster(path, bands=(1, 2, 3))
+        return raster
+    array = tifffile.memmap(path, mode="r")
     if array.ndim != len(axes):
         raise ValueError(f"{path}: expected one 2-D image with channels, found axes {axes!r}")
     extra = [i for i, axis in enumerate(axes) if axis not in "YX"]
     return np.moveaxis(array, extra[0], -1) if extra else array
 
 
-def _tiff_header(path: Path, max_image_pixels: int | None) -> ImageHeader:
+def _tiff_header(path: Path) -> ImageHeader:
     """``read_image_header`` of a TIFF: its first series' shape and type."""
     with tifffile.TiffFile(path) as tif:
         series = tif.series[0]
         axes = _image_axes(path, series)
-        if series.dataoffset is None:  # not memory-mappable: read_image would decode it
-            _check_tiff_size(path, series, max_image_pixels)
         dtype = np.dtype(series.dtype)
     _check_pixel_type(path, dtype)
     shape = dict(zip(axes, series.shape, strict=True))
@@ -283,13 +272,6 @@ def _image_axes(path: Path, series: tifffile.TiffPageSeries) -> str:
     return axes
 
 
-def _check_tiff_size(
-    path: Path, series: tifffile.TiffPageSeries, max_image_pixels: int | None
-) -> None:
-    shape = dict(zip(series.axes, series.shape, strict=True))
-    _check_pixel_count(path, shape["X"], shape["Y"], max_image_pixels)
-
-
 def write_image(path: Path, image: np.ndarray) -> None:
     """Write an H×W×3 uint8 array as a PNG."""
     write_atomically(path, lambda stream: Image.fromarray(image).save(stream, format="PNG"))
@@ -299,32 +281,6 @@ def write_mask(path: Path, mask: np.ndarray) -> None:
     """Write an H×W uint8 class-index array as a single-channel PNG."""
     picture = Image.fromarray(mask, mode="L")
     write_atomically(path, lambda stream: picture.save(stream, format="PNG"))
-
-
-def load_tiles(
-    pairs: list[ImageMaskPair],
-    labels: LabelMap,
-    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
-) -> list[Tile]:
-    """Decode every pair once (memory-mapped TIFFs stay mapped), masks to class indices.
-
-    The pairs are expected to have passed ``segscale.data.validation`` (sizes agree,
-    mask values known); a size mismatch is still refused here, and so is a file past
-    ``max_image_pixels`` (see ``read_image``).
-    """
-    tiles = []
-    for pair in pairs:
-        image = read_image(pair.image, max_image_pixels)
-        raw = read_mask_values(pair.mask, max_image_pixels)
-        if image.shape[:2] != raw.shape[:2]:
-            raise ValueError(
-                f"{pair.mask}: mask is {raw.shape[1]}x{raw.shape[0]} but its image "
-                f"{pair.image} is {image.shape[1]}x{image.shape[0]}; they must match"
-            )
-        # Class-index uint8 masks are used as they are, so a memory-mapped mask stays so.
-        mask = raw if labels.is_identity(raw) else labels.decode(raw)
-        tiles.append(Tile(image, mask))
-    return tiles
 
 
 def display_rgb(image: np.ndarray, max_value: float) -> np.ndarray:

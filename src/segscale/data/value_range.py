@@ -20,6 +20,8 @@ from functools import cache
 
 import numpy as np
 
+from segscale.data.rasters import Pixels
+
 LOW_PERCENTILE = 0.1
 HIGH_PERCENTILE = 99.9
 """An image's range per channel: these percentiles of its values (a few odd pixels aside)."""
@@ -180,7 +182,7 @@ class ValueRange:
         return f"{self.low[channel]:.4g} to {self.high[channel]:.4g}"
 
 
-def value_range_problem(image: np.ndarray, trained: ValueRange) -> str | None:
+def value_range_problem(image: Pixels, trained: ValueRange) -> str | None:
     """Why ``image``'s values are on another scale than ``trained``; ``None`` if they are not.
 
     ``image``: H×W×C (or H×W) of finite values, read in rows spread over it
@@ -188,7 +190,7 @@ def value_range_problem(image: np.ndarray, trained: ValueRange) -> str | None:
     ``trained.limits()`` is a problem; 8-bit images (``UNCHECKED_TYPES``) and images of
     another channel count (refused for that elsewhere) have none.
     """
-    pixels = image if image.ndim == 3 else image[:, :, None]
+    pixels = image if image.ndim == 3 else np.asarray(image)[:, :, None]
     if image.dtype.name in UNCHECKED_TYPES or pixels.shape[2] != trained.channels:
         return None
     low, high = trained.limits()
@@ -213,7 +215,7 @@ def value_range_problem(image: np.ndarray, trained: ValueRange) -> str | None:
     )
 
 
-def _sampled_bands(pixels: np.ndarray) -> Iterator[np.ndarray]:
+def _sampled_bands(pixels: Pixels) -> Iterator[np.ndarray]:
     """Bands of every ``step``-th row of ``pixels``, at most ``SAMPLE_VALUES`` values in all."""
     row_values = max(1, int(np.prod(pixels.shape[1:])))
     step = max(1, math.ceil(pixels.shape[0] * row_values / SAMPLE_VALUES))

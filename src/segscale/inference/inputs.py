@@ -9,6 +9,7 @@ import numpy as np
 
 from segscale.data.list_files import read_list_text, resolve_listed, windows_form, windows_hint
 from segscale.data.pixel_types import pixel_type_mismatch
+from segscale.data.rasters import Pixels
 from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
 from segscale.data.value_range import ValueRange, value_range_problem
 from segscale.errors import ConfigError
@@ -119,8 +120,11 @@ def read_input_image(
     max_value: float | None = None,
     network: str = "the network of ckpt",
     value_range: ValueRange | None = None,
-) -> np.ndarray:
+) -> Pixels:
     """The pixels (H×W×C) of the image file ``path``, for a network of ``in_channels``.
+
+    A TIFF is not decoded here: it is memory-mapped or read by window as the sliding
+    window reads it (``read_image``).
 
     With ``max_value`` (the checkpoint's full intensity) the pixel type must be the one
     the network was trained on, and float pixels finite; with ``value_range`` too, the
@@ -145,7 +149,7 @@ def read_input_image(
 
 def check_pixels(
     what: Path | str,
-    image: np.ndarray,
+    image: Pixels,
     max_value: float,
     network: str = "the network of ckpt",
     value_range: ValueRange | None = None,
@@ -188,7 +192,7 @@ def range_checked(trained: TrainedModel, check: object) -> TrainedModel:
     return trained if check else dataclasses.replace(trained, value_range=None)
 
 
-def _all_finite(image: np.ndarray) -> bool:
+def _all_finite(image: Pixels) -> bool:
     """Whether every pixel is finite, checked in bands (the image may be memory-mapped)."""
     row_values = int(np.prod(image.shape[1:]))  # H×W arrays (one channel) included
     rows = max(1, (1 << 24) // max(1, row_values))

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from segscale.data.rasters import Pixels
 from segscale.errors import ConfigError
 
 Model = Callable[[torch.Tensor], torch.Tensor]
@@ -109,7 +110,7 @@ class SlidingWindow:
     def predict(
         self,
         model: Model,
-        image: np.ndarray,
+        image: Pixels,
         num_classes: int,
         device: torch.device | str = "cpu",
         on_band: Callable[[int, np.ndarray], None] | None = None,
@@ -141,7 +142,7 @@ class SlidingWindow:
     def probability_bands(
         self,
         model: Model,
-        image: np.ndarray,
+        image: Pixels,
         num_classes: int,
         device: torch.device | str = "cpu",
     ) -> Iterator[tuple[int, np.ndarray]]:
@@ -155,7 +156,7 @@ class SlidingWindow:
         if image.ndim not in (2, 3) or 0 in image.shape:
             raise ValueError(f"image must be a non-empty H×W×C or H×W array, got {image.shape}")
         if image.ndim == 2:
-            image = image[:, :, None]  # a view: a memmap stays unread
+            image = np.asarray(image)[:, :, None]  # a view: a memmap stays unread
         height, width = image.shape[:2]
         tile_shape = (min(self.tile_size, height), min(self.tile_size, width))
         first_wins = self.blend == "none"
@@ -230,7 +231,7 @@ class _BandAccumulator:
         return band
 
 
-def _read_tile(image: np.ndarray, origin: Origin, shape: tuple[int, int]) -> np.ndarray:
+def _read_tile(image: Pixels, origin: Origin, shape: tuple[int, int]) -> np.ndarray:
     y, x = origin
     return np.asarray(image[y : y + shape[0], x : x + shape[1]], dtype=np.float32)
 

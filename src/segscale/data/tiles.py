@@ -1,0 +1,126 @@
+"""The tiles a run trains and validates on: opened where they lie, never decoded whole.
+
+``open_tiles`` gives each image/mask pair as a ``Tile`` whose image and mask are read a
+window at a time (``segscale.data.rasters``): TIFFs mapped or read by window, PNG and
+JPEG files through the machine's decode cache (``segscale.data.decode_cache``). A mask
+whose values are not already class indices (grey levels, colours, label IDs) is decoded
+window by window as it is read (``LabelledMask``), except a PNG's, whose class indices
+the decode cache keeps. So no rank holds the decoded dataset: what a rank holds grows
+with the patches it cuts, not with the images, and the pixels it reads sit in the page
+cache, which the ranks and workers of a machine share.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from segscale.data.decode_cache import DecodeCache
+from segscale.data.labels import LabelMap
+from segscale.data.rasters import Pixels
+from segscale.data.sources import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    TIFF_SUFFIXES,
+    ImageMaskPair,
+    read_image,
+    read_mask_values,
+)
+
+
+class LabelledMask:
+    """A mask's class indices (H×W uint8), decoded from its raw values as windows are read."""
+
+    def __init__(self, raw: Pixels, labels: LabelMap) -> None:
+        self.raw = raw
+        self.labels = labels
+        self.shape = (raw.shape[0], raw.shape[1])
+        self.dtype = np.dtype(np.uint8)
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        return self.labels.decode(np.asarray(self.raw[index]))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[:, :]
+        return whole if dtype is None else whole.astype(dtype)
+
+
+Mask = Pixels
+"""A tile's mask: class indices, as an array (mapped or decoded) or read by window."""
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One image (H×W×C, uint8/uint16/float32) and its mask (H×W uint8 class indices).
+
+    Either may be read a window at a time: a memory map, a ``WindowedRaster``, a
+    ``LabelledMask`` (see the module's docstring); slicing either gives an array.
+    """
+
+    image: Pixels
+    mask: Mask
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Height and width in pixels."""
+        return self.mask.shape[0], self.mask.shape[1]
+
+
+def open_tiles(
+    pairs: list[ImageMaskPair],
+    labels: LabelMap,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    cache: DecodeCache | None = None,
+) -> list[Tile]:
+    """Open every pair where it lies (see the module's docstring); decode no TIFF.
+
+    PNG and JPEG files go through ``cache`` (``None``: decoded into memory, as every
+    rank then holds them). The pairs are expected to have passed
+    ``segscale.data.validation`` (sizes agree, mask values known); a size mismatch is
+    still refused here, and so is a file past ``max_image_pixels`` (see ``read_image``).
+    """
+    tiles = []
+    for pair in pairs:
+        image = _open_image(pair.image, max_image_pixels, cache)
+        mask = _open_mask(pair.mask, labels, max_image_pixels, cache)
+        if image.shape[:2] != mask.shape[:2]:
+            raise ValueError(
+                f"{pair.mask}: mask is {mask.shape[1]}x{mask.shape[0]} but its image "
+                f"{pair.image} is {image.shape[1]}x{image.shape[0]}; they must match"
+            )
+        tiles.append(Tile(image, mask))
+    return tiles
+
+
+def _open_image(path: Path, max_image_pixels: int | None, cache: DecodeCache | None) -> Pixels:
+    """An image: a TIFF where it lies, another file through the decode cache."""
+    if path.suffix.lower() in TIFF_SUFFIXES or cache is None:
+        return read_image(path, max_image_pixels)
+    return cache.open(path, "image", lambda: np.asarray(read_image(path, max_image_pixels)))
+
+
+def _open_mask(
+    path: Path, labels: LabelMap, max_image_pixels: int | None, cache: DecodeCache | None
+) -> Mask:
+    """A mask's class indices: a TIFF's decoded as read, another file's through the cache."""
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        raw = read_mask_values(path, max_image_pixels)
+        # Class-index uint8 masks are used as they are: a mapped mask stays mapped.
+        return raw if labels.is_identity(raw) else LabelledMask(raw, labels)
+
+    def decode() -> np.ndarray:
+        raw = np.asarray(read_mask_values(path, max_image_pixels))
+        return raw if labels.is_identity(raw) else labels.decode(raw)
+
+    if cache is None:
+        return decode()
+    # The class indices are kept: decoded once, for the labels they were decoded with.
+    variant = "mask " + json.dumps(labels.describe(), sort_keys=True)
+    return cache.open(path, variant, decode)
