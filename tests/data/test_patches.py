@@ -9,8 +9,8 @@ from segscale.data.augment import Augmentation, PatchPose, cut_patch, patch_rng
 from segscale.data.class_locations import LocationSampler, TileClassLocations
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
-from segscale.data.tiles import Tile
 from segscale.data.synthetic import draw_tile
+from segscale.data.tiles import Tile
 
 
 @pytest.fixture(scope="module")
