@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from segscale.data.datamodule import MAX_AUTO_WORKERS, auto_num_workers
+from segscale.data.loader_workers import MAX_AUTO_WORKERS, auto_num_workers
 from segscale.data.samplers import EpochShardSampler
 from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 

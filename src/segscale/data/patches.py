@@ -19,7 +19,8 @@ from segscale.data.class_locations import (
     centre_rng,
     class_probabilities,
 )
-from segscale.data.tiles import Tile
+from segscale.data.rasters import UnreadableWindowError
+from segscale.data.tiles import SKIP_KEY, Tile, UnreadableTileError, UnreadableTiles
 from segscale.errors import ConfigError, integer_at_least, require
 
 PatchKey = tuple[int, int]
@@ -173,6 +174,7 @@ class RandomPatchDataset(Dataset):
         seed: int = 0,
         ignore_index: int = 255,
         centres: ClassCentres | None = None,
+        unreadable: UnreadableTiles | None = None,
     ) -> None:
         if not tiles:
             raise ValueError("RandomPatchDataset needs at least one tile")
@@ -185,6 +187,7 @@ class RandomPatchDataset(Dataset):
         self.seed = seed
         self.ignore_index = ignore_index
         self.centres = centres
+        self.unreadable = unreadable or UnreadableTiles()
 
     def __len__(self) -> int:
         return self.patches_per_image * len(self.tiles)
@@ -199,13 +202,22 @@ class RandomPatchDataset(Dataset):
 
     def __getitem__(self, key: PatchKey | int) -> dict[str, torch.Tensor]:
         epoch, index = (0, key) if isinstance(key, int) else key
-        rng, draw = self._draw(epoch, index)
-        tile = self.tiles[draw.tile]
-        image, mask = cut_patch(
-            tile.image, tile.mask, draw.pose, self.patch_size, self.ignore_index
-        )
-        image, mask = self.augmentation.transform(image, mask, rng)
-        return _as_sample(image, mask, (epoch, index))
+        # A tile that cannot be read (``unreadable.skip``): the patch is one fresh patch
+        # of the next tile instead (index past the epoch's, of tile ``index + attempt``).
+        for attempt in range(2 * len(self.tiles)):
+            substitute = index if attempt == 0 else index + attempt + len(self)
+            rng, draw = self._draw(epoch, substitute)
+            tile = self.tiles[draw.tile]
+            try:
+                image, mask = cut_patch(
+                    tile.image, tile.mask, draw.pose, self.patch_size, self.ignore_index
+                )
+            except UnreadableWindowError as error:
+                self.unreadable.handle(error)
+                continue
+            image, mask = self.augmentation.transform(image, mask, rng)
+            return _as_sample(image, mask, (epoch, index))
+        raise UnreadableTileError(f"no tile of the training set can be read ({SKIP_KEY})")
 
     def _draw(self, epoch: int, index: int) -> tuple[np.random.Generator, PatchDraw]:
         rng = patch_rng(self.seed, epoch, index)
@@ -249,10 +261,17 @@ class GridPatchDataset(Dataset):
     comes out every epoch, in the same order.
     """
 
-    def __init__(self, tiles: list[Tile], patch_size: int, ignore_index: int = 255) -> None:
+    def __init__(
+        self,
+        tiles: list[Tile],
+        patch_size: int,
+        ignore_index: int = 255,
+        unreadable: UnreadableTiles | None = None,
+    ) -> None:
         self.tiles = tiles
         self.patch_size = patch_size
         self.ignore_index = ignore_index
+        self.unreadable = unreadable or UnreadableTiles()
         self.windows: list[tuple[int, int, int, int, int]] = []  # tile, y, x, skip_y, skip_x
         for t, tile in enumerate(tiles):
             height, width = tile.shape
@@ -266,8 +285,13 @@ class GridPatchDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         t, y, x, skip_y, skip_x = self.windows[index]
         size, tile = self.patch_size, self.tiles[t]
-        image = tile.image[y : y + size, x : x + size]
-        mask = tile.mask[y : y + size, x : x + size].copy()
+        try:
+            image = tile.image[y : y + size, x : x + size]
+            mask = tile.mask[y : y + size, x : x + size].copy()
+        except UnreadableWindowError as error:
+            self.unreadable.handle(error)  # skipped: a window whose pixels all count for nothing
+            image = np.zeros((size, size, tile.image.shape[2]), tile.image.dtype)
+            mask = np.full((size, size), self.ignore_index, np.uint8)
         mask[:skip_y, :] = self.ignore_index
         mask[:, :skip_x] = self.ignore_index
         return _as_sample(image, mask, (t, y, x))
