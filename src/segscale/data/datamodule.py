@@ -33,7 +33,7 @@ from segscale.data.sources import (
 from segscale.data.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.data.validation import validate_dataset
 from segscale.data.value_range import ValueRange
-from segscale.errors import ConfigError, require
+from segscale.errors import ConfigError
 
 
 class SegmentationDataModule(L.LightningDataModule):
@@ -74,7 +74,10 @@ class SegmentationDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         self.decode_cache = decode_cache
-        require(skip_unreadable, SKIP_KEY, lambda v: isinstance(v, bool), "true or false")
+        if not isinstance(skip_unreadable, bool):
+            raise ConfigError(
+                f"{SKIP_KEY}={skip_unreadable!r} is not allowed: expected true or false"
+            )
         self.unreadable = UnreadableTiles(skip_unreadable)
         patches = patches or PatchSettings()
         loader = loader or LoaderSettings()
