@@ -121,7 +121,9 @@ def _has_valid_cells(
         return True
     if facts["mask_problems"]:
         return True
-    kept = facts.get("valid_cells") or {}
+    kept = facts.get("valid_cells")
+    if not isinstance(kept, dict):
+        return False
     counted = "counts" in kept or "problem" in kept
     same = {k: kept.get(k) for k in ("labels", "nodata_setting")} == validity_key(labels, validity)
     return counted and same and kept.get("cell") == CELL
