@@ -87,5 +87,9 @@ def test_a_pixel_is_no_data_only_in_every_band():
     np.testing.assert_array_equal(nodata_pixels(rows, 0.0), [[True, False, False]])
     np.testing.assert_array_equal(nodata_pixels(rows, 5.0), [[False, False, True]])
     np.testing.assert_array_equal(nodata_pixels(rows, -1.0), [[False, False, False]])
-    floats = np.array([[[np.nan, np.nan]]], np.float32)
+    np.testing.assert_array_equal(nodata_pixels(rows, 0.5), [[False, False, False]])
+    floats = np.array([[[np.nan, np.nan], [-3.4e38, -3.4e38]]], np.float32)
     assert not nodata_pixels(floats, math.nan).any()  # NaN pixels are refused elsewhere
+    # GDAL writes float32's lowest value rounded; in the pixels' type it is that value.
+    np.testing.assert_array_equal(nodata_pixels(floats, -3.4e38), [[False, True]])
+    np.testing.assert_array_equal(nodata_pixels(rows.astype(np.uint16), 5), [[False, False, True]])

@@ -74,6 +74,17 @@ def parse_nodata(text: str) -> float:
 def nodata_pixels(rows: np.ndarray, nodata: float) -> np.ndarray:
     """Which pixels of ``rows`` (H×W×C) hold ``nodata`` in every band (H×W bool).
 
-    A NaN no-data value matches nothing (the validation pass refuses NaN pixels).
+    The value is taken in the pixels' type, as GDAL compares it: a tag's ``-3.4e+38``
+    is float32's lowest value in a float32 image. One that the type cannot hold (a
+    fraction or ``-9999`` for uint8, NaN) matches nothing.
     """
-    return np.all(rows == nodata, axis=2)
+    if np.issubdtype(rows.dtype, np.floating):
+        value = rows.dtype.type(nodata)
+    else:
+        limits = np.iinfo(rows.dtype)
+        if not math.isfinite(nodata) or nodata != int(nodata):
+            return np.zeros(rows.shape[:2], bool)
+        if not limits.min <= nodata <= limits.max:
+            return np.zeros(rows.shape[:2], bool)
+        value = rows.dtype.type(int(nodata))
+    return np.all(rows == value, axis=2)
