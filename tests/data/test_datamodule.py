@@ -256,7 +256,7 @@ def test_a_bad_valid_share_or_nodata_names_its_key(make_config, override, messag
 def test_min_valid_reaches_the_training_set_and_zero_changes_nothing(tmp_path):
     from segscale.training.run.builders import build
     from tests.conftest import compose_config
-    from tests.data.valid_maps import geotiff_dataset
+    from tests.data.valid_maps import geotiff_dataset, patch_share, rotation_reach, valid_pixels_of
 
     root = geotiff_dataset(tmp_path / "geo")
     folder = ("datamodule=folder", f"datamodule.source.root={root}", "datamodule.patch_size=32")
@@ -267,6 +267,12 @@ def test_min_valid_reaches_the_training_set_and_zero_changes_nothing(tmp_path):
     data = datamodule.train_set
     assert len(data.tiles) == len(data.windows) == len(data.centres.locations) == 1  # t2 out
     assert data.windows[0].min_valid == 0.8 and data.windows[0].size == 32
+    pair = datamodule.check().pairs["train"][0]
+    valid = valid_pixels_of(pair.image, pair.mask, 0)  # the GeoTIFF's tag: 0
+    for index in range(40):  # cut from the GeoTIFF read by window
+        draw = data.draw(0, index)
+        assert data[(0, index)]["mask"].shape == (32, 32)
+        assert patch_share(valid, draw.pose, 32) >= 0.8 - 1 / 32 - rotation_reach(20)
     off = build(compose_config("train", *folder).datamodule, _convert_="all")
     off.setup("fit")
     assert off.sampling.min_valid == 0.0 and off.sampling.nodata is None
