@@ -51,7 +51,7 @@ class SegmentationDataModule(L.LightningDataModule):
     exempt): the validation pass lists such files with the other unusable ones.
 
     ``sampling`` says where training patches are centred (``PatchSampling``: uniform,
-    or class-balanced on the class locations the validation pass keeps).
+    or class-balanced on the class locations the validation pass keeps), and how valid.
 
     ``decode_cache`` holds the PNG and JPEG files decoded once per machine
     (``DecodeCache``; ``None``: each rank decodes them into its memory); TIFFs are read
@@ -136,6 +136,8 @@ class SegmentationDataModule(L.LightningDataModule):
                 locations_per_class=(
                     self.sampling.locations_per_class if self.sampling.class_balanced else 0
                 ),
+                min_valid=self.sampling.min_valid,
+                nodata=self.sampling.nodata,
             )
         return self.report
 
@@ -177,6 +179,7 @@ class SegmentationDataModule(L.LightningDataModule):
         if stage == "fit" and self.train_set is None:
             report = self.check()
             locations = report.class_locations.get("train", [])
+            windows = report.valid_windows.get("train")
             self.train_set = RandomPatchDataset(
                 open_tiles(
                     report.pairs["train"], self.labels, self.max_image_pixels, self.decode_cache
@@ -186,7 +189,8 @@ class SegmentationDataModule(L.LightningDataModule):
                 self.augmentation,
                 self.seed,
                 self.ignore_index,
-                centres=self.sampling.centres(locations, self.class_names),
+                centres=self.sampling.centres(locations, self.class_names, windows),
+                windows=windows,
                 unreadable=self.unreadable,
             )
         if stage in ("fit", "validate") and self.val_set is None:
