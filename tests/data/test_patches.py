@@ -218,21 +218,8 @@ def test_patches_not_centred_on_a_class_are_the_uniform_ones(tiles):
 
 def test_one_and_two_ranks_draw_the_same_class_balanced_patches(tiles):
     data = balanced(tiles, patches_per_image=8)  # 24 patches: 3 steps of 8
-
-    def steps(batch_sizes, rank, workers):
-        sampler = EpochShardSampler(len(data), batch_sizes, rank=rank, seed=5)
-        sampler.set_epoch(1)
-        loader = DataLoader(data, batch_sampler=sampler, num_workers=workers)
-        return [
-            [
-                (tuple(k.tolist()), i.numpy().tobytes())
-                for k, i in zip(b["key"], b["image"], strict=True)
-            ]
-            for b in loader
-        ]
-
-    one = steps([8], 0, 0)
-    ranks = [steps([4, 4], rank, 2) for rank in range(2)]
+    one = shard_steps(data, [8], 0, 0)
+    ranks = [shard_steps(data, [4, 4], rank, 2) for rank in range(2)]
     assert [a + b for a, b in zip(*ranks, strict=True)] == one
     assert sum(data.draw(1, i).centre_class is not None for i in range(24)) > 4
 
