@@ -1,0 +1,182 @@
+"""The README's tables, printed from ``results.json`` (``measure.py --table``)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+SETUP = "trainer, ranks, data setup"
+"""The start-up phase in which each rank opens (before: decodes) the tiles."""
+
+
+def row(*cells: Any) -> str:
+    """One Markdown table row."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def header(*names: str) -> str:
+    """A Markdown table's header and rule."""
+    return row(*names) + "\n|" + "---|" * len(names)
+
+
+def runs_of(rows: list[dict], code: str, tiles: int) -> list[dict]:
+    """The runs of ``code`` (before, after) on ``tiles`` tiles."""
+    return [r for r in rows if r["code"] == code and r["tiles"] == tiles]
+
+
+def gb_pair(runs: list[dict], pss: str, private: str) -> str:
+    """PSS / private (GB) of each run, ``; ``-separated."""
+    return "; ".join(f"{r[pss]:.2f} / {r[private]:.2f}" for r in runs)
+
+
+def memory_table(part: dict) -> list[str]:
+    """Peak memory at 2 and 8 tiles, before and after."""
+    lines = [
+        header(
+            "tiles",
+            "decoded (GB)",
+            "code",
+            "peak PSS / private, whole run (GB)",
+            "until training ends (GB)",
+            "exit",
+        )
+    ]
+    for tiles in sorted({r["tiles"] for r in part["rows"]}):
+        for code in ("before", "after"):
+            runs = runs_of(part["rows"], code, tiles)
+            lines.append(
+                row(
+                    tiles,
+                    f"{tiles * 4096 * 4096 * 4 / 1e9:.2f}",
+                    code,
+                    gb_pair(runs, "peak_pss_gb", "peak_private_gb"),
+                    gb_pair(runs, "training_peak_pss_gb", "training_peak_private_gb"),
+                    ", ".join(str(r["exit"]) for r in runs),
+                )
+            )
+    return lines
+
+
+def startup_table(part: dict) -> list[str]:
+    """Time to the first step per tile count, against the smallest; the data setup phase."""
+    lines = [
+        header(
+            "tiles",
+            "code",
+            "time to first step (s), runs",
+            "median",
+            "× at 2 tiles",
+            "of it: trainer, ranks, data setup (s)",
+            "load before",
+        )
+    ]
+    rows = part["rows"]
+    for code in ("before", "after"):
+        base = statistics.median(r["time_to_first_step_s"] for r in runs_of(rows, code, 2))
+        for tiles in sorted({r["tiles"] for r in rows}):
+            runs = runs_of(rows, code, tiles)
+            times = [r["time_to_first_step_s"] for r in runs]
+            median = statistics.median(times)
+            lines.append(
+                row(
+                    tiles,
+                    code,
+                    ", ".join(f"{t:.1f}" for t in times),
+                    f"{median:.1f}",
+                    f"{median / base:.2f}",
+                    ", ".join(f"{r['startup_phases_s'][SETUP]:.1f}" for r in runs),
+                    ", ".join(f"{r['load_before'][0]:.1f}" for r in runs),
+                )
+            )
+    return lines
+
+
+def rates_table(part: dict) -> list[str]:
+    """Patches/s as stored and in memory, each repeat, and the ratios' spread."""
+    lines = [
+        header(
+            "tiles as stored",
+            "read path",
+            "workers",
+            "repeat",
+            "as stored (patches/s)",
+            "in memory (patches/s)",
+            "ratio",
+            "load before",
+        )
+    ]
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in part["rows"]:
+        kinds = ", ".join(f"{k}: {n}" for k, n in r["stored_as"].items())
+        path = r.get("variant") or "as committed"
+        groups.setdefault((kinds, path), []).append(r["ratio"])
+        lines.append(
+            row(
+                kinds,
+                path,
+                r["workers"],
+                r["repeat"] + 1,
+                f"{r['stored_median']:.0f}",
+                f"{r['in_memory_median']:.0f}",
+                f"{r['ratio']:.2f}",
+                f"{r['load_before'][0]:.2f}",
+            )
+        )
+    lines += ["", header("tiles as stored", "read path", "ratio, median of repeats", "spread")]
+    for (kinds, path), ratios in groups.items():
+        median = statistics.median(ratios)
+        lines.append(row(kinds, path, f"{median:.2f}", f"{min(ratios):.2f}–{max(ratios):.2f}"))
+    return lines
+
+
+def large_table(part: dict) -> list[str]:
+    """The run on a dataset larger than memory."""
+    lines = [
+        f"{part['tiles']} tiles, {part['decoded_bytes'] / 1e9:.1f} GB decoded = "
+        f"{part['decoded_bytes'] / part['ram_bytes']:.2f}× this machine's "
+        f"{part['ram_bytes'] / 1e9:.1f} GB; {part['disk_bytes'] / 1e9:.2f} GB on disk",
+        "",
+        header(
+            "run",
+            "exit",
+            "wall (s)",
+            "peak PSS (GB)",
+            "peak private (GB)",
+            "time to first step (s)",
+            "steady patches/s",
+            "patches trained",
+        ),
+    ]
+    names = ["after, first run (dataset check)", "before (in memory)", "after, check cached"]
+    for name, r in zip(names, part["runs"], strict=True):
+        killed = r.get("killed_at")
+        exit_text = (
+            f"killed at {killed['pss'] / 1e9:.1f} GB, {killed['s']:.0f} s" if killed else r["exit"]
+        )
+        lines.append(
+            row(
+                name,
+                exit_text,
+                r["wall_s"],
+                f"{r['peak_pss_gb']:.2f}",
+                f"{r['peak_private_gb']:.2f}",
+                r["time_to_first_step_s"] or "-",
+                r["steady_patches_per_s"] or "-",
+                r["train_patches"] or "-",
+            )
+        )
+    return lines
+
+
+def print_tables(results: dict) -> None:
+    """Every table of the steps ``results`` holds."""
+    for step, make in (
+        ("memory", memory_table),
+        ("startup", startup_table),
+        ("rates", rates_table),
+        ("large", large_table),
+    ):
+        if step in results:
+            print(f"## {step}\n")
+            print("\n".join(make(results[step])))
+            print()
