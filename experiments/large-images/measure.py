@@ -35,7 +35,7 @@ from segscale.data.augment import Augmentation, PatchPose, cut_patch
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap
 from segscale.data.patches import RandomPatchDataset
-from segscale.data.sources import load_tiles
+from segscale.data.tiles import open_tiles
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -77,7 +77,7 @@ def patch_throughput(folder: Path, label: str) -> dict:
     """Patches/s of one worker and of DataLoaders, for the tile under ``folder``."""
     before = rss_mb()
     source = FolderTiles(str(folder), splits={"train": "train"})
-    tiles = load_tiles(source.pairs("train"), LabelMap(6))
+    tiles = open_tiles(source.pairs("train"), LabelMap(6))  # no decode cache: PNGs in memory
     after = rss_mb()
     dataset = RandomPatchDataset(tiles, PATCH, 256, Augmentation(), seed=0)
     tile = tiles[0]

@@ -12,7 +12,7 @@ from segscale.bench.benchmark import bench
 from segscale.bench.interconnects import INTERCONNECTS
 from segscale.bench.pipeline import rank_data_rate
 from segscale.cli.bench import main
-from segscale.data import datamodule as datamodule_module
+from segscale.data import loader_workers
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build, build_datamodule
 from tests.conftest import REPO, compose_config, tiny_overrides
@@ -134,9 +134,9 @@ def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
     effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)
     datamodule = build_datamodule(cfg, effective)
     datamodule.num_workers = "auto"
-    monkeypatch.setattr(datamodule_module, "cpus_available", lambda: 16)
+    monkeypatch.setattr(loader_workers, "cpus_available", lambda: 16)
     assert datamodule.workers_per_rank(1) == 8  # MAX_AUTO_WORKERS
-    monkeypatch.setattr(datamodule_module, "cpus_available", lambda: 2)
+    monkeypatch.setattr(loader_workers, "cpus_available", lambda: 2)
     assert datamodule.workers_per_rank(2) == 1  # one core each: at least one worker
     datamodule.num_workers = 3
     assert datamodule.workers_per_rank(8) == 3  # a configured count is a configured count

@@ -130,3 +130,20 @@ def test_a_nan_pixel_in_a_float_training_image_is_refused_naming_the_file(tmp_pa
     assert done.returncode == 2, output[-3000:]
     assert "Traceback" not in output
     assert f"{root / 'train/images/b.tif'}: has 1 NaN or infinite pixel value(s)" in output
+
+
+def test_a_min_valid_no_window_holds_is_refused_naming_the_key(tmp_path):
+    from tests.data.valid_maps import geotiff_dataset
+
+    root, out = geotiff_dataset(tmp_path / "data"), tmp_path / "out"
+    done = _data(
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule.patch_size=64",
+        "datamodule.sampling.min_valid=0.9",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "datamodule.sampling.min_valid=0.9 is not allowed" in output
+    assert "(the best holds 0.781)" in output and "Traceback" not in output

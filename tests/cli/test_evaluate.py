@@ -453,3 +453,33 @@ def test_ignore_ids_given_add_to_the_checkpoint_s_and_may_not_take_a_class_s_val
         cfg = _config(other, ckpt, tmp_path / "out", f"datamodule.ignore_ids={value}")
         with pytest.raises(ConfigError, match=f"^datamodule.ignore_ids.*{re.escape(refused)}"):
             evaluate(cfg)
+
+
+def test_a_tiled_tiff_is_evaluated_band_by_band_never_decoded_whole(tmp_path, monkeypatch):
+    import tifffile
+
+    from segscale.data.rasters import WindowedRaster
+
+    mask = np.random.default_rng(3).integers(0, 3, (300, 200)).astype(np.uint8)
+    tiled = {"tile": (64, 64), "compression": "zlib"}
+    tifffile.imwrite(tmp_path / "big.tif", oracle_image(mask), **tiled)
+    tifffile.imwrite(tmp_path / "big_mask.tif", mask, **tiled)
+    reads = []
+    window_read = WindowedRaster._read_window
+
+    def counted(self, y0, y1, x0, x1):
+        reads.append((y1 - y0) * (x1 - x0))
+        return window_read(self, y0, y1, x0, x1)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the whole raster was decoded")
+
+    monkeypatch.setattr(WindowedRaster, "_read_window", counted)
+    monkeypatch.setattr(WindowedRaster, "__array__", whole)
+    pair = ImageMaskPair(tmp_path / "big.tif", tmp_path / "big_mask.tif")
+    trained = load_trained(str(oracle_checkpoint(tmp_path / "oracle.ckpt")))
+    confusion = image_confusion(
+        pair, trained, SlidingWindow(tile_size=32), LabelMap(3), torch.device("cpu")
+    )
+    assert int(confusion.trace()) == confusion.sum() == 300 * 200  # the oracle is right
+    assert max(reads) <= 32 * 200  # a band of tiles at a time, not the image

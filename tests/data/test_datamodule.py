@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from segscale.data.datamodule import MAX_AUTO_WORKERS, auto_num_workers
+from segscale.data.loader_workers import MAX_AUTO_WORKERS, auto_num_workers
 from segscale.data.samplers import EpochShardSampler
 from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
@@ -233,3 +233,48 @@ def test_a_run_resumed_inside_a_window_trains_the_batches_lightning_counts(make_
     assert [b["batch"] for b in resumed] == [3, 4]
     assert [b["keys"] for b in resumed] == [b["keys"] for b in whole[3:]]
     assert [b["step"] for b in resumed] == [b["step"] for b in whole[3:]] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("datamodule.sampling.min_valid=1.5", r"datamodule.sampling.min_valid=1.5 is not allowed"),
+        ("datamodule.sampling.min_valid=-0.1", r"sampling.min_valid=-0.1 is not allowed"),
+        ("datamodule.sampling.min_valid=true", r"sampling.min_valid=True is not allowed"),
+        ("datamodule.sampling.nodata=none", r"datamodule.sampling.nodata='none' is not allowed"),
+        ("datamodule.sampling.nodata=nan", r"datamodule.sampling.nodata=nan is not allowed"),
+    ],
+)
+def test_a_bad_valid_share_or_nodata_names_its_key(make_config, override, message):
+    from segscale.errors import ConfigError
+    from segscale.training.run.training_run import train
+
+    with pytest.raises(ConfigError, match=message):
+        train(make_config(override))
+
+
+def test_min_valid_reaches_the_training_set_and_zero_changes_nothing(tmp_path):
+    from segscale.training.run.builders import build
+    from tests.conftest import compose_config
+    from tests.data.valid_maps import geotiff_dataset, patch_share, rotation_reach, valid_pixels_of
+
+    root = geotiff_dataset(tmp_path / "geo")
+    folder = ("datamodule=folder", f"datamodule.source.root={root}", "datamodule.patch_size=32")
+    folder += ("datamodule.num_workers=0",)
+    cfg = compose_config("train", *folder, "datamodule.sampling.min_valid=0.8", BALANCED[0])
+    datamodule = build(cfg.datamodule, _convert_="all")
+    datamodule.setup("fit")
+    data = datamodule.train_set
+    assert len(data.tiles) == len(data.windows) == len(data.centres.locations) == 1  # t2 out
+    assert data.windows[0].min_valid == 0.8 and data.windows[0].size == 32
+    pair = datamodule.check().pairs["train"][0]
+    valid = valid_pixels_of(pair.image, pair.mask, 0)  # the GeoTIFF's tag: 0
+    for index in range(40):  # cut from the GeoTIFF read by window
+        draw = data.draw(0, index)
+        assert data[(0, index)]["mask"].shape == (32, 32)
+        assert patch_share(valid, draw.pose, 32) >= 0.8 - 1 / 32 - rotation_reach(20)
+    off = build(compose_config("train", *folder).datamodule, _convert_="all")
+    off.setup("fit")
+    assert off.sampling.min_valid == 0.0 and off.sampling.nodata is None
+    assert off.train_set.windows is None and off.check().valid_windows == {}
+    assert len(off.train_set.tiles) == 2

@@ -6,11 +6,14 @@ from scipy.ndimage import maximum_filter, minimum_filter
 from torch.utils.data import DataLoader
 
 from segscale.data.augment import Augmentation, PatchPose, cut_patch, patch_rng
-from segscale.data.class_locations import LocationSampler, TileClassLocations
+from segscale.data.class_locations import LocationSampler, TileClassLocations, centre_on_pixel
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
 from segscale.data.synthetic import draw_tile
 from segscale.data.tiles import Tile
+from segscale.data.valid_windows import TileWindows
+from segscale.errors import ConfigError
+from tests.data.valid_maps import bordered_tile, cells_of, patch_share, rotation_reach
 
 
 @pytest.fixture(scope="module")
@@ -232,3 +235,123 @@ def test_one_and_two_ranks_draw_the_same_class_balanced_patches(tiles):
     ranks = [steps([4, 4], rank, 2) for rank in range(2)]
     assert [a + b for a, b in zip(*ranks, strict=True)] == one
     assert sum(data.draw(1, i).centre_class is not None for i in range(24)) > 4
+
+
+# Valid-data-aware patches (datamodule.sampling.min_valid).
+
+VALID_SIZE = 48
+
+
+@pytest.fixture(scope="module")
+def bordered():
+    """Two tiles with a no-data border and an unlabelled area, and their valid pixels."""
+    made = [bordered_tile(160, index=i) for i in range(2)]
+    return [tile for tile, _ in made], [valid for _, valid in made]
+
+
+def valid_windows(valid, min_valid) -> list[TileWindows]:
+    return [TileWindows(cells_of(v), VALID_SIZE, min_valid) for v in valid]
+
+
+def valid_dataset(bordered, min_valid, **kwargs) -> RandomPatchDataset:
+    tiles, valid = bordered
+    settings = {"patch_size": VALID_SIZE, "patches_per_image": 64}
+    return dataset(tiles, windows=valid_windows(valid, min_valid), **(settings | kwargs))
+
+
+def plain_dataset(bordered, **kwargs) -> RandomPatchDataset:
+    return dataset(bordered[0], **({"patch_size": VALID_SIZE, "patches_per_image": 64} | kwargs))
+
+
+@pytest.mark.parametrize("rotation", [0, 20])
+def test_drawn_patches_hold_min_valid_of_valid_pixels(bordered, rotation):
+    _, valid = bordered
+    augmentation = Augmentation(rotation=(-rotation, rotation))  # translation ±10 px
+    data = valid_dataset(bordered, 0.7, augmentation=augmentation)
+    draws = [data.draw(0, i) for i in range(400)]
+    shares = [patch_share(valid[d.tile], d.pose, VALID_SIZE) for d in draws]
+    # Nearest sampling moves a window by up to half a pixel each way; a rotation by θ
+    # reaches past it by at most rotation_reach(θ) of it (12% at 20°).
+    assert min(shares) >= 0.7 - 1 / VALID_SIZE - rotation_reach(rotation)
+    assert np.mean(shares) > 0.8
+    plain = plain_dataset(bordered, augmentation=augmentation)
+    before = [patch_share(valid[i % 2], plain.pose(0, i), VALID_SIZE) for i in range(400)]
+    assert np.mean(np.array(before) < 0.7) > 0.3  # without min_valid, a third fall short
+
+
+def test_min_valid_moves_only_the_patches_that_fall_short(bordered):
+    data, plain = valid_dataset(bordered, 0.7), plain_dataset(bordered)
+    moved = 0
+    for index in range(200):
+        drawn, before = data.draw(1, index), plain.draw(1, index)
+        window = data.windows[before.tile]
+        if window.holds(before.pose.centre_x, before.pose.centre_y)[0]:
+            assert drawn == before
+            assert torch.equal(data[(1, index)]["image"], plain[(1, index)]["image"])
+        else:  # moved, with the same rotation (and transforms), in its own tile
+            assert drawn.tile == before.tile and drawn.pose.angle == before.pose.angle
+            assert drawn.pose != before.pose
+            moved += 1
+    assert 40 < moved < 160
+
+
+def shard_steps(data, batch_sizes, rank, workers) -> list[list[tuple]]:
+    """Keys and image bytes of each step that ``rank`` trains on in epoch 1."""
+    sampler = EpochShardSampler(len(data), batch_sizes, rank=rank, seed=5)
+    sampler.set_epoch(1)
+    loader = DataLoader(data, batch_sampler=sampler, num_workers=workers)
+    return [
+        [
+            (tuple(k.tolist()), i.numpy().tobytes())
+            for k, i in zip(b["key"], b["image"], strict=True)
+        ]
+        for b in loader
+    ]
+
+
+def test_one_and_two_ranks_draw_the_same_valid_patches(bordered):
+    data = valid_dataset(bordered, 0.7, patches_per_image=12)  # 24 patches: 3 steps of 8
+    one = shard_steps(data, [8], 0, 0)
+    ranks = [shard_steps(data, [4, 4], rank, 2) for rank in range(2)]
+    assert [a + b for a, b in zip(*ranks, strict=True)] == one
+    plain = plain_dataset(bordered, patches_per_image=12)
+    assert sum(data.draw(1, i) != plain.draw(1, i) for i in range(24)) > 4  # some moved
+
+
+def test_class_balanced_patches_are_centred_where_their_window_qualifies(bordered):
+    tiles, valid = bordered
+    windows = valid_windows(valid, 0.7)
+    sampling = PatchSampling("class_balanced", 1.0, min_valid=0.7)
+    centres = sampling.centres(locations(tiles), [f"c{c}" for c in range(CLASSES)], windows)
+    still = Augmentation(rotation=(0, 0))  # translation ±10 px
+    data = plain_dataset(bordered, augmentation=still, centres=centres, windows=windows)
+    on_middle = 0
+    for index in range(300):
+        draw = data.draw(0, index)
+        assert patch_share(valid[draw.tile], draw.pose, VALID_SIZE) >= 0.7 - 1 / VALID_SIZE
+        assert draw.centre_class in data[(0, index)]["mask"].numpy()
+        pose = data.pose(0, index)
+        on_middle += (pose.centre_x, pose.centre_y) in {
+            tuple(map(float, centre_on_pixel(r, c, VALID_SIZE, 160, 160)))
+            for r, c in centres.locations[draw.tile].points[draw.centre_class]
+        }
+    assert 5 < on_middle < 150  # moved back from a translation that fell short
+
+
+def test_a_class_weight_that_min_valid_leaves_without_centres_is_refused(bordered):
+    tiles, valid = bordered
+    moved = []
+    for tile in tiles:
+        mask = tile.mask.copy()
+        mask[mask == 5] = 0
+        mask[:, :8] = 5  # class 5 only in the no-data border
+        moved.append(Tile(tile.image, mask))
+    windows = valid_windows(valid, 0.7)
+    names = [f"c{c}" for c in range(CLASSES)]
+    weighted = PatchSampling("class_balanced", 1.0, [1] * CLASSES, min_valid=0.7)
+    with pytest.raises(ConfigError, match=r"weights=\[1.0.*no kept pixel of c5 .*min_valid=0.7"):
+        weighted.centres(locations(moved), names, windows)
+    present = PatchSampling("class_balanced", 1.0, "present", min_valid=0.7)
+    centres = present.centres(locations(moved), names, windows)
+    assert centres.class_cdf[5] == centres.class_cdf[4]  # class 5 is never drawn
+    assert weighted.centres(locations(moved), names) is not None  # without min_valid: drawn

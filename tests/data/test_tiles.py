@@ -131,3 +131,46 @@ def test_the_size_limit_applies_to_what_is_decoded_whole(tmp_path, cached):
 
 def torch_equal(a, b) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
+
+
+def test_a_rank_sets_up_without_decoding_a_tile_once_the_cache_holds_them(tmp_path, monkeypatch):
+    """Start-up does not grow with the data: setting up reads headers, decodes no pixels."""
+    from segscale.data import decode_cache, rasters
+    from segscale.data.datamodule import segmentation_datamodule
+    from segscale.data.folder import FolderTiles
+
+    for split in ("train", "val"):
+        for i, suffix in enumerate([".tif", ".png"]):
+            image, mask = draw_tile(160, seed=0, index=i)
+            for folder, pixels in (("images", image), ("masks", mask)):
+                path = tmp_path / "data" / split / folder / f"{split}{i}{suffix}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if suffix == ".tif":
+                    tifffile.imwrite(path, pixels, tile=(64, 64), compression="zlib")
+                else:
+                    Image.fromarray(pixels).save(path)
+
+    def datamodule():
+        return segmentation_datamodule(
+            FolderTiles(str(tmp_path / "data")),
+            6,
+            [str(c) for c in range(6)],
+            patch_size=64,
+            num_workers=0,
+            decode_cache=DecodeCache(str(tmp_path / "cache")),
+        )
+
+    first = datamodule()
+    first.check()
+    first.setup("fit")  # builds the decode cache's entries of the PNGs
+    again = datamodule()
+    again.check()  # cached by size and time: reads no pixels either
+
+    def decoded(*args, **kwargs):
+        raise AssertionError("a tile was decoded while setting up")
+
+    monkeypatch.setattr(rasters.WindowedRaster, "_read_window", decoded)
+    monkeypatch.setattr(decode_cache, "_write_entry", decoded)
+    monkeypatch.setattr(Image.Image, "load", decoded)
+    again.setup("fit")
+    assert len(again.train_set.tiles) == 2 and len(again.val_set.tiles) == 2

@@ -19,6 +19,7 @@ from segscale.errors import ConfigError
 from segscale.training.run.builders import build
 from tests.conftest import REPO, compose_config, write_pair
 from tests.data.declared_size import png_declaring
+from tests.data.valid_maps import cells_of, geotiff_dataset, valid_pixels_of
 from tests.test_output_folder_check import as_user, unprivileged  # noqa: F401 (a fixture)
 
 NAMES = ("a", "b", "c")
@@ -417,3 +418,63 @@ def test_the_training_images_value_range_is_recorded_per_channel(tmp_path: Path)
     assert all(250 < high <= 255 for high in scaled.value_range.high)
     uint8 = _validate(_dataset(tmp_path / "uint8"))
     assert uint8.value_range.low == (0.0,) * 3 and uint8.value_range.high == (255.0,) * 3
+
+
+# Valid pixels per cell (datamodule.sampling.min_valid).
+
+
+def _valid_pass(root: Path, min_valid: float = 0.5, patch_size: int = 32, **kwargs):
+    source, labels = FolderTiles(str(root)), LabelMap(3, 255)
+    return validate_dataset(source, labels, NAMES, patch_size, None, min_valid=min_valid, **kwargs)
+
+
+@pytest.mark.parametrize("compress", [True, False])  # read by window, or memory-mapped
+def test_the_geotiff_nodata_tag_and_ignored_mask_values_make_pixels_invalid(tmp_path, compress):
+    root = geotiff_dataset(tmp_path, nodata=0, compress=compress)
+    report = _valid_pass(root)
+    assert len(report.valid_windows["train"]) == len(report.pairs["train"]) == 2
+    for pair, windows in zip(report.pairs["train"], report.valid_windows["train"], strict=True):
+        expected = cells_of(valid_pixels_of(pair.image, pair.mask, 0))
+        np.testing.assert_array_equal(windows.cells.counts, expected.counts)
+        assert windows.size == 32 and windows.count > 0
+    entry = json.loads(_cache_of(root).read_text())["pairs"]
+    kept = [e["facts"]["valid_cells"] for k, e in entry.items() if "/train/" in k]
+    assert [k["nodata"] for k in kept] == [0.0, 0.0]  # the tag's value, kept per file
+    assert "valid_windows" not in report.pairs and report.valid_windows.keys() == {"train"}
+
+
+def test_the_setting_overrides_the_tag(tmp_path):
+    root = geotiff_dataset(tmp_path, nodata=0)
+    report = _valid_pass(root, nodata=7)  # no pixel is 7: only the mask counts
+    pair, windows = report.pairs["train"][0], report.valid_windows["train"][0]
+    expected = cells_of(valid_pixels_of(pair.image, pair.mask, None))
+    np.testing.assert_array_equal(windows.cells.counts, expected.counts)
+
+
+def test_images_without_a_qualifying_window_are_left_out_and_none_is_refused(tmp_path, caplog):
+    root = geotiff_dataset(tmp_path)
+    with caplog.at_level("WARNING"):
+        report = _valid_pass(root, min_valid=0.8, locations_per_class=8)
+    # t2's border of 40 px leaves at most 75% of a 32-pixel window valid; t1's, 100%.
+    assert [p.image.name for p in report.pairs["train"]] == ["t1.tif"]
+    assert len(report.class_locations["train"]) == len(report.valid_windows["train"]) == 1
+    message = "t2.tif holds no 32-pixel window with datamodule.sampling.min_valid=0.8 of valid"
+    assert message in caplog.text and "(at most 0.750)" in caplog.text
+    assert [p.image.name for p in report.pairs["val"]] == ["v1.tif"]  # validation: all
+    # A window of the whole tile: t1 holds (64 × 52 - 128) / 64² = 0.781 valid.
+    refused = r"datamodule.sampling.min_valid=0.9 is not allowed: .*\(the best holds 0.781\)"
+    with pytest.raises(ConfigError, match=refused):
+        _valid_pass(root, min_valid=0.9, patch_size=64)
+    assert len(_valid_pass(root, min_valid=0).pairs["train"]) == 2  # off: nothing left out
+
+
+def test_a_nodata_tag_that_is_no_number_is_listed_unless_overridden(tmp_path):
+    root = _dataset(tmp_path)
+    image = np.ones((32, 32, 3), np.uint8)
+    path = root / "train/images/t1.tif"
+    tifffile.imwrite(path, image, extratags=[(42113, "s", 0, "n/a", True)])
+    (root / "train/images/t1.png").unlink()
+    with pytest.raises(InvalidDatasetError, match=r"t1.tif: its GDAL_NODATA tag holds 'n/a'"):
+        _valid_pass(root)
+    assert len(_valid_pass(root, nodata=0).pairs["train"]) == 2
+    assert len(_validate(root).pairs["train"]) == 2  # without min_valid the tag is not read

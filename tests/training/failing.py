@@ -44,3 +44,37 @@ class InfGradientAt(L.Callback):
         if trainer.global_step == self.step:
             first = next(p for p in pl_module.parameters() if p.grad is not None)
             first.grad.view(-1)[0] = float("inf")
+
+
+class BrokenRaster:
+    """Stands for a tile's image whose file broke after the dataset check: every read fails."""
+
+    def __init__(self, shape, dtype, path="broken.tif") -> None:
+        self.shape, self.dtype, self.ndim, self.path = shape, dtype, len(shape), path
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        from segscale.data.rasters import UnreadableWindowError
+
+        raise UnreadableWindowError(f"{self.path}: rows 0-1 cannot be read (injected)", self.path)
+
+
+class BreakTileAt(L.Callback):
+    """After training step ``step``, tile ``tile`` of the training set can no longer be read.
+
+    For runs without DataLoader workers (the tiles are the main process's).
+    """
+
+    def __init__(self, step: int = 2, tile: int = 1) -> None:
+        self.step, self.tile = step, tile
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            from segscale.data.tiles import Tile
+
+            tiles = trainer.datamodule.train_set.tiles
+            image = tiles[self.tile].image
+            broken = BrokenRaster(image.shape, image.dtype, f"tile{self.tile}.tif")
+            tiles[self.tile] = Tile(broken, tiles[self.tile].mask)

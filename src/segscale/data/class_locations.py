@@ -189,6 +189,21 @@ class ClassCentres:
         return t, c, int(row), int(col)
 
 
+def centre_on_pixel(
+    row: Any, col: Any, size: int, height: int, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The window centre (x, y) that puts pixel ``(row, col)`` at the patch's middle pixel.
+
+    Patch pixel ``size // 2`` then samples that pixel exactly (``cut_patch``'s centre is
+    continuous: pixel ``j`` spans ``[j, j + 1)``). Near a border the window is moved back
+    inside the tile, as uniform windows lie: the pixel stays in the patch, off its
+    middle. Takes single pixels or arrays of them.
+    """
+    offset = 0.5 + (size - 1) / 2 - size // 2
+    half = size / 2
+    return np.clip(col + offset, half, width - half), np.clip(row + offset, half, height - half)
+
+
 def _pick(cdf: np.ndarray, u: float) -> int:
     """The entry that ``u`` in [0, 1) falls in, each in proportion to its share of ``cdf``.
 

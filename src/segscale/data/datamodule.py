@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
-import signal
-import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import cv2
 import lightning as L
-from lightning.fabric.utilities.seed import pl_worker_init_function
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
@@ -27,6 +22,7 @@ from segscale.data.dataset_report import DatasetReport
 from segscale.data.decode_cache import DecodeCache
 from segscale.data.deferred_loader import DeferredStartLoader
 from segscale.data.labels import LabelMap
+from segscale.data.loader_workers import auto_num_workers, init_worker
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
 from segscale.data.sources import (
@@ -34,28 +30,10 @@ from segscale.data.sources import (
     TileSource,
     check_max_image_pixels,
 )
-from segscale.data.tiles import open_tiles
+from segscale.data.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.data.validation import validate_dataset
 from segscale.data.value_range import ValueRange
-from segscale.devices import core_share, cpus_available
 from segscale.errors import ConfigError
-
-MAX_AUTO_WORKERS = 8
-"""``num_workers: auto`` never starts more workers than this per rank: each holds a copy
-of the dataset's Python state, and beyond a few the GPU, not the pipeline, is the limit
-(``bench.py`` measures where it lies for a config)."""
-
-
-def auto_num_workers(ranks_per_node: int, cpus: int | None = None) -> int:
-    """DataLoader workers per rank for ``num_workers: auto``: the rank's share of the cores.
-
-    The cores are ``cpus`` (default: ``cpus_available``, the affinity mask within the
-    CPU quota), shared as ``core_share`` says (a SLURM task's are its own). One core of
-    each share is left to the rank's main process (the training step, and receiving the
-    workers' batches); at least one worker, at most ``MAX_AUTO_WORKERS``.
-    """
-    share = core_share(ranks_per_node).of(cpus or cpus_available())
-    return max(1, min(MAX_AUTO_WORKERS, share - 1))
 
 
 class SegmentationDataModule(L.LightningDataModule):
@@ -73,11 +51,12 @@ class SegmentationDataModule(L.LightningDataModule):
     exempt): the validation pass lists such files with the other unusable ones.
 
     ``sampling`` says where training patches are centred (``PatchSampling``: uniform,
-    or class-balanced on the class locations the validation pass keeps).
+    or class-balanced on the class locations the validation pass keeps), and how valid.
 
     ``decode_cache`` holds the PNG and JPEG files decoded once per machine
     (``DecodeCache``; ``None``: each rank decodes them into its memory); TIFFs are read
-    where they lie (``segscale.data.tiles``).
+    where they lie (``segscale.data.tiles``). A tile found unreadable mid-run stops it
+    (``UnreadableTileError``), or with ``skip_unreadable`` is left out with a warning.
     """
 
     def __init__(
@@ -91,9 +70,15 @@ class SegmentationDataModule(L.LightningDataModule):
         max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
         sampling: PatchSampling | Mapping[str, Any] | None = None,
         decode_cache: DecodeCache | None = None,
+        skip_unreadable: bool = False,
     ) -> None:
         super().__init__()
         self.decode_cache = decode_cache
+        if not isinstance(skip_unreadable, bool):
+            raise ConfigError(
+                f"{SKIP_KEY}={skip_unreadable!r} is not allowed: expected true or false"
+            )
+        self.unreadable = UnreadableTiles(skip_unreadable)
         patches = patches or PatchSettings()
         loader = loader or LoaderSettings()
         normalization = normalization or Normalization()
@@ -151,6 +136,8 @@ class SegmentationDataModule(L.LightningDataModule):
                 locations_per_class=(
                     self.sampling.locations_per_class if self.sampling.class_balanced else 0
                 ),
+                min_valid=self.sampling.min_valid,
+                nodata=self.sampling.nodata,
             )
         return self.report
 
@@ -192,6 +179,7 @@ class SegmentationDataModule(L.LightningDataModule):
         if stage == "fit" and self.train_set is None:
             report = self.check()
             locations = report.class_locations.get("train", [])
+            windows = report.valid_windows.get("train")
             self.train_set = RandomPatchDataset(
                 open_tiles(
                     report.pairs["train"], self.labels, self.max_image_pixels, self.decode_cache
@@ -201,7 +189,9 @@ class SegmentationDataModule(L.LightningDataModule):
                 self.augmentation,
                 self.seed,
                 self.ignore_index,
-                centres=self.sampling.centres(locations, self.class_names),
+                centres=self.sampling.centres(locations, self.class_names, windows),
+                windows=windows,
+                unreadable=self.unreadable,
             )
         if stage in ("fit", "validate") and self.val_set is None:
             self.val_set = GridPatchDataset(
@@ -210,6 +200,7 @@ class SegmentationDataModule(L.LightningDataModule):
                 ),
                 self.patch_size,
                 self.ignore_index,
+                self.unreadable,
             )
 
     def _rank_and_world(self) -> tuple[int, int]:
@@ -305,43 +296,6 @@ class SegmentationDataModule(L.LightningDataModule):
         )
 
 
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-"""Signals a cluster sends every process of a job before it stops it."""
-
-
-def init_worker(worker_id: int, rank: int = 0) -> None:
-    """Set up a DataLoader worker: preemption signals are its main process's to handle.
-
-    A cluster that signals every process of a job (SLURM does) would otherwise end the
-    workers, and PyTorch then fails the main process at once, before it can save a
-    checkpoint (``segscale.training.ranks.preemption``). Since a worker then ignores
-    ``SIGTERM``, it is also made to end with the process that started it (Linux),
-    however that ends: killed, or by the late exit of a stuck preemption. Workers are
-    seeded as Lightning seeds them (``seed_everything(workers=True)``); patches are
-    index-addressed anyway.
-    """
-    for number in PREEMPTION_SIGNALS:
-        signal.signal(number, signal.SIG_IGN)
-    _end_with_parent()
-    if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning's own worker_init_fn checks
-        pl_worker_init_function(worker_id, rank=rank)
-
-
-PR_SET_PDEATHSIG = 1
-"""``prctl(2)`` option: the signal the kernel sends a process when its parent exits."""
-
-
-def _end_with_parent() -> None:
-    """Have the kernel kill this process as soon as its parent is gone (Linux only).
-
-    Without it, torch's worker notices only in its idle check, every 5 s. "Parent" is
-    the thread that started the worker: a loader is iterated by the thread that made
-    its iterator (Lightning's, the one that calls ``fit``).
-    """
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def segmentation_datamodule(
     source: TileSource,
     num_classes: int,
@@ -368,6 +322,7 @@ def segmentation_datamodule(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     sampling: PatchSampling | Mapping[str, Any] | None = None,
     decode_cache: DecodeCache | None = None,
+    skip_unreadable: bool = False,
 ) -> SegmentationDataModule:
     """The ``datamodule`` group's object, from its flat keys (each documented in the group).
 
@@ -392,4 +347,5 @@ def segmentation_datamodule(
         max_image_pixels=max_image_pixels,
         sampling=sampling,
         decode_cache=decode_cache,
+        skip_unreadable=skip_unreadable,
     )

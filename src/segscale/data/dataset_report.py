@@ -18,6 +18,7 @@ from segscale.data.labels import LabelId, code_of, shown_value
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pixel_types import MAX_VALUES
 from segscale.data.sources import ImageMaskPair
+from segscale.data.valid_windows import TileWindows
 from segscale.data.value_range import ValueRange
 
 SPLIT_WORDS = {"train": "training", "val": "validation"}
@@ -54,6 +55,9 @@ class DatasetReport:
     value_range: ValueRange | None = None
     """The training images' values per channel (raw): the lowest and highest of their
     robust ranges (``segscale.data.value_range``). Checkpoints record it."""
+    valid_windows: dict[str, list[TileWindows]] = field(default_factory=dict)
+    """For the training split, parallel to ``pairs``: each tile's windows that hold
+    ``datamodule.sampling.min_valid`` of valid pixels. Empty unless asked for."""
 
     @property
     def max_value(self) -> float:

@@ -2,7 +2,8 @@
 
 What it finds does not depend on the label settings, so the validation cache keeps it
 for any classes; asked for, it also keeps a few pixel locations of each class
-(``segscale.data.class_locations``), marked with the labels they were found with.
+(``segscale.data.class_locations``) and the valid pixels per cell
+(``segscale.data.valid_cells``), marked with the settings they were found with.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from segscale.data.sources import (
     read_image,
     read_mask_values,
 )
+from segscale.data.valid_cells import CELL, Validity, ValidPixels
 from segscale.data.value_range import ValueHistogram
 
 ROWS_PER_CHUNK = 1024
@@ -39,6 +41,7 @@ def inspect_pair(
     labels: LabelMap | None = None,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     locations_per_class: int = 0,
+    validity: Validity | None = None,
 ) -> dict[str, Any]:
     """Read one image and mask in row chunks; return sizes, statistics and problems.
 
@@ -50,9 +53,12 @@ def inspect_pair(
     pixels, are problems like an unreadable one (the first found before it is decoded).
     ``locations_per_class > 0`` with ``labels`` also keeps that many pixels of each
     class (``class_locations``, see ``LocationSampler``), marked with the labels they
-    were found with.
+    were found with. ``validity`` with ``labels`` also counts the valid pixels per cell
+    (``valid_cells``, see ``ValidPixels``; ``problem`` there: a no-data tag that is no
+    number), marked with the labels and the no-data setting.
     """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
+    image = None
     try:
         image = read_image(pair.image, max_image_pixels)
         facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
@@ -84,14 +90,41 @@ def inspect_pair(
     sampler = None
     if labels is not None and locations_per_class and mask_channels == labels.channels:
         sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
-    values, counts = _value_counts(raw, labels, sampler)
+    cells = None
+    if validity is not None and labels is not None and image is not None:
+        cells = _valid_pixels(pair, facts, image, labels, validity)
+    values, counts = _value_counts(raw, labels, sampler, cells)
     kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
     kept.sort()
     facts["mask_values"] = np.stack([values[kept], counts[kept]], axis=1).tolist()
     facts["mask_distinct"] = len(values)
     if sampler is not None and labels is not None:
         facts["class_locations"] = {**sampler.facts(), "labels": labels_key(labels)}
+    if cells is not None:
+        facts["valid_cells"] |= cells.counter.facts()
     return facts
+
+
+def _valid_pixels(
+    pair: ImageMaskPair, facts: dict[str, Any], image: Pixels, labels: LabelMap, validity: Validity
+) -> ValidPixels | None:
+    """The counter of the pair's valid pixels; ``None`` where its no-data tag is no number.
+
+    Starts ``facts["valid_cells"]`` with what it is found with (and the image's no-data
+    value, or the problem of its tag). Nothing is counted in a mask of another size or
+    kind (a problem the pass reports).
+    """
+    if facts["mask_problems"] or facts["mask_channels"] != labels.channels:
+        return None
+    entry: dict[str, Any] = {"cell": CELL, **validity_key(labels, validity)}
+    facts["valid_cells"] = entry
+    try:
+        nodata = validity.nodata_of(pair.image)
+    except ValueError as error:
+        entry["problem"] = str(error)
+        return None
+    entry["nodata"] = nodata
+    return ValidPixels(image, labels.num_classes, nodata)
 
 
 def _pixel_statistics(image: Pixels) -> dict[str, Any]:
@@ -129,19 +162,25 @@ def _nonfinite_problem(count: int) -> str:
 
 
 def _value_counts(
-    raw: Pixels, labels: LabelMap | None = None, sampler: LocationSampler | None = None
+    raw: Pixels,
+    labels: LabelMap | None = None,
+    sampler: LocationSampler | None = None,
+    cells: ValidPixels | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct mask values (as ``mask_codes``) and how many pixels have each.
 
-    ``sampler`` is offered each chunk's class indices (decoded by ``labels``) on the way.
+    ``sampler`` and ``cells`` are offered each chunk's class indices (decoded by
+    ``labels``) on the way.
     """
     totals: dict[int, int] = {}
+    listeners = [each for each in (sampler, cells) if each is not None]
     for start in range(0, raw.shape[0], ROWS_PER_CHUNK):
         chunk = np.asarray(raw[start : start + ROWS_PER_CHUNK])
         codes = mask_codes(chunk)
-        if sampler is not None and labels is not None:
+        if listeners and labels is not None:
             classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
-            sampler.add(classes, start)
+            for listener in listeners:
+                listener.add(classes, start)
         values, counts = np.unique(codes, return_counts=True)
         for value, count in zip(values.tolist(), counts.tolist(), strict=True):
             totals[value] = totals.get(value, 0) + count
@@ -166,3 +205,8 @@ def labels_key(labels: LabelMap) -> str:
     """A short key for the label settings that class locations were found with."""
     settings = {"num_classes": labels.num_classes, **labels.describe()}
     return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def validity_key(labels: LabelMap, validity: Validity) -> dict[str, Any]:
+    """What valid cells were counted with: the labels and ``datamodule.sampling.nodata``."""
+    return {"labels": labels_key(labels), "nodata_setting": validity.nodata}

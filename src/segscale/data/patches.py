@@ -16,10 +16,14 @@ from segscale.data.class_locations import (
     WEIGHT_RULES,
     ClassCentres,
     TileClassLocations,
+    centre_on_pixel,
     centre_rng,
     class_probabilities,
 )
-from segscale.data.tiles import Tile
+from segscale.data.nodata import check_nodata
+from segscale.data.rasters import UnreadableWindowError
+from segscale.data.tiles import SKIP_KEY, Tile, UnreadableTileError, UnreadableTiles
+from segscale.data.valid_windows import MIN_VALID_KEY, TileWindows, centrable, valid_rng
 from segscale.errors import ConfigError, integer_at_least, require
 
 PatchKey = tuple[int, int]
@@ -38,12 +42,20 @@ class PatchSampling:
     inverse proportion to their pixels; or one weight per class), else as ``uniform``.
     The validation pass keeps up to ``locations_per_class`` pixels of each class in each
     tile to centre patches on.
+
+    ``min_valid`` (a share in [0, 1]; 0: off) takes only patches whose window holds at
+    least that share of valid pixels (``segscale.data.valid_windows``); with
+    ``class_balanced``, a class-centred patch is centred only where its window does.
+    A pixel is valid when its mask holds a class and its image is not ``nodata`` in
+    every band (``None``: each GeoTIFF's ``GDAL_NODATA`` tag, where it has one).
     """
 
     mode: str
     p: float
     class_weights: str | tuple[float, ...]
     locations_per_class: int
+    min_valid: float
+    nodata: float | None
 
     def __init__(
         self,
@@ -51,12 +63,14 @@ class PatchSampling:
         p: float = 0.5,
         class_weights: Literal["present", "inverse_frequency"] | Sequence[float] = "present",
         locations_per_class: int = 256,
+        min_valid: float = 0.0,
+        nodata: float | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ConfigError(
                 f"{_KEY}.{next(iter(unknown))} is not a sampling setting: expected "
-                "mode, p, class_weights or locations_per_class"
+                "mode, p, class_weights, locations_per_class, min_valid or nodata"
             )
         require(mode, f"{_KEY}.mode", lambda v: v in SAMPLING_MODES, f"one of {SAMPLING_MODES}")
         require(p, f"{_KEY}.p", _is_probability, "a probability in [0, 1]")
@@ -66,10 +80,14 @@ class PatchSampling:
             integer_at_least(1),
             "an integer >= 1",
         )
+        require(min_valid, MIN_VALID_KEY, _is_probability, "a share of valid pixels in [0, 1]")
+        check_nodata(nodata)
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "p", float(p))
         object.__setattr__(self, "class_weights", _weights(class_weights))
         object.__setattr__(self, "locations_per_class", locations_per_class)
+        object.__setattr__(self, "min_valid", float(min_valid))
+        object.__setattr__(self, "nodata", None if nodata is None else float(nodata))
 
     @property
     def class_balanced(self) -> bool:
@@ -86,14 +104,48 @@ class PatchSampling:
             )
 
     def centres(
-        self, locations: Sequence[TileClassLocations], class_names: Sequence[str]
+        self,
+        locations: Sequence[TileClassLocations],
+        class_names: Sequence[str],
+        windows: Sequence[TileWindows] | None = None,
     ) -> ClassCentres | None:
-        """The class-centre draws over tiles with ``locations``; ``None`` for ``uniform``."""
+        """The class-centre draws over tiles with ``locations``; ``None`` for ``uniform``.
+
+        With ``windows`` (``min_valid``), only the kept pixels whose centred window
+        qualifies are centres, and each tile's pixels of a class count in proportion.
+        """
         if not self.class_balanced:
             return None
+        if windows is not None:
+            before = np.sum([tile.counts for tile in locations], axis=0)
+            locations = [centrable(t, w) for t, w in zip(locations, windows, strict=True)]
         counts = np.sum([tile.counts for tile in locations], axis=0)
+        if windows is not None:
+            self._check_centrable(before, counts, class_names)
         probabilities = class_probabilities(self.class_weights, counts, class_names)
         return ClassCentres(locations, probabilities, self.p)
+
+    def _check_centrable(
+        self, before: np.ndarray, counts: np.ndarray, class_names: Sequence[str]
+    ) -> None:
+        """Refuse classes to centre on that have pixels, but none ``min_valid`` admits.
+
+        Classes with no pixel at all are ``class_probabilities``' to refuse.
+        """
+        weights = self.class_weights
+        wanted = before > 0
+        if not isinstance(weights, str):
+            wanted &= np.asarray(weights) > 0
+        elif counts.any():  # a rule: the classes left are centred on
+            return
+        lost = [class_names[c] for c in np.flatnonzero(wanted & (counts == 0)).tolist()]
+        if lost:
+            shown = weights if isinstance(weights, str) else list(weights)
+            raise ConfigError(
+                f"{_KEY}.class_weights={shown}: no kept pixel of {', '.join(lost)} centres "
+                f"a window with {MIN_VALID_KEY}={self.min_valid:g} of valid pixels; expected "
+                f"weight 0 for such classes, or a lower {MIN_VALID_KEY}"
+            )
 
 
 def _is_probability(value: Any) -> bool:
@@ -156,7 +208,10 @@ class RandomPatchDataset(Dataset):
     translation and further transforms) is a pure function of ``(seed, epoch, index)``.
     With ``centres`` (class-balanced sampling), a patch that it centres on a class
     comes from the tile it draws; its rotation, translation and transforms are those
-    of the uniform patch of the same key.
+    of the uniform patch of the same key. With ``windows`` (``min_valid``, one per
+    tile), a patch whose window (translated, not rotated) does not qualify is moved:
+    a class-centred one back to its untranslated centre (which qualifies), any other
+    to a window ``windows`` draws from ``valid_rng``; its rotation and transforms stay.
     An epoch's patches are the indices below ``len(self)``, and the training sampler
     draws only those (the few that make no full global batch are left out, never padded
     with others). Indices past ``len(self)`` address further fresh patches, which only
@@ -173,11 +228,15 @@ class RandomPatchDataset(Dataset):
         seed: int = 0,
         ignore_index: int = 255,
         centres: ClassCentres | None = None,
+        unreadable: UnreadableTiles | None = None,
+        windows: Sequence[TileWindows] | None = None,
     ) -> None:
         if not tiles:
             raise ValueError("RandomPatchDataset needs at least one tile")
         if centres is not None and len(centres.locations) != len(tiles):
             raise ValueError(f"{len(centres.locations)} class locations for {len(tiles)} tiles")
+        if windows is not None and len(windows) != len(tiles):
+            raise ValueError(f"{len(windows)} valid windows for {len(tiles)} tiles")
         self.tiles = tiles
         self.patch_size = patch_size
         self.patches_per_image = patches_per_image
@@ -185,6 +244,8 @@ class RandomPatchDataset(Dataset):
         self.seed = seed
         self.ignore_index = ignore_index
         self.centres = centres
+        self.unreadable = unreadable or UnreadableTiles()
+        self.windows = list(windows) if windows is not None else None
 
     def __len__(self) -> int:
         return self.patches_per_image * len(self.tiles)
@@ -199,13 +260,22 @@ class RandomPatchDataset(Dataset):
 
     def __getitem__(self, key: PatchKey | int) -> dict[str, torch.Tensor]:
         epoch, index = (0, key) if isinstance(key, int) else key
-        rng, draw = self._draw(epoch, index)
-        tile = self.tiles[draw.tile]
-        image, mask = cut_patch(
-            tile.image, tile.mask, draw.pose, self.patch_size, self.ignore_index
-        )
-        image, mask = self.augmentation.transform(image, mask, rng)
-        return _as_sample(image, mask, (epoch, index))
+        # A tile that cannot be read (``unreadable.skip``): the patch is one fresh patch
+        # of the next tile instead (index past the epoch's, of tile ``index + attempt``).
+        for attempt in range(2 * len(self.tiles)):
+            substitute = index if attempt == 0 else index + attempt + len(self)
+            rng, draw = self._draw(epoch, substitute)
+            tile = self.tiles[draw.tile]
+            try:
+                image, mask = cut_patch(
+                    tile.image, tile.mask, draw.pose, self.patch_size, self.ignore_index
+                )
+            except UnreadableWindowError as error:
+                self.unreadable.handle(error)
+                continue
+            image, mask = self.augmentation.transform(image, mask, rng)
+            return _as_sample(image, mask, (epoch, index))
+        raise UnreadableTileError(f"no tile of the training set can be read ({SKIP_KEY})")
 
     def _draw(self, epoch: int, index: int) -> tuple[np.random.Generator, PatchDraw]:
         rng = patch_rng(self.seed, epoch, index)
@@ -221,23 +291,32 @@ class RandomPatchDataset(Dataset):
         if picked is not None:
             tile, centre_class, row, col = picked
             height, width = self.tiles[tile].shape
-            centre_x, centre_y = self._centre_on(row, col, height, width)
-        return rng, PatchDraw(tile, self.augmentation.pose(rng, centre_x, centre_y), centre_class)
+            x, y = centre_on_pixel(row, col, self.patch_size, height, width)
+            centre_x, centre_y = float(x), float(y)
+        pose = self.augmentation.pose(rng, centre_x, centre_y)
+        if self.windows is not None:
+            untranslated = (centre_x, centre_y)
+            pose = self._valid(pose, self.windows[tile], untranslated, picked, (epoch, index))
+        return rng, PatchDraw(tile, pose, centre_class)
 
-    def _centre_on(self, row: int, col: int, height: int, width: int) -> tuple[float, float]:
-        """The window centre that puts pixel ``(row, col)`` at the patch's middle pixel.
+    def _valid(
+        self,
+        pose: PatchPose,
+        windows: TileWindows,
+        untranslated: tuple[float, float],
+        picked: Any,
+        key: PatchKey,
+    ) -> PatchPose:
+        """``pose``, or one moved to a window that holds ``min_valid`` (see the class).
 
-        Patch pixel ``size // 2`` then samples that pixel exactly (``cut_patch``'s
-        centre is continuous: pixel ``j`` spans ``[j, j + 1)``). Near a border the
-        window is moved back inside the tile, as uniform windows lie: the pixel stays
-        in the patch, off its middle.
+        ``picked``: the class-centre draw, if the patch is centred on a class.
         """
-        size = self.patch_size
-        offset = 0.5 + (size - 1) / 2 - size // 2
-        half = size / 2
-        centre_x = min(max(col + offset, half), width - half)
-        centre_y = min(max(row + offset, half), height - half)
-        return centre_x, centre_y
+        if windows.holds(pose.centre_x, pose.centre_y)[0]:
+            return pose
+        if picked is not None:  # its pixel was kept: its untranslated window qualifies
+            return PatchPose(*untranslated, pose.angle)
+        centre_x, centre_y = windows.draw(valid_rng(self.seed, *key))
+        return PatchPose(centre_x, centre_y, pose.angle)
 
 
 class GridPatchDataset(Dataset):
@@ -249,10 +328,17 @@ class GridPatchDataset(Dataset):
     comes out every epoch, in the same order.
     """
 
-    def __init__(self, tiles: list[Tile], patch_size: int, ignore_index: int = 255) -> None:
+    def __init__(
+        self,
+        tiles: list[Tile],
+        patch_size: int,
+        ignore_index: int = 255,
+        unreadable: UnreadableTiles | None = None,
+    ) -> None:
         self.tiles = tiles
         self.patch_size = patch_size
         self.ignore_index = ignore_index
+        self.unreadable = unreadable or UnreadableTiles()
         self.windows: list[tuple[int, int, int, int, int]] = []  # tile, y, x, skip_y, skip_x
         for t, tile in enumerate(tiles):
             height, width = tile.shape
@@ -266,8 +352,13 @@ class GridPatchDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         t, y, x, skip_y, skip_x = self.windows[index]
         size, tile = self.patch_size, self.tiles[t]
-        image = tile.image[y : y + size, x : x + size]
-        mask = tile.mask[y : y + size, x : x + size].copy()
+        try:
+            image = tile.image[y : y + size, x : x + size]
+            mask = tile.mask[y : y + size, x : x + size].copy()
+        except UnreadableWindowError as error:
+            self.unreadable.handle(error)  # skipped: a window whose pixels all count for nothing
+            image = np.zeros((size, size, tile.image.shape[2]), tile.image.dtype)
+            mask = np.full((size, size), self.ignore_index, np.uint8)
         mask[:skip_y, :] = self.ignore_index
         mask[:, :skip_x] = self.ignore_index
         return _as_sample(image, mask, (t, y, x))

@@ -64,6 +64,14 @@ class Pixels(Protocol):
     def __getitem__(self, index: Index) -> Any: ...
 
 
+class UnreadableWindowError(OSError):
+    """A window of a raster file that could not be decoded: the file is damaged or truncated."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class WindowedRaster:
     """A TIFF read by window through rasterio: only the blocks a window touches are decoded.
 
@@ -133,7 +141,14 @@ class WindowedRaster:
         from rasterio.windows import Window
 
         dataset = self._dataset()
-        bands = dataset.read(list(self.bands), window=Window(x0, y0, x1 - x0, y1 - y0))
+        try:
+            bands = dataset.read(list(self.bands), window=Window(x0, y0, x1 - x0, y1 - y0))
+        except OSError as error:  # rasterio's RasterioIOError: a damaged or truncated block
+            reason = error.__cause__ or error  # GDAL's own message is the cause
+            raise UnreadableWindowError(
+                f"{self.path}: rows {y0}-{y1}, columns {x0}-{x1} cannot be read ({reason})",
+                self.path,
+            ) from None
         if self.squeeze:
             return bands[0]
         return np.ascontiguousarray(np.moveaxis(bands, 0, -1))

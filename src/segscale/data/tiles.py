@@ -13,7 +13,8 @@ cache, which the ranks and workers of a machine share.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from segscale.data.decode_cache import DecodeCache
 from segscale.data.labels import LabelMap
-from segscale.data.rasters import Pixels
+from segscale.data.rasters import Pixels, UnreadableWindowError
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TIFF_SUFFIXES,
@@ -29,6 +30,46 @@ from segscale.data.sources import (
     read_image,
     read_mask_values,
 )
+from segscale.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SKIP_KEY = "datamodule.skip_unreadable"
+
+
+class UnreadableTileError(ConfigError):
+    """A tile that cannot be read any more, found mid-run (the dataset check read it whole).
+
+    Raised in a DataLoader worker, it reaches the training loop re-made from its text,
+    traceback first: only the last line, its own message, is kept.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message.rsplit(f"{type(self).__name__}: ", 1)[-1].strip())
+
+
+@dataclass
+class UnreadableTiles:
+    """What a dataset does with a tile it cannot read mid-run: stop the run, or skip it.
+
+    ``skip`` (``datamodule.skip_unreadable``): leave the tile out, with one warning per
+    file and process; else ``UnreadableTileError`` names the file.
+    """
+
+    skip: bool = False
+    warned: set[str] = field(default_factory=set)
+
+    def handle(self, error: UnreadableWindowError) -> None:
+        """Raise ``UnreadableTileError`` for ``error``, or note that its tile is left out."""
+        if not self.skip:
+            raise UnreadableTileError(
+                f"{error}: the file changed, or the disk failed, since the dataset check read "
+                f"it whole. Replace the file, or give {SKIP_KEY}=true to leave it out, then "
+                "resume with ckpt_path=auto (in this run folder)"
+            )
+        if str(error.path) not in self.warned:
+            self.warned.add(str(error.path))
+            log.warning("%s; left out (%s=true)", error, SKIP_KEY)
 
 
 class LabelledMask:

@@ -5,7 +5,8 @@ cached (``segscale.data.validation_cache``), so a second run, or one with other 
 re-reads only files that changed. Every problem is listed at once
 (``segscale.data.dataset_problems``); what the pass found is a ``DatasetReport``
 (``segscale.data.dataset_report``). Asked for (class-balanced sampling), the pass also
-keeps a few pixel locations of each class in each tile.
+keeps a few pixel locations of each class in each tile, and (``min_valid``) counts each
+training tile's valid pixels per cell, to find its windows that hold enough of them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from segscale.data.sources import (
     ImageMaskPair,
     TileSource,
 )
+from segscale.data.valid_cells import TileValidCells, Validity
+from segscale.data.valid_windows import TileWindows, qualifying_tiles
 from segscale.data.validation_cache import ValidationCache
 from segscale.data.value_range import ValueRange
 
@@ -47,6 +50,8 @@ def validate_dataset(
     locations_per_class: int = 0,
     channels_from: str = "datamodule.in_channels",
     checkpoint: str | None = None,
+    min_valid: float = 0.0,
+    nodata: float | None = None,
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
@@ -65,6 +70,12 @@ def validate_dataset(
     ``locations_per_class > 0`` also keeps up to that many pixels of each class in
     each tile (``DatasetReport.class_locations``); cached files read before without
     them (or with another number, or other labels) are read again once.
+
+    ``min_valid > 0`` counts the valid pixels of the training tiles (the first of
+    ``splits``) per cell, images' no-data being ``nodata`` or each GeoTIFF's tag, and
+    keeps the tiles that have a window of ``patch_size`` with that share of valid pixels
+    (``DatasetReport.valid_windows``); the others are left out with a warning, and a
+    dataset without any is refused (``qualifying_tiles``). Cached as class locations are.
     """
     cache = ValidationCache(source, max_image_pixels)
     problems: list[FileProblem] = []
@@ -73,10 +84,13 @@ def validate_dataset(
     for split in splits:
         pairs, unpaired = source.scan(split)
         problems += unpaired
-        read = [(pair, cache.facts(pair, labels, locations_per_class)) for pair in pairs]
+        validity = Validity(nodata) if min_valid and split == splits[0] else None
+        read = [(p, cache.facts(p, labels, locations_per_class, validity)) for p in pairs]
         facts[split] = [(pair, _with_labels(pair, f, labels, unknown)) for pair, f in read]
         problems += [FileProblem(p.mask, r) for p, f in facts[split] for r in f["mask_problems"]]
         problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]
+        if validity is not None:
+            problems += _nodata_problems(facts[split])
     cache.save()
     readable = [(p, f) for split in splits for p, f in facts[split] if f["channels"] is not None]
     problems += _kind_problems(readable, in_channels, channels_from)
@@ -86,6 +100,11 @@ def validate_dataset(
             problems.append(_too_small(split, facts[split], patch_size))
     if problems or unknown:
         raise InvalidDatasetError(problem_message(problems, unknown, labels, checkpoint))
+    windows = {}
+    if min_valid:
+        usable[splits[0]], windows[splits[0]] = _with_valid_windows(
+            usable[splits[0]], patch_size, min_valid
+        )
     train = [f for _, f in facts[splits[0]]]
     mean, std = _channel_moments(train)
     locations = {
@@ -105,7 +124,24 @@ def validate_dataset(
         ignore_ids=labels.ignore_ids,
         ignore_index=labels.ignore_index,
         value_range=ValueRange.spanning([f["value_range"] for f in train]),
+        valid_windows=windows,
     )
+
+
+def _nodata_problems(facts: list[tuple[ImageMaskPair, dict[str, Any]]]) -> list[FileProblem]:
+    """The images whose no-data tag holds no number (the valid pixels could not be counted)."""
+    entries = [(pair, f.get("valid_cells") or {}) for pair, f in facts]
+    return [FileProblem(pair.image, e["problem"]) for pair, e in entries if "problem" in e]
+
+
+def _with_valid_windows(
+    usable: list[tuple[ImageMaskPair, dict[str, Any]]], patch_size: int, min_valid: float
+) -> tuple[list[tuple[ImageMaskPair, dict[str, Any]]], list[TileWindows]]:
+    """The pairs that have a window with ``min_valid`` of valid pixels, and their windows."""
+    cells = [TileValidCells.from_facts(f) for _, f in usable]
+    names = [str(pair.image) for pair, _ in usable]
+    kept, windows = qualifying_tiles(cells, names, patch_size, min_valid)
+    return [usable[i] for i in kept], windows
 
 
 def _kind_problems(

@@ -3,8 +3,8 @@
 ``$XDG_CACHE_HOME/segscale/validation/<dataset>.json`` (``segscale.data.user_cache``),
 keyed by the image's and mask's path, size and modification time, so a second run
 re-reads only files that changed. It holds what does not depend on the label settings
-(``inspect_pair``), so other classes re-read nothing either; class locations are kept
-for the label settings that found them.
+(``inspect_pair``), so other classes re-read nothing either; class locations and valid
+cells are kept for the settings that found them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 
 from segscale.atomic_files import write_text_atomically
 from segscale.data.labels import LabelMap
-from segscale.data.pair_inspection import inspect_pair, labels_key
+from segscale.data.pair_inspection import inspect_pair, labels_key, validity_key
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource
 from segscale.data.user_cache import cache_file
+from segscale.data.valid_cells import CELL, Validity
 
 log = logging.getLogger(__name__)
 
@@ -56,21 +57,32 @@ class ValidationCache:
                 self.entries = stored.get("pairs", {})
 
     def facts(
-        self, pair: ImageMaskPair, labels: LabelMap | None = None, locations_per_class: int = 0
+        self,
+        pair: ImageMaskPair,
+        labels: LabelMap | None = None,
+        locations_per_class: int = 0,
+        validity: Validity | None = None,
     ) -> dict[str, Any]:
         """The pair's facts: from the cache if both files are unchanged, else read afresh.
 
-        Class locations (``locations_per_class > 0``) are found with ``labels``: facts
-        with none, another number or other labels are read again (the labels are not
-        part of the settings key, since nothing else depends on them).
+        Class locations (``locations_per_class > 0``) and valid cells (``validity``) are
+        found with ``labels``: facts without them, or with them for other settings, are
+        read again (the labels are not part of the settings key, since nothing else
+        depends on them).
         """
         key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
         stamp = [_stamp(pair.image), _stamp(pair.mask)]
         entry = self.entries.get(key)
         wanted = locations_per_class if labels is not None else 0
-        if entry and entry["stamp"] == stamp and _has_locations(entry["facts"], labels, wanted):
+        validity = validity if labels is not None else None
+        if (
+            entry
+            and entry["stamp"] == stamp
+            and _has_locations(entry["facts"], labels, wanted)
+            and _has_valid_cells(entry["facts"], labels, validity)
+        ):
             return entry["facts"]
-        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted)
+        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity)
         self.entries[key] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
@@ -94,6 +106,27 @@ def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: in
         return True  # nor has one of the wrong kind (a problem the pass reports)
     kept = facts.get("class_locations") or {}
     return kept.get("per_class") == per_class and kept.get("labels") == labels_key(labels)
+
+
+def _has_valid_cells(
+    facts: dict[str, Any], labels: LabelMap | None, validity: Validity | None
+) -> bool:
+    """Whether ``facts`` hold the valid cells asked for (or none are asked for).
+
+    A pair the pass refuses (unreadable, sizes or kinds that differ) has none to count.
+    """
+    if validity is None or labels is None or "mask_values" not in facts:
+        return True
+    if facts["mask_channels"] != labels.channels or "shape" not in facts:
+        return True
+    if facts["mask_problems"]:
+        return True
+    kept = facts.get("valid_cells")
+    if not isinstance(kept, dict):
+        return False
+    counted = "counts" in kept or "problem" in kept
+    same = {k: kept.get(k) for k in ("labels", "nodata_setting")} == validity_key(labels, validity)
+    return counted and same and kept.get("cell") == CELL
 
 
 def _stamp(path: Path) -> list[int]:

@@ -26,6 +26,7 @@ from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.callbacks.third_party_noise_filter import ThirdPartyNoiseFilter
 from segscale.training.callbacks.trial_pruning import trial_pruning
+from segscale.training.callbacks.unreadable_tile_stop import UnreadableTileStop
 from segscale.training.ranks.dataloader_workers import WorkersEndWithRun
 from segscale.training.ranks.launch import job_ranks
 from segscale.training.ranks.preemption import (
@@ -141,6 +142,7 @@ def _train_in_folder(
     )
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
+    callbacks.insert(0, UnreadableTileStop(cfg.output_dir))  # before the summary names it
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
         callbacks.append(pruning)
     if relaunch:
