@@ -101,16 +101,19 @@ def decoded_copy(dataset: RandomPatchDataset, budget_bytes: int) -> RandomPatchD
     epoch is as long as ``dataset``'s. ``None`` when no tile fits.
     """
     chosen, used = [], 0
-    for tile in dataset.tiles:
+    for index, tile in enumerate(dataset.tiles):
         size = tile_bytes(tile)
         if used + size <= budget_bytes:
-            chosen.append(tile)
+            chosen.append(index)
             used += size
     if not chosen:
         return None
     decoded = copy.copy(dataset)
-    decoded.tiles = [Tile(np.asarray(t.image), np.asarray(t.mask)) for t in chosen]
+    tiles = [dataset.tiles[i] for i in chosen]
+    decoded.tiles = [Tile(np.asarray(t.image), np.asarray(t.mask)) for t in tiles]
     decoded.patches_per_image = math.ceil(len(dataset) / len(chosen))
+    if dataset.windows is not None:  # the valid windows of the tiles kept
+        decoded.windows = [dataset.windows[i] for i in chosen]
     if len(chosen) < len(dataset.tiles):
         decoded.centres = None  # the class locations are those of every tile
     return decoded
