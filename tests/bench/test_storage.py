@@ -130,3 +130,34 @@ def test_tile_bytes_counts_image_and_mask_in_their_types():
 
     tile = Tile(np.zeros((4, 5, 3), np.uint16), np.zeros((4, 5), np.uint8))
     assert tile_bytes(tile) == 4 * 5 * 3 * 2 + 4 * 5
+
+
+def test_a_partial_copy_keeps_the_valid_windows_of_the_tiles_it_holds(tmp_path):
+    # Tile 0 (160²) does not fit the budget, tile 1 (96², its left half ignored) does:
+    # the copy's one tile must draw within tile 1's valid windows, not tile 0's.
+    for split in ("train", "val"):
+        for i, side in enumerate((160, 96)):
+            image, mask = draw_tile(side, seed=5, index=i)
+            mask[:, : side // 2] = 255 if i == 1 else mask[:, : side // 2]
+            for folder, array in (("images", image), ("masks", mask)):
+                path = tmp_path / split / folder / f"tile{i}.tif"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tifffile.imwrite(path, array, tile=(32, 32), compression="zlib")
+    cfg = compose_config(
+        "train",
+        "datamodule=folder",
+        f"datamodule.source.root={tmp_path}",
+        "datamodule.sampling.min_valid=0.9",
+        "datamodule.patch_size=32",
+        "datamodule.num_workers=0",
+        f"output_dir={tmp_path / 'run'}",
+    )
+    built = build_datamodule(cfg, ScalingRules().resolve(4, 0.01, 1))
+    built.setup("fit")
+    stored = built.train_set
+    assert stored.windows is not None and len(stored.windows) == 2
+    decoded = decoded_copy(stored, budget_bytes=TILE_BYTES)
+    assert decoded is not None and decoded.tiles[0].shape == (96, 96)
+    assert decoded.windows == [stored.windows[1]]
+    for index in range(20):
+        assert decoded.pose(0, index).centre_x >= 48  # in the valid right half
