@@ -29,6 +29,11 @@ def gb_pair(runs: list[dict], pss: str, private: str) -> str:
     return "; ".join(f"{r[pss]:.2f} / {r[private]:.2f}" for r in runs)
 
 
+def all_rows(part: dict) -> list[dict]:
+    """A step's rows: those of its last run and those it kept of the other tree."""
+    return part["rows"] + part.get("kept", [])
+
+
 def memory_table(part: dict) -> list[str]:
     """Peak memory at 2 and 8 tiles, before and after."""
     lines = [
@@ -41,9 +46,10 @@ def memory_table(part: dict) -> list[str]:
             "exit",
         )
     ]
-    for tiles in sorted({r["tiles"] for r in part["rows"]}):
+    rows = all_rows(part)
+    for tiles in sorted({r["tiles"] for r in rows}):
         for code in ("before", "after"):
-            runs = runs_of(part["rows"], code, tiles)
+            runs = runs_of(rows, code, tiles)
             lines.append(
                 row(
                     tiles,
@@ -55,6 +61,11 @@ def memory_table(part: dict) -> list[str]:
                 )
             )
     return lines
+
+
+def load(run: dict) -> str:
+    """The 1-minute load average before a run (``-``: not recorded)."""
+    return f"{run['load_before'][0]:.1f}" if run.get("load_before") else "-"
 
 
 def startup_table(part: dict) -> list[str]:
@@ -70,7 +81,7 @@ def startup_table(part: dict) -> list[str]:
             "load before",
         )
     ]
-    rows = part["rows"]
+    rows = all_rows(part)
     for code in ("before", "after"):
         base = statistics.median(r["time_to_first_step_s"] for r in runs_of(rows, code, 2))
         for tiles in sorted({r["tiles"] for r in rows}):
@@ -85,47 +96,73 @@ def startup_table(part: dict) -> list[str]:
                     f"{median:.1f}",
                     f"{median / base:.2f}",
                     ", ".join(f"{r['startup_phases_s'][SETUP]:.1f}" for r in runs),
-                    ", ".join(f"{r['load_before'][0]:.1f}" for r in runs),
+                    ", ".join(load(r) for r in runs),
                 )
             )
     return lines
 
 
 def rates_table(part: dict) -> list[str]:
-    """Patches/s as stored and in memory, each repeat, and the ratios' spread."""
+    """Patches/s as stored and in memory: every round, and the ratio's median and spread.
+
+    Each repeat is one ``measure_storage``: 3 alternating rounds of each, its ratio that
+    of the medians. The summary pools the rounds of every repeat.
+    """
     lines = [
         header(
             "tiles as stored",
-            "read path",
-            "workers",
+            "bands interleaved by",
             "repeat",
-            "as stored (patches/s)",
-            "in memory (patches/s)",
-            "ratio",
+            "as stored, rounds (patches/s)",
+            "in memory, rounds (patches/s)",
+            "ratio of medians",
             "load before",
         )
     ]
-    groups: dict[tuple[str, str], list[float]] = {}
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in part["rows"]:
         kinds = ", ".join(f"{k}: {n}" for k, n in r["stored_as"].items())
-        path = r.get("variant") or "as committed"
-        groups.setdefault((kinds, path), []).append(r["ratio"])
+        path = "np.moveaxis (before the fix)" if r.get("variant") else "cv2.merge"
+        path = path if r["kind"] == "tif" else "-"
+        groups.setdefault((kinds, path), []).append(r)
         lines.append(
             row(
                 kinds,
                 path,
-                r["workers"],
                 r["repeat"] + 1,
-                f"{r['stored_median']:.0f}",
-                f"{r['in_memory_median']:.0f}",
+                ", ".join(f"{x:.0f}" for x in r["stored"]),
+                ", ".join(f"{x:.0f}" for x in r["in_memory"]),
                 f"{r['ratio']:.2f}",
                 f"{r['load_before'][0]:.2f}",
             )
         )
-    lines += ["", header("tiles as stored", "read path", "ratio, median of repeats", "spread")]
-    for (kinds, path), ratios in groups.items():
-        median = statistics.median(ratios)
-        lines.append(row(kinds, path, f"{median:.2f}", f"{min(ratios):.2f}–{max(ratios):.2f}"))
+    lines += [
+        "",
+        header(
+            "tiles as stored",
+            "bands interleaved by",
+            "workers",
+            "as stored, median of all rounds",
+            "in memory, median of all rounds",
+            "ratio of those medians",
+            "ratio per repeat: median (min–max)",
+        ),
+    ]
+    for (kinds, path), runs in groups.items():
+        stored = statistics.median(x for r in runs for x in r["stored"])
+        in_memory = statistics.median(x for r in runs for x in r["in_memory"])
+        ratios = [r["ratio"] for r in runs]
+        lines.append(
+            row(
+                kinds,
+                path,
+                runs[0]["workers"],
+                f"{stored:.0f}",
+                f"{in_memory:.0f}",
+                f"{stored / in_memory:.2f}",
+                f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})",
+            )
+        )
     return lines
 
 
@@ -147,7 +184,11 @@ def large_table(part: dict) -> list[str]:
             "patches trained",
         ),
     ]
-    names = ["after, first run (dataset check)", "before (in memory)", "after, check cached"]
+    names = [
+        "after, first run (dataset check; beside the before run)",
+        "after, the check cached (alone)",
+        "before (every rank decodes every tile)",
+    ]
     for name, r in zip(names, part["runs"], strict=True):
         killed = r.get("killed_at")
         exit_text = (

@@ -66,6 +66,7 @@ def test_tiles_as_stored_are_measured_against_the_same_tiles_decoded(datamodule)
     assert rates.ratio == medians[0] / medians[1]
     result = rates.as_dict()
     assert result["ratio"] == rates.ratio and result["skipped"] is None
+    assert 6 * 0.05 < rates.took_s == pytest.approx(result["took_s"], abs=0.05)
     # The measurement left the training set as it was: read where it lies.
     assert all(isinstance(t.image, WindowedRaster) for t in datamodule.train_set.tiles)
 

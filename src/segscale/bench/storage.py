@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import statistics
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ class StorageRates:
 
     ``stored_as`` says how the training tiles are read (kind → tiles); ``in_memory_tiles``
     of ``tiles`` were decoded (``decoded_mb`` in all); ``skipped`` says why nothing was
-    measured (no tile fits the budget), else it is empty.
+    measured (no tile fits the budget), else it is empty. ``took_s``: what measuring it
+    took (decoding the copy, starting the workers, the rounds).
     """
 
     workers: int
@@ -50,6 +52,7 @@ class StorageRates:
     stored: list[float]
     in_memory: list[float]
     skipped: str = ""
+    took_s: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -72,6 +75,7 @@ class StorageRates:
             "in_memory_median": statistics.median(self.in_memory) if self.in_memory else None,
             "ratio": self.ratio,
             "skipped": self.skipped or None,
+            "took_s": round(self.took_s, 1),
         }
 
 
@@ -137,6 +141,7 @@ def measure_storage(
 
     ``datamodule`` has been set up for ``fit``; ``workers`` is the configured count.
     """
+    started = time.perf_counter()
     dataset = datamodule.train_set
     assert dataset is not None  # measure_pipeline set it up
     kinds: dict[str, int] = {}
@@ -150,13 +155,23 @@ def measure_storage(
             f"the smallest training tile decodes to {smallest / 1e9:.2f} GB, more than "
             f"bench.in_memory_gb={budget_bytes / 1e9:g}"
         )
-        return StorageRates(workers, len(dataset.tiles), kinds, 0, 0.0, [], [], why)
+        took = time.perf_counter() - started
+        return StorageRates(workers, len(dataset.tiles), kinds, 0, 0.0, [], [], why, took)
     stored, in_memory = [], []
     for _ in range(ROUNDS):
         stored.append(loader_rate(datamodule, workers, seconds))
         with training_set(datamodule, decoded):
             in_memory.append(loader_rate(datamodule, workers, seconds))
     decoded_mb = sum(tile_bytes(t) for t in decoded.tiles) / 1e6
+    took = time.perf_counter() - started
     return StorageRates(
-        workers, len(dataset.tiles), kinds, len(decoded.tiles), decoded_mb, stored, in_memory
+        workers,
+        len(dataset.tiles),
+        kinds,
+        len(decoded.tiles),
+        decoded_mb,
+        stored,
+        in_memory,
+        "",
+        took,
     )
