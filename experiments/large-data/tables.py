@@ -34,8 +34,12 @@ def all_rows(part: dict) -> list[dict]:
     return part["rows"] + part.get("kept", [])
 
 
-def memory_table(part: dict) -> list[str]:
-    """Peak memory at 2 and 8 tiles, before and after."""
+def memory_table(part: dict, rerun: list[dict] | None = None) -> list[str]:
+    """Peak memory at 2 and 8 tiles, before and after.
+
+    ``rerun``: runs of the same command with the tree as finally merged (the startup
+    step's runs of this tree), a row of their own.
+    """
     lines = [
         header(
             "tiles",
@@ -58,6 +62,18 @@ def memory_table(part: dict) -> list[str]:
                     gb_pair(runs, "peak_pss_gb", "peak_private_gb"),
                     gb_pair(runs, "training_peak_pss_gb", "training_peak_private_gb"),
                     ", ".join(str(r["exit"]) for r in runs),
+                )
+            )
+        again = runs_of(rerun or [], "after", tiles)
+        if again:
+            lines.append(
+                row(
+                    tiles,
+                    f"{tiles * 4096 * 4096 * 4 / 1e9:.2f}",
+                    "after, as merged (the startup runs)",
+                    gb_pair(again, "peak_pss_gb", "peak_private_gb"),
+                    gb_pair(again, "training_peak_pss_gb", "training_peak_private_gb"),
+                    ", ".join(str(r["exit"]) for r in again),
                 )
             )
     return lines
@@ -211,8 +227,9 @@ def large_table(part: dict) -> list[str]:
 
 def print_tables(results: dict) -> None:
     """Every table of the steps ``results`` holds."""
+    rerun = results.get("startup", {}).get("rows", [])
     for step, make in (
-        ("memory", memory_table),
+        ("memory", lambda part: memory_table(part, rerun)),
         ("startup", startup_table),
         ("rates", rates_table),
         ("large", large_table),
