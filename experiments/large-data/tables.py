@@ -184,10 +184,13 @@ def rates_table(part: dict) -> list[str]:
 
 def large_table(part: dict) -> list[str]:
     """The run on a dataset larger than memory."""
+    ram = part["ram_bytes"]
     lines = [
-        f"{part['tiles']} tiles, {part['decoded_bytes'] / 1e9:.1f} GB decoded = "
-        f"{part['decoded_bytes'] / part['ram_bytes']:.2f}× this machine's "
-        f"{part['ram_bytes'] / 1e9:.1f} GB; {part['disk_bytes'] / 1e9:.2f} GB on disk",
+        f"{part['tiles']} tiles: the images {part['decoded_image_bytes'] / 1e9:.1f} GB decoded "
+        f"= {part['decoded_image_bytes'] / ram:.2f}× this machine's {ram / 1e9:.1f} GB, "
+        f"with the masks {part['decoded_bytes'] / 1e9:.1f} GB "
+        f"= {part['decoded_bytes'] / ram:.2f}×; "
+        f"{part['disk_bytes'] / 1e9:.2f} GB on disk",
         "",
         header(
             "run",
@@ -202,7 +205,7 @@ def large_table(part: dict) -> list[str]:
     ]
     names = [
         "after, first run (dataset check; beside the before run)",
-        "after, the check cached (alone)",
+        "after, the check cached (alone of these runs)",
         "before (every rank decodes every tile)",
     ]
     for name, r in zip(names, part["runs"], strict=True):
