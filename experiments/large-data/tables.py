@@ -235,6 +235,7 @@ def print_tables(results: dict) -> None:
         ("memory", lambda part: memory_table(part, rerun)),
         ("startup", startup_table),
         ("rates", rates_table),
+        ("rates_earlier", rates_table),
         ("large", large_table),
     ):
         if step in results:
