@@ -40,6 +40,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "experiments/gpu/results/h200-2026-11-26.json",
         "--table",
     ],
+    "large-data": [
+        "experiments/large-data/measure.py",
+        "--table",
+        "experiments/large-data/results.json",
+    ],
     "class-balance": EXPERIMENTS / "class-balance" / "results.md",
     "linear-scaling": EXPERIMENTS / "linear-scaling" / "results.md",
 }

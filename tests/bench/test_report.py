@@ -1,4 +1,4 @@
-from segscale.bench.report import alternatives
+from segscale.bench.report import alternatives, storage_rows
 
 
 def test_the_table_shows_the_other_spread_and_sync_batchnorm_off_on_the_most_devices():
@@ -24,3 +24,28 @@ def test_the_table_shows_the_other_spread_and_sync_batchnorm_off_on_the_most_dev
     assert "sync batch norm off" in lines[0]
     assert lines[1:] == ["  NVLink H100  6.48× (81%)   7.36× (92%)"]
     assert alternatives({"prediction": {"rows": []}}) == []  # a bench.json from before
+
+
+def test_the_table_sets_the_tiles_as_stored_beside_the_tiles_in_memory():
+    storage = {
+        "workers": 1,
+        "tiles": 8,
+        "stored_as": {"TIFF read by window": 8},
+        "in_memory_tiles": 4,
+        "decoded_mb": 268.4,
+        "stored": [180.0, 170.0, 190.0],
+        "in_memory": [330.0, 350.0, 340.0],
+        "ratio": 180.0 / 340.0,
+        "skipped": None,
+    }
+    assert storage_rows(storage) == [
+        (
+            "DataLoader, 1 workers, tiles as stored (TIFF read by window: 8)",
+            "180 (rounds: 180, 170, 190)",
+        ),
+        ("same, decoded in memory (4 of 8 tiles, 268 MB)", "340 (rounds: 330, 350, 340)"),
+        ("as stored / in memory", "0.53×"),
+    ]
+    skipped = storage | {"stored": [], "in_memory": [], "ratio": None, "skipped": "too big"}
+    assert storage_rows(skipped)[0][1] == "not compared: too big"
+    assert storage_rows(None) == []  # a bench.json from before

@@ -44,6 +44,11 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
 
     pipeline = results["pipeline"]
     assert pipeline["loader"]["1"] > 0 and pipeline["crop_only"] > pipeline["crop_and_warp"] > 0
+    storage = pipeline["storage"]  # the synthetic PNGs, as training reads them, against memory
+    assert storage["stored_as"] == {"decode cache, memory-mapped": 2}
+    assert storage["workers"] == 0 and storage["in_memory_tiles"] == 2  # the configured workers
+    assert storage["ratio"] == storage["stored_median"] / storage["in_memory_median"] > 0
+    assert "as stored / in memory" in done.stdout
 
     compute = results["compute"]
     assert compute["batch"] == 4 and compute["lightning"]["mean_s"] > 0
@@ -110,6 +115,7 @@ def test_device_counts():
     [
         ("bench.windows=0", "bench.windows=0 is not allowed"),
         ("bench.seconds=-1", "bench.seconds=-1 is not allowed"),
+        ("bench.in_memory_gb=0", "bench.in_memory_gb=0 is not allowed"),
         ("bench.predict_devices=[1]", "bench.predict_devices=[1] is not allowed"),
         ("bench.options=[turbo]", "bench.options has ['turbo']"),
         ("bench.threads_per_process=0", "bench.threads_per_process=0 is not allowed"),

@@ -2,13 +2,14 @@
 
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
 import rasterio
 import tifffile
 
-from segscale.data.rasters import WindowedRaster
+from segscale.data.rasters import WindowedRaster, interleaved
 from segscale.data.sources import read_image, read_mask_values
 
 
@@ -111,3 +112,38 @@ def test_a_window_reads_no_more_than_the_blocks_it_touches(layouts, monkeypatch)
     raster[64:128, 128:192]
     (window,) = calls
     assert (window.row_off, window.col_off, window.height, window.width) == (64, 128, 64, 64)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "bands"),
+    [("uint8", 3), ("uint16", 4), ("float32", 2), ("float16", 3), ("uint32", 3), ("int64", 5)],
+)
+def test_bands_interleave_as_moveaxis_does_for_every_type(dtype, bands):
+    stacked = np.random.default_rng(1).integers(0, 200, (bands, 37, 23)).astype(dtype)
+    pixels = interleaved(stacked)
+    assert pixels.flags.c_contiguous and pixels.dtype == stacked.dtype
+    np.testing.assert_array_equal(pixels, np.moveaxis(stacked, 0, -1))
+    np.testing.assert_array_equal(interleaved(stacked[:1]), np.moveaxis(stacked[:1], 0, -1))
+
+
+def test_a_window_costs_little_more_than_gdal_reading_its_bands(tmp_path):
+    # Interleaving the bands by NumPy's strided copy took 16x GDAL's read of a cached 512²
+    # RGB window (0.9 ms against 0.06 ms); cv2.merge takes 1.6x.
+    pixels = np.random.default_rng(2).integers(0, 255, (1024, 1024, 3), dtype=np.uint8)
+    tifffile.imwrite(tmp_path / "rgb.tif", pixels, tile=(256, 256), compression="zlib")
+    raster = read_image(tmp_path / "rgb.tif")
+    bands = raster._dataset()  # the same GDAL dataset, its block cache warm after one read
+    window = rasterio.windows.Window(100, 200, 512, 512)
+
+    def best_of(read) -> float:
+        times = []
+        for _ in range(20):
+            started = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    gdal = best_of(lambda: bands.read([1, 2, 3], window=window))
+    ours = best_of(lambda: raster[200:712, 100:612])
+    np.testing.assert_array_equal(raster[200:712, 100:612], pixels[200:712, 100:612])
+    assert ours < 4 * gdal

@@ -39,7 +39,7 @@ def check_bench(options: DictConfig) -> None:
             integer_at_least(minimum),
             f"an integer >= {minimum}",
         )
-    for name in ("seconds", "timeout_s", "bucket_mb"):
+    for name in ("seconds", "timeout_s", "bucket_mb", "in_memory_gb"):
         require(
             options[name],
             f"bench.{name}",

@@ -2,7 +2,8 @@
 
 ``bench`` composes the same config as ``train.py`` (``conf/bench.yaml`` extends
 ``conf/train.yaml`` with a ``bench`` section) and, for that config on this machine,
-measures in turn: the data pipeline (``segscale.bench.pipeline``), one device's training
+measures in turn: the data pipeline (``segscale.bench.pipeline``; the tiles as stored
+against decoded into memory, ``segscale.bench.storage``), one device's training
 step in Lightning and in a bare PyTorch loop (``segscale.bench.compute``), DDP's gradient
 buckets (``segscale.bench.gradients``), FLOPs (``segscale.bench.flops``), the framework's
 overhead per step (``segscale.bench.overhead``), the performance options one at a time
@@ -44,6 +45,7 @@ from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_cou
 from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
 from segscale.bench.progress import Progress
 from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
+from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
 from segscale.training.run.builders import build, build_datamodule, build_module
@@ -83,12 +85,16 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         threads = options.threads_per_process or max(1, cpus // max(counts))
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
     side_by_side_runs = 2 if threads and max(counts) > 1 else 0
-    progress = Progress(1 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + 1)
+    progress = Progress(2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + 1)
     threads_before = torch.get_num_threads()
     try:
         if threads:
             torch.set_num_threads(threads)
         pipeline = measure_pipeline(datamodule, workers, options.seconds, progress)
+        storage = measure_storage(
+            datamodule, configured_workers, options.seconds, int(options.in_memory_gb * 1e9)
+        )
+        progress("pipeline: tiles as stored and in memory")
         in_process = datamodule.train_dataloader(num_workers=0)
         batch = next(iter(in_process))
         module = build_module(cfg, datamodule, effective.learning_rate)
@@ -176,6 +182,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         | {
             "configured_workers": configured_workers,
             "rank_workers": {str(n): w for n, w in sorted(rank_workers.items())},
+            "storage": storage.as_dict(),
         },
         "compute": compute,
         "options": option_rows,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ def table(results: dict[str, Any]) -> str:
                 f"({pipeline['augmentation_cost']:.2f}× the cost of crop + warp)",
             ),
             *((f"DataLoader, {w} workers", f"{r:.0f}") for w, r in pipeline["loader"].items()),
+            *storage_rows(pipeline.get("storage")),
         ],
     )
     lightning, bare = compute["lightning"], compute["bare"]
@@ -192,6 +194,30 @@ def alternatives(results: dict[str, Any]) -> list[str]:
             for row in rows
         ],
     )
+
+
+def storage_rows(storage: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The DataLoader with the tiles as stored and decoded into memory, and their ratio."""
+    if storage is None:  # a bench.json from before
+        return []
+    workers = storage["workers"]
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in storage["stored_as"].items())
+    stored = f"DataLoader, {workers} workers, tiles as stored ({kinds})"
+    if storage["skipped"]:
+        return [(stored, f"not compared: {storage['skipped']}")]
+
+    def rounds(rates: list[float]) -> str:
+        return f"{statistics.median(rates):.0f} (rounds: {', '.join(f'{r:.0f}' for r in rates)})"
+
+    return [
+        (stored, rounds(storage["stored"])),
+        (
+            f"same, decoded in memory ({storage['in_memory_tiles']} of {storage['tiles']} "
+            f"tiles, {storage['decoded_mb']:.0f} MB)",
+            rounds(storage["in_memory"]),
+        ),
+        ("as stored / in memory", f"{storage['ratio']:.2f}×"),
+    ]
 
 
 def flops_text(flops: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import cv2
 import numpy as np
 
 GDAL_CACHE_MB = 64
@@ -151,7 +152,7 @@ class WindowedRaster:
             ) from None
         if self.squeeze:
             return bands[0]
-        return np.ascontiguousarray(np.moveaxis(bands, 0, -1))
+        return interleaved(bands)
 
     def close(self) -> None:
         """Close this process's dataset (the next read opens it again)."""
@@ -201,6 +202,26 @@ def _set_block_cache() -> None:
 
     # An integer is bytes here (GDAL's environment variable reads small numbers as MB).
     set_gdal_config("GDAL_CACHEMAX", GDAL_CACHE_MB << 20)
+
+
+MERGED_TYPES = frozenset(
+    np.dtype(t) for t in ("uint8", "int8", "uint16", "int16", "int32", "float32", "float64")
+)
+"""The pixel types ``cv2.merge`` interleaves (OpenCV's own depths)."""
+
+
+def interleaved(bands: np.ndarray) -> np.ndarray:
+    """C×H×W bands (as GDAL reads them) as one contiguous H×W×C array.
+
+    ``cv2.merge`` writes the interleaved pixels in one pass, some 30× faster than NumPy's
+    strided copy of ``moveaxis``, which took longer than decoding the window's blocks
+    (about 1 ms against 0.2 ms for a 512² RGB window); NumPy does the types OpenCV lacks.
+    """
+    if len(bands) == 1:
+        return bands[0][:, :, None]
+    if bands.dtype in MERGED_TYPES and len(bands) <= 512:  # OpenCV's most channels
+        return cv2.merge(list(bands))
+    return np.ascontiguousarray(np.moveaxis(bands, 0, -1))
 
 
 def _split(index: Index, ndim: int) -> tuple[slice, slice, Any]:
