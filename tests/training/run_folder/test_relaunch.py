@@ -101,6 +101,7 @@ def test_the_command_line_wins_key_by_key(tmp_path, monkeypatch):
         ("logger.csv.name=..", "expected a name"),
         ("logger.csv.version=../x", "expected a name"),
         ("search_trial.storage=sqlite:////tmp/x.db", "moves a store that runs share"),
+        ("datamodule.decode_cache.folder=/tmp/x", "moves a store that runs share"),
     ],
 )
 def test_a_restored_value_must_exist_and_keep_writes_in_the_run_folder(

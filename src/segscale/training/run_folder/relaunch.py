@@ -61,8 +61,10 @@ SHARED_STORES = (
     "logger.mlflow.tracking_uri",
     "logger.mlflow.artifact_location",
     "search_trial.storage",
+    "datamodule.decode_cache.folder",
 )
-"""Keys naming stores outside the run folder that runs share (MLflow's, Optuna's study)."""
+"""Keys naming stores outside the run folder that runs share (MLflow's, Optuna's study,
+the machine's decode cache, which a run writes decoded images into)."""
 
 
 @dataclass(frozen=True)
