@@ -228,7 +228,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("steps", nargs="*", help="memory, startup, rates, large")
     parser.add_argument("--work", type=Path, default=Path("/tmp/large-data"))
-    parser.add_argument("--before", type=Path, default=Path("/work/wt/baseline"))
+    # The code before issue 37: a worktree beside this checkout (see the README).
+    before = Path(__file__).resolve().parents[2].parent / "segscale-before"
+    parser.add_argument("--before", type=Path, default=before)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--ram-factor", type=float, default=1.55)
