@@ -21,7 +21,6 @@ is decoded into memory instead, with a warning (the run trains from the source).
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import logging
@@ -40,6 +39,7 @@ from segscale.atomic_files import (
     write_text_atomically,
 )
 from segscale.data.user_cache import APP, cache_home
+from segscale.disk_full import FULL
 from segscale.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 """The version of an entry's layout; another one is rebuilt."""
 KEY = "datamodule.decode_cache"
-FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class DecodeCache:
