@@ -61,7 +61,7 @@ def test_entropy_is_divided_by_log_k_and_zero_probabilities_add_nothing():
 def test_a_raster_keeps_band_names_scale_and_the_inputs_georeference(tmp_path: Path):
     image = np.zeros((6, 5, 3), np.uint8)
     source = geotiff(tmp_path / "in.tif", image, crs=UTM, transform=NORTH_UP, tags={"SITE": "x"})
-    names = ["road & <rail>", "forêt", "\"water\""]  # XML and non-ASCII in the class names
+    names = ["road & <rail>", "forêt", '"water"']  # XML and non-ASCII in the class names
     raster = RasterFile(tmp_path / "p.tif", (6, 5), names, "uint8", read_georeference(source))
     values = np.random.default_rng(0).dirichlet(np.ones(3), (6, 5)).astype(np.float32)
     values = np.moveaxis(values, -1, 0)
