@@ -108,3 +108,15 @@ def test_a_file_that_cannot_be_begun_takes_the_others_begun_with_it(tmp_path: Pa
     with pytest.raises(OSError, match="No space"):
         ProbabilityFiles(tmp_path / "scene", (4, 4), ("a", "b"), outputs, None)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_at_close_names_the_file(tmp_path: Path, monkeypatch):
+    raster = RasterFile(tmp_path / "scene_entropy.tif", (2, 2), ["entropy"], "uint8", None)
+
+    def full(temporary: Path, path: Path) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(probability_maps, "move_into_place", full)
+    with pytest.raises(OSError, match="No space") as raised:
+        raster.close()
+    assert raised.value.filename == str(tmp_path / "scene_entropy.tif")

@@ -2,7 +2,9 @@
 
 Every image goes through ``SlidingWindow`` (the ``inference`` config group); its label
 map is written as a palette PNG or TIFF (class indices that open in colour in any
-viewer), with an overlay of the classes on the image beside it. Before any of that,
+viewer), with an overlay of the classes on the image beside it, and when asked the
+class probabilities, confidence and entropy as GeoTIFFs (``probability_maps``), from
+the same bands of probabilities that the mask is the argmax of. Before any of that,
 every input's header is checked, so an unreadable file stops the run before it starts
 (or, with ``skip_unreadable``, is left out).
 

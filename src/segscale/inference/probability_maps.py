@@ -108,13 +108,22 @@ class RasterFile:
         self.pixels[y0 : y0 + rows.shape[0]] = encode(rows, self.encoding)
 
     def close(self) -> Path:
-        """Finish the file and move it into place; return its path."""
+        """Finish the file and move it into place; return its path.
+
+        An ``OSError`` that names no file (a full disk) is given this file's name, as
+        ``BandImage.close`` does for the masks.
+        """
         if self.pixels is None:
             raise AttributeError("the file was discarded; it cannot be closed")
         assert isinstance(self.pixels, np.memmap)  # made by tifffile.memmap
-        self.pixels.flush()
-        self.pixels = None  # unmapped before it is moved
-        return move_into_place(self.temporary, self.path)
+        try:
+            self.pixels.flush()
+            self.pixels = None  # unmapped before it is moved
+            return move_into_place(self.temporary, self.path)
+        except OSError as error:
+            if error.filename is None:
+                error.filename = str(self.path)
+            raise
 
     def discard(self) -> None:
         """Drop the unfinished file."""
