@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -90,25 +91,35 @@ OVERLAY_SUFFIX = "_overlay"
 """What an overlay's name adds to its image's stem: ``scene.png`` → ``scene_overlay.png``."""
 
 
-def output_stems(image: Path, overlay: bool) -> list[str]:
-    """The names (without suffix) of the files written for ``image``: mask, then overlay."""
-    return [image.stem, image.stem + OVERLAY_SUFFIX] if overlay else [image.stem]
+def output_stems(image: Path, overlay: bool, extra: Sequence[str] = ()) -> list[str]:
+    """The names (without suffix) of the files written for ``image``: mask, then overlay.
+
+    ``extra``: what other outputs add to the mask's name (``_probabilities``, ...).
+    """
+    stems = [image.stem, image.stem + OVERLAY_SUFFIX] if overlay else [image.stem]
+    return stems + [image.stem + suffix for suffix in extra]
 
 
-def check_output_names(images: list[Path], overlay: bool, key: str = "input") -> None:
+def check_output_names(
+    images: list[Path], overlay: bool, extra: Sequence[str] = (), key: str = "input"
+) -> None:
     """Refuse inputs whose outputs would share a name, before anything is written.
 
     With overlays, ``scene.tif`` and ``scene_overlay.tif`` would both write
-    ``scene_overlay.<format>``: the second's mask over the first's overlay.
+    ``scene_overlay.<format>``: the second's mask over the first's overlay. ``extra``
+    names the other outputs as ``output_stems`` does; names are compared without their
+    suffix, whatever the formats.
     """
     writer: dict[str, Path] = {}
     for image in images:
-        for stem in output_stems(image, overlay):
+        for stem in output_stems(image, overlay, extra):
             if stem in writer and writer[stem] != image:
+                added = ", ".join(repr(suffix) for suffix in (OVERLAY_SUFFIX, *extra))
+                fewer = "overlay=false" + (", probabilities=none, confidence=none" if extra else "")
                 raise ConfigError(
                     f"{key}: {writer[stem]} and {image} would both write the output "
-                    f"{stem!r} (a mask is named for its image, an overlay adds "
-                    f"{OVERLAY_SUFFIX!r}); rename one of them, or give overlay=false"
+                    f"{stem!r} (a mask is named for its image, the other outputs add "
+                    f"{added}); rename one of them, or give {fewer}"
                 )
             writer[stem] = image
 

@@ -2,7 +2,9 @@
 
 Every image goes through ``SlidingWindow`` (the ``inference`` config group); its label
 map is written as a palette PNG or TIFF (class indices that open in colour in any
-viewer), with an overlay of the classes on the image beside it. Before any of that,
+viewer), with an overlay of the classes on the image beside it, and when asked the
+class probabilities, confidence and entropy as GeoTIFFs (``probability_maps``), from
+the same bands of probabilities that the mask is the argmax of. Before any of that,
 every input's header is checked, so an unreadable file stops the run before it starts
 (or, with ``skip_unreadable``, is left out).
 
@@ -25,6 +27,7 @@ from omegaconf import DictConfig
 
 from segscale.config_types import check_types
 from segscale.data.image_headers import check_image_headers
+from segscale.data.rasters import Pixels
 from segscale.data.sources import (
     FileProblem,
     check_max_image_pixels,
@@ -43,6 +46,7 @@ from segscale.inference.inputs import (
 )
 from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.prediction_folder import prediction_folder
+from segscale.inference.probability_maps import ProbabilityFiles, ProbabilityOutputs
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
@@ -96,11 +100,12 @@ def _predict_in_folder(cfg: DictConfig) -> PredictionRun:
         raise ConfigError(
             f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"
         )
+    extras = ProbabilityOutputs(cfg.probabilities, cfg.confidence)  # refused before any work
     check_types(cfg)
     trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     images = input_images(cfg.input)
-    check_output_names(images, cfg.overlay)
+    check_output_names(images, cfg.overlay, extras.suffixes)
     network = f"the network of ckpt={str(cfg.ckpt)!r}"
     unreadable = check_image_headers(
         images, trained.in_channels, network, cfg.max_image_pixels, trained.max_value
@@ -179,7 +184,9 @@ def predict_image(
 ) -> Path:
     """Write ``<stem>.<format>`` (and ``<stem>_overlay.<format>``) for one image.
 
-    A GeoTIFF input's georeferencing goes with them (``BandImage``).
+    With ``probabilities`` or ``confidence``, also the GeoTIFFs of ``probability_maps``,
+    from the same bands of blended probabilities that the mask is the argmax of. A
+    GeoTIFF input's georeferencing goes with them all (``BandImage``, ``RasterFile``).
 
     Raises ``UnreadableImageError`` naming ``path`` if it cannot be decoded (or is past
     ``max_image_pixels``); nothing is written then.
@@ -195,26 +202,56 @@ def predict_image(
     )
     geo = read_input_georeference(path)  # the outputs lie where the input lies
     height, width = image.shape[:2]
+    extras = ProbabilityOutputs(cfg.probabilities, cfg.confidence)
     mask_stem, *overlay_stem = output_stems(path, cfg.overlay)
-    outputs = [BandImage(output / mask_stem, (height, width), cfg.format, trained.colours, geo)]
-    for stem in overlay_stem:
-        outputs.append(BandImage(output / stem, (height, width, 3), cfg.format, None, geo))
+    size = (height, width)
+    images: list[BandImage] = []
+    probability_files = None
+    try:
+        images.append(BandImage(output / mask_stem, size, cfg.format, trained.colours, geo))
+        for stem in overlay_stem:
+            images.append(BandImage(output / stem, (*size, 3), cfg.format, None, geo))
+        if extras.suffixes:
+            names = trained.class_names
+            probability_files = ProbabilityFiles(output / mask_stem, size, names, extras, geo)
+        _fill(images, probability_files, image, trained, window, cfg, device)
+    except BaseException:  # an interrupted image leaves none of its files
+        for out in images:
+            out.discard()
+        if probability_files is not None:
+            probability_files.discard()
+        raise
+    mask = images[0].close()
+    for out in images[1:]:
+        out.close()
+    if probability_files is not None:
+        probability_files.close()
+    log.info("%s (%dx%d) → %s", path, width, height, mask.name)
+    return mask
 
-    def write(y0: int, labels: np.ndarray) -> None:
-        outputs[0].write(y0, labels)
+
+def _fill(
+    images: list[BandImage],
+    probability_files: ProbabilityFiles | None,
+    image: Pixels,
+    trained: TrainedModel,
+    window: SlidingWindow,
+    cfg: DictConfig,
+    device: torch.device,
+) -> None:
+    """Predict ``image`` band by band into the mask (and overlay) and probability files.
+
+    The mask is the argmax of each band of blended probabilities, as
+    ``SlidingWindow.predict`` takes it; no band is kept once written.
+    """
+    dtype = np.uint8 if trained.num_classes <= 255 else np.uint16
+    bands = window.probability_bands(trained.module, image, trained.num_classes, device)
+    for y0, probabilities in bands:
+        labels = probabilities.argmax(axis=0).astype(dtype)
+        images[0].write(y0, labels)
         if cfg.overlay:
             rows = image[y0 : y0 + len(labels)]
             blended = overlay(rows, labels, trained.colours, cfg.overlay_alpha, trained.max_value)
-            outputs[1].write(y0, blended)
-
-    try:
-        window.predict(trained.module, image, trained.num_classes, device, on_band=write)
-    except BaseException:
-        for out in outputs:
-            out.discard()
-        raise
-    mask = outputs[0].close()
-    for out in outputs[1:]:
-        out.close()
-    log.info("%s (%dx%d) → %s", path, width, height, mask.name)
-    return mask
+            images[1].write(y0, blended)
+        if probability_files is not None:
+            probability_files.write(y0, probabilities)
