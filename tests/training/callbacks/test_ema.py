@@ -15,6 +15,7 @@ from segscale.models.checkpoint_io import load_checkpoint_file
 from segscale.training.callbacks.ema import ExponentialMovingAverage
 from segscale.training.run.config_checks import check_config
 from segscale.training.run.training_run import train
+from tests.training.host_syncs import HostSyncCounter
 
 DECAY = 0.5  # far from 1, so that a few steps move the average well away from the weights
 
@@ -59,6 +60,19 @@ class RecordWeights(L.Callback):
             trainer.save_checkpoint(self.folder / "in_validation.ckpt")
 
 
+class CountedAverage(ExponentialMovingAverage):
+    """The callback, counting the host syncs of each update."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.syncs: list[dict] = []
+
+    def on_train_batch_end(self, *args) -> None:
+        with HostSyncCounter() as counter:
+            super().on_train_batch_end(*args)
+        self.syncs.append(counter.as_dict())
+
+
 def fit(folder: Path, max_steps: int, *callbacks: L.Callback, **kwargs) -> L.Trainer:
     """``TinyModule`` for ``max_steps`` of 2-batch epochs; ``last.ckpt`` after every step."""
     trainer = L.Trainer(
@@ -70,7 +84,8 @@ def fit(folder: Path, max_steps: int, *callbacks: L.Callback, **kwargs) -> L.Tra
         num_sanity_val_steps=0,
         limit_val_batches=kwargs.pop("limit_val_batches", 0),
         callbacks=[
-            ExponentialMovingAverage(DECAY, start_step=kwargs.pop("start_step", 0)),
+            kwargs.pop("average", None)
+            or ExponentialMovingAverage(DECAY, kwargs.pop("start_step", 0)),
             ModelCheckpoint(folder, save_last=True, save_top_k=0, every_n_train_steps=1),
             *callbacks,
         ],
@@ -100,6 +115,18 @@ def test_checkpoints_hold_the_average_and_the_trained_weights(tmp_path, start_st
     assert same(saved["current_model_state"], recorder.steps[-1])
     assert same(saved["state_dict"], ema_of(recorder.steps, start_step))
     assert not same(saved["state_dict"], saved["current_model_state"])
+
+
+def test_an_update_does_not_wait_for_the_device(tmp_path):
+    # AveragedModel.update_parameters reads its count of updates on the host at every
+    # update: on a GPU, a wait for the step to finish (docs/architecture.md, "No
+    # avoidable host syncs in the training step").
+    average = CountedAverage(DECAY, start_step=1)
+    recorder = RecordWeights()
+    fit(tmp_path, 4, recorder, average=average)
+    assert average.syncs == [{}] * 4  # the copies of steps 1 and the averages after
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert same(saved["state_dict"], ema_of(recorder.steps, 1))
 
 
 def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path):

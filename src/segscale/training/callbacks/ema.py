@@ -1,22 +1,26 @@
 """``training.ema``: an exponential moving average of the weights, validated and saved.
 
-Lightning's ``WeightAveraging`` (``torch.optim.swa_utils.AveragedModel`` underneath)
-keeps the average, after every optimizer step, with torch's foreach EMA update
-(``get_ema_multi_avg_fn``); parameters and buffers (batch-norm statistics) alike. It
-swaps the average in for each validation, so ``val/*``, ``best.ckpt`` and the run's
-evaluation judge the averaged network, and copies it into the network when training
-ends. A checkpoint's ``state_dict`` (what inference, ``predict.py`` and
+Lightning's ``WeightAveraging`` holds the averaged copy (torch's ``AveragedModel``),
+parameters and buffers (batch-norm statistics) alike, saves and restores it, swaps it
+in for each validation, so ``val/*``, ``best.ckpt`` and the run's evaluation judge the
+averaged network, and copies it into the network when training ends. After every
+optimizer step this callback applies torch's EMA update (``get_ema_multi_avg_fn``),
+without ``AveragedModel.update_parameters``' read of its count on the host. A checkpoint's ``state_dict`` (what inference, ``predict.py`` and
 ``segscale.load`` read) holds the average; ``current_model_state`` the trained weights
 and ``averaging_state`` the count of updates, so a resume continues both exactly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import WeightAveraging
 from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 from segscale.errors import ConfigError
@@ -36,29 +40,19 @@ class ExponentialMovingAverage(WeightAveraging):
         self.decay = decay
         self.start_step = start_step
         self._swapped = False  # the network holds the average (during a validation)
+        self._ema_update: Callable[[list[Tensor], list[Tensor], Tensor], None] | None = None
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         """After every optimizer step, never at an epoch's end."""
         return step_idx is not None
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Build the averaged model with the EMA update of ``decay``.
-
-        The update (a closure) is made here, in the rank's process: ``ddp_spawn``
-        pickles the callbacks into its ranks, and a closure cannot be pickled.
-        """
-        self._kwargs["multi_avg_fn"] = get_ema_multi_avg_fn(self.decay)
-        try:
-            super().setup(trainer, pl_module, stage)
-        finally:
-            del self._kwargs["multi_avg_fn"]
-
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Keep the average on the network's device (``setup`` ran before it moved there).
 
-        The count of updates stays on the host: ``AveragedModel`` compares it with 0 at
-        every update, which on a GPU would wait for the device twice a step.
+        The EMA update (a closure) is made here, in the rank's process: ``ddp_spawn``
+        pickles the callbacks into its ranks, and a closure cannot be pickled.
         """
+        self._ema_update = get_ema_multi_avg_fn(self.decay)
         if self._average_model is not None:
             self._average_model.module.to(pl_module.device)
 
@@ -70,10 +64,33 @@ class ExponentialMovingAverage(WeightAveraging):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Update the average; up to ``start_step`` it restarts, a copy of the weights."""
-        if self._average_model is not None and trainer.global_step <= self.start_step:
-            self._average_model.n_averaged.zero_()  # AveragedModel copies at count 0
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        """After an optimizer step, update the average: a copy up to ``start_step``, then the EMA.
+
+        ``AveragedModel.update_parameters`` reads its count of updates on the host at
+        every update (whether to copy): on a GPU a wait for the step to finish
+        (docs/architecture.md, "No avoidable host syncs in the training step"). The step
+        number decides that here; the update is torch's EMA (``get_ema_multi_avg_fn``).
+        """
+        average = self._average_model
+        step = trainer.global_step
+        if average is None or self._ema_update is None or step <= self._latest_update_step:
+            return  # a batch inside a gradient-accumulation window
+        averaged = [
+            t.detach() for t in chain(average.module.parameters(), average.module.buffers())
+        ]
+        current = [t.detach() for t in chain(pl_module.parameters(), pl_module.buffers())]
+        if step <= max(self.start_step, 1):
+            torch._foreach_copy_(averaged, current)
+        else:
+            by_dtype: dict[torch.dtype, tuple[list[Tensor], list[Tensor]]] = {}
+            for mine, theirs in zip(averaged, current, strict=True):
+                pair = by_dtype.setdefault(mine.dtype, ([], []))
+                pair[0].append(mine)
+                pair[1].append(theirs)
+            for mine_list, their_list in by_dtype.values():  # foreach ops take one dtype
+                self._ema_update(mine_list, their_list, average.n_averaged)
+        average.n_averaged += 1  # on the host: recorded in checkpoints, never read here
+        self._latest_update_step = step
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Swap the average in for the validation."""
