@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from segscale.api import load
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_io import load_checkpoint_file
-from segscale.training.callbacks.ema import ExponentialMovingAverage
+from segscale.training.callbacks.ema import ExponentialMovingAverage, TrainedWeightsOnResume
 from segscale.training.run.config_checks import check_config
 from segscale.training.run.training_run import train
 from tests.training.host_syncs import HostSyncCounter
@@ -139,6 +139,29 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path):
     assert resumed["global_step"] == whole["global_step"] == 6
     for key in ("state_dict", "current_model_state", "averaging_state"):
         assert same(resumed[key], whole[key]), key
+
+
+class LoadedWeights(L.Callback):
+    """The network's weights as the fit starts, after the checkpoint's load."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.state = {k: v.clone() for k, v in pl_module.state_dict().items()}
+
+
+def test_a_resume_with_the_average_off_continues_from_the_trained_weights(tmp_path):
+    fit(tmp_path, 2)
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    loaded = LoadedWeights()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[TrainedWeightsOnResume(), loaded],
+    )
+    trainer.fit(TinyModule(), batches(2), ckpt_path=tmp_path / "last.ckpt")
+    assert same(loaded.state, saved["current_model_state"])
+    assert not same(loaded.state, saved["state_dict"])
 
 
 def test_a_save_inside_a_validation_keeps_the_average_in_state_dict(tmp_path):

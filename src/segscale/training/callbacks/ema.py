@@ -5,13 +5,17 @@ parameters and buffers (batch-norm statistics) alike, saves and restores it, swa
 in for each validation, so ``val/*``, ``best.ckpt`` and the run's evaluation judge the
 averaged network, and copies it into the network when training ends. After every
 optimizer step this callback applies torch's EMA update (``get_ema_multi_avg_fn``),
-without ``AveragedModel.update_parameters``' read of its count on the host. A checkpoint's ``state_dict`` (what inference, ``predict.py`` and
-``segscale.load`` read) holds the average; ``current_model_state`` the trained weights
-and ``averaging_state`` the count of updates, so a resume continues both exactly.
+without ``AveragedModel.update_parameters``' read of its count on the host.
+
+A checkpoint's ``state_dict`` (what inference, ``predict.py`` and ``segscale.load``
+read) holds the average; ``current_model_state`` the trained weights and
+``averaging_state`` the count of updates, so a resume continues both exactly. A resume
+with ``training.ema`` off continues from the trained weights (``TrainedWeightsOnResume``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from itertools import chain
 from typing import Any
@@ -26,6 +30,8 @@ from torch.optim.swa_utils import get_ema_multi_avg_fn
 from segscale.errors import ConfigError
 
 KEY = "training.ema"
+
+log = logging.getLogger(__name__)
 
 
 class ExponentialMovingAverage(WeightAveraging):
@@ -118,6 +124,23 @@ class ExponentialMovingAverage(WeightAveraging):
             )
 
 
+class TrainedWeightsOnResume(L.Callback):
+    """``training.ema`` off, resuming a checkpoint written with it: the trained weights go on.
+
+    Lightning loads a checkpoint's ``state_dict`` into the network, which for such a
+    checkpoint is the average; without this, training would silently continue from it.
+    """
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Load ``current_model_state``, the trained weights, if the checkpoint has it."""
+        trained = checkpoint.get("current_model_state")
+        if trained is not None:
+            log.info("%s is off: training continues from the checkpoint's trained weights", KEY)
+            pl_module.load_state_dict(trained)
+
+
 def check_ema(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for a ``training.ema`` that cannot work (null or no decay: off)."""
     ema_settings(cfg)
@@ -150,7 +173,9 @@ def ema_settings(cfg: DictConfig) -> tuple[float, int] | None:
     return float(decay), start_step
 
 
-def ema_callback(cfg: DictConfig) -> ExponentialMovingAverage | None:
-    """The callback ``training.ema`` asks for, or ``None`` when it is off."""
+def ema_callback(cfg: DictConfig, resuming: bool) -> L.Callback | None:
+    """The callback ``training.ema`` asks for; when it is off, one for a resume, else ``None``."""
     settings = ema_settings(cfg)
-    return ExponentialMovingAverage(*settings) if settings else None
+    if settings:
+        return ExponentialMovingAverage(*settings)
+    return TrainedWeightsOnResume() if resuming else None

@@ -144,7 +144,7 @@ def _train_in_folder(
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
     callbacks.insert(0, UnreadableTileStop(cfg.output_dir))  # before the summary names it
-    if ema := ema_callback(cfg):  # first: the report after training sees the average
+    if ema := ema_callback(cfg, relaunch):  # first: the report after training sees the average
         callbacks.insert(0, ema)
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
         callbacks.append(pruning)
