@@ -19,6 +19,7 @@ from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
 from segscale.moved_keys import refuse_moved_config_keys
+from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
 from segscale.training.ranks.threads import check_threads_setting
@@ -61,6 +62,7 @@ def check_config(cfg: DictConfig) -> None:
     check_policy(OmegaConf.select(cfg, "training.on_nonfinite", default="stop"))
     check_threads_setting(OmegaConf.select(cfg, "training.threads", default="auto"))
     check_fine_tuning(cfg)
+    check_ema(cfg)
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.
     check_types(cfg, filled_in=("model.in_channels",))

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint_io import SafeCheckpointIO
 from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
+from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
 from segscale.training.callbacks.launch_record import LaunchRecord
 from segscale.training.callbacks.periodic_checkpoint import ensure_writable
@@ -143,6 +144,8 @@ def _train_in_folder(
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
     callbacks.insert(0, UnreadableTileStop(cfg.output_dir))  # before the summary names it
+    if ema := ema_callback(cfg, relaunch):  # first: the report after training sees the average
+        callbacks.insert(0, ema)
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
         callbacks.append(pruning)
     if relaunch:
