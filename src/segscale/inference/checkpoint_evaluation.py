@@ -198,10 +198,13 @@ def class_table(classes: dict[str, dict[str, float | None]]) -> str:
     keys = ["Accuracy", "IoU", "Dice"]
     if any("MeanBFScore" in values for values in classes.values()):
         keys.append("MeanBFScore")
-    lines = [f"{'class':<{width}}  " + "  ".join(f"{key[-8:]:>8}" for key in keys)]
+    sides = [max(8, len(key)) for key in keys]
+    row = [f"{key:>{side}}" for key, side in zip(keys, sides, strict=True)]
+    lines = [f"{'class':<{width}}  " + "  ".join(row)]
     for name, values in classes.items():
         cells = ["-" if values.get(key) is None else f"{values[key]:.4f}" for key in keys]
-        lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>8}" for c in cells))
+        row = [f"{cell:>{side}}" for cell, side in zip(cells, sides, strict=True)]
+        lines.append(f"{name:<{width}}  " + "  ".join(row))
     return "\n".join(lines)
 
 
