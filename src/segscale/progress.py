@@ -4,7 +4,8 @@ On a terminal it is tqdm's bar. Written to a file or a pipe (a cluster's job log
 ``> run.log 2>&1``) a bar's redraws would land between the log lines, so there it is a
 log line now and then instead: every ``1 / LOG_STEPS`` of the total or
 ``LOG_EVERY_S`` seconds, whichever comes first, with the count, the time so far and
-an estimate of the time left; never one per item.
+an estimate of the time left; never one per item. A pass shorter than ``QUIET_S``
+shows nothing (a small data set's checks would only add lines).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from tqdm import tqdm
@@ -22,12 +24,16 @@ LOG_STEPS = 10
 LOG_EVERY_S = 30.0
 """... or after this many seconds without one."""
 
+QUIET_S = 5.0
+"""Nothing is shown in a pass's first seconds: a short one shows no progress at all."""
+
 
 class Progress:
     """Progress through ``total`` items of ``what`` (``"images evaluated"``).
 
     ``stream``: where a terminal shows the bar (stderr); ``log``: where the lines go
     when that stream is not a terminal; None: neither (another rank's share, say).
+    ``clock``: seconds, for the lines' times.
     """
 
     def __init__(
@@ -36,14 +42,21 @@ class Progress:
         what: str,
         log: logging.Logger | None,
         stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         stream = sys.stderr if stream is None else stream
         self.total, self.what, self.log = total, what, log
         self.done = 0
-        self.start = self.last_line = time.monotonic()
+        self.clock = clock
+        self.start = self.last_line = clock()
         self.next_step = 1  # the next step of the way (in LOG_STEPS) that logs a line
         on_terminal = log is not None and stream.isatty()
-        self.bar = tqdm(total=total, desc=what, file=stream, leave=False) if on_terminal else None
+        self.quiet_s = QUIET_S
+        self.bar = (
+            tqdm(total=total, desc=what, file=stream, leave=False, delay=self.quiet_s)
+            if on_terminal
+            else None
+        )
 
     def update(self, count: int = 1) -> None:
         """``count`` more items are done."""
@@ -53,7 +66,9 @@ class Progress:
             return
         if self.log is None:
             return
-        now = time.monotonic()
+        now = self.clock()
+        if now - self.start < self.quiet_s:
+            return
         # Whole numbers: a tenth of the way is reached exactly, not missed by rounding.
         step_reached = self.done * LOG_STEPS >= self.next_step * self.total
         if step_reached or now - self.last_line >= LOG_EVERY_S:

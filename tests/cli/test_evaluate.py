@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from segscale import progress
 from segscale.cli.evaluate import main as evaluate_main
 from segscale.cli.train import main as train_main
 from segscale.data.dataset_problems import InvalidDatasetError
@@ -501,9 +502,10 @@ def _shifted_squares(root: Path) -> Path:
 
 
 def test_bf_scores_and_each_image_s_metrics_are_matlab_s_as_computed_by_hand(
-    tmp_path: Path, caplog
+    tmp_path: Path, caplog, monkeypatch
 ):
     caplog.set_level("INFO")
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)  # a tiny run is over in a moment
     root = _shifted_squares(tmp_path / "data")
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     out = tmp_path / "out"
