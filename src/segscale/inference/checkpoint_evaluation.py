@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.fabric import Fabric
 from omegaconf import DictConfig, OmegaConf
 
@@ -147,6 +148,16 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     log.info("per class:\n%s", class_table(metrics["classes"]))
     log.info("evaluation written to %s", output)
     return metrics
+
+
+def names_data(overrides: list[str]) -> bool:
+    """Whether command-line ``overrides`` choose the data: ``datamodule=...`` or its source.
+
+    Other ``datamodule`` keys (``max_image_pixels``, the classes) leave the data to the
+    checkpoint.
+    """
+    keys = [o.key_or_group for o in OverridesParser.create().parse_overrides(list(overrides))]
+    return any(key == "datamodule" or key.startswith("datamodule.source") for key in keys)
 
 
 def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> None:

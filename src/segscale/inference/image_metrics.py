@@ -8,6 +8,7 @@ averaged over the images), so that several processes give what one does.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -73,3 +74,14 @@ def write_image_metrics(
 
 def _place(image: ImageScores) -> int:
     return image.place
+
+
+def read_image_metrics(folder: Path) -> list[dict[str, object]]:
+    """``image_metrics.csv`` of ``folder`` as one dict per image (None: not defined)."""
+    with (folder / IMAGE_METRICS_FILE).open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    return [
+        {"image": row["image"]}
+        | {column: float(row[column]) if row[column] else None for column in IMAGE_COLUMNS}
+        for row in rows
+    ]
