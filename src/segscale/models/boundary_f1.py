@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
-from scipy import ndimage  # type: ignore[import-untyped]  # no stubs shipped
 
-_CROSS = ndimage.generate_binary_structure(2, 1)
+# OpenCV (albumentations' own dependency) rather than scipy.ndimage: its erosion and
+# distance transform are about ten times faster, and a large image's classes each need
+# two transforms.
+_CROSS = cv2.getStructuringElement(cv2.MORPH_CROSS, (3, 3))
 """4-connectivity: a pixel's neighbours above, below, left and right."""
 
 
@@ -25,7 +28,8 @@ def tolerance_pixels(fraction: float, shape: tuple[int, int]) -> float:
 
 def boundary(region: np.ndarray) -> np.ndarray:
     """The perimeter pixels of a boolean ``region`` (the image's edge counts as outside)."""
-    return region & ~ndimage.binary_erosion(region, _CROSS, border_value=0)
+    inside = cv2.erode(region.view(np.uint8), _CROSS, borderType=cv2.BORDER_CONSTANT, borderValue=0)
+    return region & (inside == 0)
 
 
 def boundary_f1(
@@ -60,10 +64,15 @@ def _f1(true_edge: np.ndarray, predicted_edge: np.ndarray, theta: float) -> floa
         slice(max(cols.min() - pad, 0), cols.max() + pad + 1),
     )
     true_edge, predicted_edge = true_edge[box], predicted_edge[box]
-    near_truth = ndimage.distance_transform_edt(~true_edge) <= theta
-    near_prediction = ndimage.distance_transform_edt(~predicted_edge) <= theta
+    near_truth = _distance_to(true_edge) <= theta
+    near_prediction = _distance_to(predicted_edge) <= theta
     precision = near_truth[predicted_edge].mean()
     recall = near_prediction[true_edge].mean()
     if precision + recall == 0:
         return 0.0
     return float(2 * precision * recall / (precision + recall))
+
+
+def _distance_to(edge: np.ndarray) -> np.ndarray:
+    """Each pixel's Euclidean distance to the nearest ``edge`` pixel (exact: MASK_PRECISE)."""
+    return cv2.distanceTransform((~edge).view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
