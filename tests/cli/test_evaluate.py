@@ -168,6 +168,11 @@ def test_two_processes_count_every_image_once(tmp_path: Path):
     assert (tmp_path / "two/confusion_matrix.csv").read_text() == (
         tmp_path / "one/confusion_matrix.csv"
     ).read_text()
+    # each image's row and BF scores cross back from its process, not sums
+    assert "MeanBFScore" in two["classes"]["class0"]
+    rows = (tmp_path / "two/image_metrics.csv").read_text()
+    assert rows == (tmp_path / "one/image_metrics.csv").read_text()
+    assert [row.split(",")[0] for row in rows.splitlines()[1:]] == ["a.png", "b.png"]
 
 
 def test_the_pixel_limit_reaches_the_validation_pass_and_every_read(tmp_path: Path):
