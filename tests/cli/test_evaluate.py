@@ -530,7 +530,7 @@ def test_bf_scores_and_each_image_s_metrics_are_matlab_s_as_computed_by_hand(
     assert classes["class0"]["MeanBFScore"] == round((63 / 68 + 1) / 2, 6)
     assert classes["class1"]["MeanBFScore"] == 0.8 and classes["class2"]["MeanBFScore"] is None
     assert metrics["MeanBFScore"] == round((0.763235 + 1) / 2, 6)
-    assert metrics["inference"]["bf_tolerance"] == 0.07
+    assert metrics["bf_tolerance"] == 0.07
     assert json.loads((out / "metrics.json").read_text()) == metrics
     # class 1 of both images: 72 true, 72 predicted, 60 shared: recall 60/72, IoU 60/84,
     # Dice 120/144; BF (0.6 + 1) / 2

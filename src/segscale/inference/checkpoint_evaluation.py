@@ -130,7 +130,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         sum((image.confusion for image in images), np.zeros((trained.num_classes,) * 2, np.int64))
     )
     output = Path(cfg.output_dir)
-    inference = inference_record(window) | {"bf_tolerance": tolerance}
+    inference = inference_record(window)
     class_bf, mean_bf = class_boundary_f1(images), data_set_boundary_f1(images)
     write_evaluation(
         output,
@@ -140,9 +140,10 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         inference=inference,
         boundary_f1=class_bf,
         mean_boundary_f1=mean_bf,
+        bf_tolerance=tolerance,
     )
     write_image_metrics(output, images, trained.class_names)
-    metrics = evaluation_report(confusion, trained.class_names, class_bf, mean_bf)
+    metrics = evaluation_report(confusion, trained.class_names, class_bf, mean_bf, tolerance)
     metrics |= {"inference": inference}
     log.info("%s", json.dumps({k: v for k, v in metrics.items() if k != "classes"}))
     log.info("per class:\n%s", class_table(metrics["classes"]))

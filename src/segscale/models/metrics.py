@@ -30,6 +30,7 @@ def evaluation_report(
     class_names: Sequence[str],
     boundary_f1: Sequence[float | None] | None = None,
     mean_boundary_f1: float | None = None,
+    bf_tolerance: float | None = None,
 ) -> dict[str, Any]:
     """The data-set and per-class metrics of MATLAB's ``evaluateSemanticSegmentation``.
 
@@ -38,7 +39,8 @@ def evaluation_report(
     of the ground-truth pixels) and ``MeanDice``. Per class: ``Accuracy`` (recall),
     ``IoU`` and ``Dice``; a class absent from ground truth and prediction gets ``None``.
     ``boundary_f1`` (one per class) and ``mean_boundary_f1``, where the boundary F1
-    score was measured, add ``MeanBFScore`` to the classes and the data set.
+    score was measured, add ``MeanBFScore`` to the classes and the data set, and
+    ``bf_tolerance`` (its tolerance, a fraction of the image diagonal) to the report.
     """
     confusion = confusion.double().cpu()
     scores = scores_from_confusion(confusion)
@@ -65,6 +67,7 @@ def evaluation_report(
     }
     if boundary_f1 is not None:
         report["MeanBFScore"] = mean_boundary_f1
+        report["bf_tolerance"] = bf_tolerance
         for name, score in zip(class_names, boundary_f1, strict=True):
             report["classes"][name]["MeanBFScore"] = score
     return report
