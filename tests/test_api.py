@@ -19,6 +19,7 @@ from tests.conftest import (
     oracle_checkpoint,
     oracle_image,
     tiny_overrides,
+    write_pair,
 )
 
 COLOURS = [[255, 0, 0], [0, 255, 0], [0, 0, 255]]
@@ -48,7 +49,7 @@ def test_import_segscale_loads_neither_torch_nor_lightning():
     assert before == "[]"
     assert after == "['segscale.api', 'torch']"
     assert version[0].isdigit()
-    assert {"load", "train", "Predictor", "TrainingFailedError"} <= set(dir(segscale))
+    assert {"load", "train", "evaluate", "Predictor", "TrainingFailedError"} <= set(dir(segscale))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         segscale.nothing  # noqa: B018
 
@@ -301,3 +302,29 @@ def test_an_array_far_outside_the_training_values_is_refused(oracle: Path, tmp_p
     assert "check_value_range=false" in str(refused.value)
     unchecked = segscale.load(ckpt, tile_size=32, overrides=["check_value_range=false"])
     assert unchecked.predict(pixels).shape == truth.shape
+
+
+def test_evaluate_returns_the_metrics_bf_scores_and_each_image_s_row(tmp_path: Path):
+    truth = np.zeros((12, 12), np.uint8)
+    truth[2:8, 2:8] = 1
+    shifted = np.zeros((12, 12), np.uint8)
+    shifted[2:8, 4:10] = 1  # the square 2 px to the right (tests/cli/test_evaluate.py)
+    root = tmp_path / "data"
+    write_pair(root, "test", "a", oracle_image(shifted), truth)
+    write_pair(root, "test", "b", oracle_image(truth), truth)
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    where = ["datamodule=folder", f"datamodule.source.root={root}", "split=test"]
+    metrics = segscale.evaluate(
+        ckpt, [*where, "accelerator=cpu", "bf_tolerance=0.07"], output_dir=tmp_path / "out"
+    )
+    assert metrics["classes"]["class1"]["MeanBFScore"] == 0.8  # (0.6 + 1) / 2
+    assert metrics["images"] == [
+        {"image": "a.png", "GlobalAccuracy": 0.833333, "MeanAccuracy": 0.777778,
+         "MeanIoU": 0.65, "WeightedIoU": 0.725, "MeanBFScore": 0.763235},
+        {"image": "b.png", "GlobalAccuracy": 1.0, "MeanAccuracy": 1.0, "MeanIoU": 1.0,
+         "WeightedIoU": 1.0, "MeanBFScore": 1.0},
+    ]  # fmt: skip
+    assert metrics["output_dir"] == str(tmp_path / "out")
+    assert (tmp_path / "out/image_metrics.csv").is_file()
+    with pytest.raises(ConfigError, match="bf_tolerance=2"):
+        segscale.evaluate(ckpt, [*where, "bf_tolerance=2"], output_dir=tmp_path / "bad")

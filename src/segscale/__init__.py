@@ -1,7 +1,8 @@
 """segscale: config-driven semantic segmentation on one device or many.
 
 From Python: ``segscale.load(ckpt).predict(image)`` labels images with a trained
-network, ``segscale.train(overrides)`` trains as ``segscale-train`` does. They live in
+network, ``segscale.train(overrides)`` trains as ``segscale-train`` does,
+``segscale.evaluate(ckpt, overrides)`` evaluates as ``segscale-evaluate`` does. They live in
 ``segscale.api``, imported on first use, so ``import segscale`` itself loads neither
 torch nor Lightning and changes no global state.
 """
@@ -14,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from segscale.version import __version__
 
 if TYPE_CHECKING:
-    from segscale.api import Predictor, TrainingFailedError, load, train
+    from segscale.api import Predictor, TrainingFailedError, evaluate, load, train
 
-_API = ("Predictor", "TrainingFailedError", "load", "train")
+_API = ("Predictor", "TrainingFailedError", "evaluate", "load", "train")
 """The names of ``segscale.api`` that ``segscale`` itself offers."""
 
-__all__ = ["Predictor", "TrainingFailedError", "__version__", "load", "train"]
+__all__ = ["Predictor", "TrainingFailedError", "__version__", "evaluate", "load", "train"]
 
 
 def __getattr__(name: str) -> Any:

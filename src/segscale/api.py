@@ -6,7 +6,8 @@ checkpoint as ``predict.py`` does and predicts with the sliding window of the sh
 here, so that a bad override raises in the caller, then runs ``train.py`` itself
 (``python -m segscale.cli.train``) in a child process: DDP ranks, logging and process
 groups behave exactly as on the command line, and the caller's process (a notebook,
-say) keeps no trace of the run.
+say) keeps no trace of the run. ``evaluate(ckpt, overrides)`` runs ``evaluate.py``'s
+evaluation in the caller's process and returns its metrics and per-image rows.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from segscale.data.sources import (
     check_max_image_pixels,
 )
 from segscale.errors import ConfigError
+from segscale.inference.checkpoint_evaluation import evaluate as evaluate_checkpoint
+from segscale.inference.checkpoint_evaluation import names_data
+from segscale.inference.image_metrics import read_image_metrics
 from segscale.inference.inputs import check_pixels, range_checked, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
@@ -188,6 +192,28 @@ def load(
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
     window = build(cfg.inference)  # a ConfigError comes out as itself, not Hydra's wrapper
     return Predictor(trained, window, torch.device(device), cfg.max_image_pixels, ckpt)
+
+
+def evaluate(
+    ckpt: str | os.PathLike[str],
+    overrides: Sequence[str] = (),
+    output_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Evaluate a checkpoint as ``evaluate.py ckpt=... <overrides>`` does; return its metrics.
+
+    The metrics are ``metrics.json``'s (MATLAB's data-set and per-class metrics, with
+    ``MeanBFScore`` where ``bf_tolerance`` is set), with ``images``: each image's row of
+    ``image_metrics.csv`` as a dict, and ``output_dir``: the evaluation folder
+    (``output_dir``, or the config's ``hydra.run.dir``). A bad override or input
+    raises ``ConfigError``.
+    """
+    cfg = _compose("evaluate", [*overrides, f"ckpt={quoted_override(str(ckpt))}"], True)
+    if output_dir is None:
+        output_dir = _run_folders(cfg)[0]
+    cfg.output_dir = str(Path(output_dir).absolute())
+    metrics = evaluate_checkpoint(cfg, data_given=names_data(list(overrides)))
+    folder = Path(cfg.output_dir)
+    return {**metrics, "images": read_image_metrics(folder), "output_dir": str(folder)}
 
 
 class TrainingFailedError(RuntimeError):

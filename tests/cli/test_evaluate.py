@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from segscale import progress
 from segscale.cli.evaluate import main as evaluate_main
 from segscale.cli.train import main as train_main
 from segscale.data.dataset_problems import InvalidDatasetError
@@ -167,6 +168,11 @@ def test_two_processes_count_every_image_once(tmp_path: Path):
     assert (tmp_path / "two/confusion_matrix.csv").read_text() == (
         tmp_path / "one/confusion_matrix.csv"
     ).read_text()
+    # each image's row and BF scores cross back from its process, not sums
+    assert "MeanBFScore" in two["classes"]["class0"]
+    rows = (tmp_path / "two/image_metrics.csv").read_text()
+    assert rows == (tmp_path / "one/image_metrics.csv").read_text()
+    assert [row.split(",")[0] for row in rows.splitlines()[1:]] == ["a.png", "b.png"]
 
 
 def test_the_pixel_limit_reaches_the_validation_pass_and_every_read(tmp_path: Path):
@@ -483,3 +489,74 @@ def test_a_tiled_tiff_is_evaluated_band_by_band_never_decoded_whole(tmp_path, mo
     )
     assert int(confusion.trace()) == confusion.sum() == 300 * 200  # the oracle is right
     assert max(reads) <= 32 * 200  # a band of tiles at a time, not the image
+
+
+def _shifted_squares(root: Path) -> Path:
+    """Two 12×12 test images, a 6×6 square of class 1 at rows 2-7, cols 2-7 in each mask.
+
+    The oracle predicts, in ``a``, the square shifted 2 px right (cols 4-9); in ``b``, the
+    truth. (``tests/models/test_boundary_f1.py`` computes ``a``'s BF scores by hand.)
+    """
+    truth = np.zeros((12, 12), np.uint8)
+    truth[2:8, 2:8] = 1
+    shifted = np.zeros((12, 12), np.uint8)
+    shifted[2:8, 4:10] = 1
+    write_pair(root, "test", "a", oracle_image(shifted), truth)
+    write_pair(root, "test", "b", oracle_image(truth), truth)
+    return root
+
+
+def test_bf_scores_and_each_image_s_metrics_are_matlab_s_as_computed_by_hand(
+    tmp_path: Path, caplog, monkeypatch
+):
+    caplog.set_level("INFO")
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)  # a tiny run is over in a moment
+    root = _shifted_squares(tmp_path / "data")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    out = tmp_path / "out"
+    # θ = 0.07 · 12√2 = 1.19 px
+    metrics = evaluate(_config(root, ckpt, out, "split=test", "bf_tolerance=0.07"))
+    # a: class 1 has 36 true pixels, 36 predicted, 24 shared (cols 4-7); class 0 has 108
+    # true, 108 predicted, 96 shared. Global 120/144; mean accuracy (96/108 + 24/36) / 2;
+    # IoU 96/120 = 0.8 and 24/48 = 0.5: mean 0.65, weighted 108/144·0.8 + 36/144·0.5 =
+    # 0.725; BF 63/68 and 0.6 (class 2 in neither map: left out), mean 0.763235.
+    # b: all ones.
+    rows = (out / "image_metrics.csv").read_text().splitlines()
+    assert rows[0] == "image,GlobalAccuracy,MeanAccuracy,MeanIoU,WeightedIoU,MeanBFScore"
+    assert rows[1] == "a.png,0.833333,0.777778,0.65,0.725,0.763235"
+    assert rows[2] == "b.png,1.0,1.0,1.0,1.0,1.0"
+    classes = metrics["classes"]
+    # per class: the mean over the images that have the class
+    assert classes["class0"]["MeanBFScore"] == round((63 / 68 + 1) / 2, 6)
+    assert classes["class1"]["MeanBFScore"] == 0.8 and classes["class2"]["MeanBFScore"] is None
+    assert metrics["MeanBFScore"] == round((0.763235 + 1) / 2, 6)
+    assert metrics["bf_tolerance"] == 0.07
+    assert json.loads((out / "metrics.json").read_text()) == metrics
+    # class 1 of both images: 72 true, 72 predicted, 60 shared: recall 60/72, IoU 60/84,
+    # Dice 120/144; BF (0.6 + 1) / 2
+    class1 = "class1,0.833333,0.714286,0.833333,0.8"
+    assert (out / "class_metrics.csv").read_text().splitlines()[2] == class1
+    assert "MeanBFScore" in caplog.text  # the log's per-class table
+    # redirected (caplog is no terminal): progress lines with counts, not a bar
+    assert "images evaluated: 1/2 (50%)" in caplog.text
+    assert "images evaluated: 2/2 (100%)" in caplog.text
+
+
+@pytest.mark.parametrize("off", ["null", "0"])
+def test_without_a_bf_tolerance_no_bf_score_is_computed(tmp_path: Path, off: str):
+    root = _shifted_squares(tmp_path / "data")
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    out = tmp_path / "out"
+    metrics = evaluate(_config(root, ckpt, out, "split=test", f"bf_tolerance={off}"))
+    assert "MeanBFScore" not in metrics and "MeanBFScore" not in metrics["classes"]["class0"]
+    assert (out / "image_metrics.csv").read_text().splitlines()[
+        1
+    ] == "a.png,0.833333,0.777778,0.65,0.725,"
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "true", "'0.01'", "[0.01]"])
+def test_a_bf_tolerance_other_than_a_fraction_is_refused_naming_the_key(tmp_path: Path, value: str):
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    root = _shifted_squares(tmp_path / "data")
+    with pytest.raises(ConfigError, match=r"bf_tolerance=.* expected a fraction"):
+        evaluate(_config(root, ckpt, tmp_path / "out", "split=test", f"bf_tolerance={value}"))

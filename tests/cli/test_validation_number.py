@@ -86,7 +86,9 @@ def test_evaluate_split_val_gives_the_validation_miou_of_training(trained_run, t
     assert "class" in output and "IoU" in output
     rows = [line.split() for line in output.splitlines()]
     assert all(
-        any(row[:1] == [name] and len(row) == 4 for row in rows) for name in metrics["classes"]
+        # name, Accuracy, IoU, Dice, MeanBFScore
+        any(row[:1] == [name] and len(row) == 5 for row in rows)
+        for name in metrics["classes"]
     )
 
 

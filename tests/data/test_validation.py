@@ -7,6 +7,7 @@ import pytest
 import tifffile
 from PIL import Image
 
+from segscale import progress
 from segscale.data import mask_values, validation_cache
 from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.folder import FolderTiles
@@ -478,3 +479,14 @@ def test_a_nodata_tag_that_is_no_number_is_listed_unless_overridden(tmp_path):
         _valid_pass(root)
     assert len(_valid_pass(root, nodata=0).pairs["train"]) == 2
     assert len(_validate(root).pairs["train"]) == 2  # without min_valid the tag is not read
+
+
+def test_the_pass_over_the_files_logs_its_progress_when_not_on_a_terminal(
+    tmp_path: Path, monkeypatch, caplog
+):
+    caplog.set_level("INFO")
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)  # a tiny pass is over in a moment
+    _validate(_dataset(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if "files checked" in r.getMessage()]
+    assert lines[0].startswith("train files checked: 1/2 (50%)")
+    assert lines[-1].startswith("val files checked: 1/1 (100%)") and len(lines) == 3

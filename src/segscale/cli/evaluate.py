@@ -12,25 +12,14 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.checkpoint_evaluation import evaluate
+from segscale.inference.checkpoint_evaluation import evaluate, names_data
 
 log = logging.getLogger(__name__)
-
-
-def names_data(overrides: list[str]) -> bool:
-    """Whether command-line ``overrides`` choose the data: ``datamodule=...`` or its source.
-
-    Other ``datamodule`` keys (``max_image_pixels``, the classes) leave the data to the
-    checkpoint.
-    """
-    keys = [o.key_or_group for o in OverridesParser.create().parse_overrides(list(overrides))]
-    return any(key == "datamodule" or key.startswith("datamodule.source") for key in keys)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")

@@ -35,6 +35,7 @@ from segscale.data.valid_cells import TileValidCells, Validity
 from segscale.data.valid_windows import TileWindows, qualifying_tiles
 from segscale.data.validation_cache import ValidationCache
 from segscale.data.value_range import ValueRange
+from segscale.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,13 @@ def validate_dataset(
         pairs, unpaired = source.scan(split)
         problems += unpaired
         validity = Validity(nodata) if min_valid and split == splits[0] else None
-        read = [(p, cache.facts(p, labels, locations_per_class, validity)) for p in pairs]
+        # The first pass over a large data set reads every file (minutes): say how far.
+        progress = Progress(len(pairs), f"{split} files checked", log)
+        read = []
+        for pair in pairs:
+            read.append((pair, cache.facts(pair, labels, locations_per_class, validity)))
+            progress.update()
+        progress.close()
         facts[split] = [(pair, _with_labels(pair, f, labels, unknown)) for pair, f in read]
         problems += [FileProblem(p.mask, r) for p, f in facts[split] for r in f["mask_problems"]]
         problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]

@@ -4,7 +4,8 @@ Full-image sliding-window inference on every labelled image of a split (by defau
 training validated: the checkpoint's patch grid, ``conf/inference/validation.yaml``),
 accumulated into one confusion matrix: MATLAB's ``evaluateSemanticSegmentation``
 (global and mean accuracy, mean and weighted IoU, per-class IoU and Dice) as JSON, CSV
-and PNG, with the inference settings that made them.
+and PNG, with the inference settings that made them; with ``bf_tolerance`` set, the
+boundary F1 score per class too, and each image's metrics (``image_metrics.csv``).
 
 The classes, label IDs and normalization are the checkpoint's; a classes file or key
 given that differs from them is refused (``segscale.inference.checkpoint_classes``).
@@ -18,10 +19,10 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.fabric import Fabric
 from omegaconf import DictConfig, OmegaConf
 
@@ -40,11 +41,19 @@ from segscale.errors import ConfigError
 from segscale.inference.checkpoint_classes import CLASS_KEYS, use_checkpoint_classes
 from segscale.inference.checkpoint_data import use_checkpoint_data
 from segscale.inference.devices import run_on_devices
+from segscale.inference.image_metrics import (
+    ImageScores,
+    class_boundary_f1,
+    data_set_boundary_f1,
+    write_image_metrics,
+)
 from segscale.inference.inputs import check_pixels, range_checked
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.inference.trained import TrainedModel, load_trained
+from segscale.models.boundary_f1 import boundary_f1
 from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
+from segscale.progress import Progress
 from segscale.training.reporting.evaluation import write_evaluation
 from segscale.training.run.builders import build
 from segscale.training.run.config_checks import check_data_source
@@ -104,32 +113,52 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     if mismatch and pairs:
         raise ConfigError(f"split={cfg.split}: {pairs[0].image}: {mismatch}")
     window = build(cfg.inference)
+    tolerance = bf_tolerance(cfg.bf_tolerance)
     log.info("evaluating %s on %d %s image(s)", cfg.ckpt, len(pairs), cfg.split)
-    counts = run_on_devices(
+    images: list[ImageScores] = run_on_devices(
         cfg.accelerator,
         cfg.devices,
-        _confusion_of_share,
-        pairs,
+        _scores_of_share,
+        list(enumerate(pairs)),
         trained,
         window,
         datamodule.labels,
         datamodule.max_image_pixels,
+        tolerance,
     )
-    confusion = torch.from_numpy(counts)
+    confusion = torch.from_numpy(
+        sum((image.confusion for image in images), np.zeros((trained.num_classes,) * 2, np.int64))
+    )
     output = Path(cfg.output_dir)
     inference = inference_record(window)
+    class_bf, mean_bf = class_boundary_f1(images), data_set_boundary_f1(images)
     write_evaluation(
         output,
         confusion,
         trained.class_names,
         f"Confusion matrix, split={cfg.split}",
         inference=inference,
+        boundary_f1=class_bf,
+        mean_boundary_f1=mean_bf,
+        bf_tolerance=tolerance,
     )
-    metrics = evaluation_report(confusion, trained.class_names) | {"inference": inference}
+    write_image_metrics(output, images, trained.class_names)
+    metrics = evaluation_report(confusion, trained.class_names, class_bf, mean_bf, tolerance)
+    metrics |= {"inference": inference}
     log.info("%s", json.dumps({k: v for k, v in metrics.items() if k != "classes"}))
     log.info("per class:\n%s", class_table(metrics["classes"]))
     log.info("evaluation written to %s", output)
     return metrics
+
+
+def names_data(overrides: list[str]) -> bool:
+    """Whether command-line ``overrides`` choose the data: ``datamodule=...`` or its source.
+
+    Other ``datamodule`` keys (``max_image_pixels``, the classes) leave the data to the
+    checkpoint.
+    """
+    keys = [o.key_or_group for o in OverridesParser.create().parse_overrides(list(overrides))]
+    return any(key == "datamodule" or key.startswith("datamodule.source") for key in keys)
 
 
 def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> None:
@@ -163,37 +192,87 @@ def inference_record(window: SlidingWindow) -> dict[str, object]:
     }
 
 
+def bf_tolerance(value: object) -> float | None:
+    """``bf_tolerance`` checked: a fraction of the image diagonal in (0, 1), or None (off)."""
+    if value is None or (type(value) in (int, float) and value == 0):
+        return None
+    if type(value) not in (int, float) or not 0 < value < 1:  # type: ignore[operator]
+        raise ConfigError(
+            f"bf_tolerance={value!r} is not allowed: expected a fraction of the image "
+            "diagonal between 0 and 1 (MATLAB's 0.0075), or null or 0 for no BF score"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
 def class_table(classes: dict[str, dict[str, float | None]]) -> str:
-    """Per-class accuracy, IoU and Dice as aligned text lines (``-``: class absent)."""
+    """Per-class accuracy, IoU, Dice (and BF score) as aligned text lines (``-``: absent)."""
     width = max([5, *(len(name) for name in classes)])
-    lines = [f"{'class':<{width}}  Accuracy       IoU      Dice"]
+    keys = ["Accuracy", "IoU", "Dice"]
+    if any("MeanBFScore" in values for values in classes.values()):
+        keys.append("MeanBFScore")
+    sides = [max(8, len(key)) for key in keys]
+    row = [f"{key:>{side}}" for key, side in zip(keys, sides, strict=True)]
+    lines = [f"{'class':<{width}}  " + "  ".join(row)]
     for name, values in classes.items():
-        cells = [
-            "-" if values[key] is None else f"{values[key]:.4f}"
-            for key in ("Accuracy", "IoU", "Dice")
-        ]
-        lines.append(f"{name:<{width}}  " + "  ".join(f"{c:>8}" for c in cells))
+        cells = ["-" if values.get(key) is None else f"{values[key]:.4f}" for key in keys]
+        row = [f"{cell:>{side}}" for cell, side in zip(cells, sides, strict=True)]
+        lines.append(f"{name:<{width}}  " + "  ".join(row))
     return "\n".join(lines)
 
 
-def _confusion_of_share(
+def _scores_of_share(
     fabric: Fabric,
-    pairs: list[ImageMaskPair],
+    pairs: list[tuple[int, ImageMaskPair]],
     trained: TrainedModel,
     window: SlidingWindow,
     labels: LabelMap,
     max_image_pixels: int | None,
-) -> np.ndarray:
+    tolerance: float | None,
+) -> list[ImageScores]:
     trained.module.to(fabric.device)
-    confusion = torch.zeros(trained.num_classes, trained.num_classes, dtype=torch.int64)
-    for pair in pairs:
-        confusion += image_confusion(pair, trained, window, labels, fabric.device, max_image_pixels)
-    # Every rank's counts, summed: the confusion matrix of the whole split. Returned as
-    # numpy, which crosses back from a spawned rank by value (a tensor would be shared
-    # memory that dies with its process).
-    # all_reduce gives back the kind of collection it was given: a tensor for a tensor.
-    summed = fabric.all_reduce(confusion.to(fabric.device), reduce_op="sum")
-    return cast(torch.Tensor, summed).cpu().numpy()
+    # Each rank counts its own share; rank 0's lines speak for all (shares are equal).
+    what = "images evaluated" + (" by process 0" if fabric.world_size > 1 else "")
+    progress = Progress(len(pairs), what, log if fabric.global_rank == 0 else None)
+    images = []
+    for index, pair in pairs:
+        confusion, bf = image_scores(
+            pair, trained, window, labels, fabric.device, max_image_pixels, tolerance
+        )
+        images.append(ImageScores(index, pair.image.name, confusion.numpy(), bf))
+        progress.update()
+    progress.close()
+    if fabric.world_size == 1:
+        return images
+    # Every rank's images, each with its own counts and BF scores: the data set's BF
+    # score averages over images, so per-image values cross, not sums. numpy arrays
+    # cross back from a spawned rank by value (a tensor would be shared memory).
+    everyone: list[list[ImageScores] | None] = [None] * fabric.world_size
+    torch.distributed.all_gather_object(everyone, images)
+    return [image for share in everyone if share for image in share]
+
+
+def image_scores(
+    pair: ImageMaskPair,
+    trained: TrainedModel,
+    window: SlidingWindow,
+    labels: LabelMap,
+    device: torch.device,
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    tolerance: float | None = None,
+) -> tuple[torch.Tensor, np.ndarray | None]:
+    """One image's confusion matrix and, with a ``tolerance``, its BF score per class.
+
+    The BF score needs the whole label maps (a boundary's match may lie in another
+    band): with a tolerance, the predicted and true class of every pixel are kept
+    (2 bytes each); without, the image is counted band by band and nothing is kept.
+    """
+    maps: list[np.ndarray] = []
+    confusion = image_confusion(
+        pair, trained, window, labels, device, max_image_pixels, maps if tolerance else None
+    )
+    if not tolerance:
+        return confusion, None
+    return confusion, boundary_f1(maps[0], maps[1], trained.num_classes, tolerance)
 
 
 def image_confusion(
@@ -203,18 +282,27 @@ def image_confusion(
     labels: LabelMap,
     device: torch.device,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    maps: list[np.ndarray] | None = None,
 ) -> torch.Tensor:
     """Confusion matrix (true × predicted pixels) of one whole image, band by band.
 
     ``max_image_pixels``: the size limit of the readers (``datamodule.max_image_pixels``).
+    ``maps``: a list that receives the true and the predicted class maps (the ignore
+    index and unknown values as ``num_classes``), where the caller needs them whole.
     """
     raw = read_mask_values(pair.mask, max_image_pixels)
     classes = trained.num_classes
     counts = np.zeros(classes * classes, np.int64)
+    if maps is not None:
+        maps += [np.empty(raw.shape[:2], np.uint16), np.empty(raw.shape[:2], np.uint16)]
 
     def count(y0: int, predicted: np.ndarray) -> None:
-        truth = labels.decode(np.asarray(raw[y0 : y0 + len(predicted)])).ravel()
+        truth = labels.decode(np.asarray(raw[y0 : y0 + len(predicted)]))
         labelled = truth < classes  # the ignore index (and unknown values) are not counted
+        if maps is not None:
+            maps[0][y0 : y0 + len(predicted)] = np.where(labelled, truth, classes)
+            maps[1][y0 : y0 + len(predicted)] = predicted
+        truth, labelled = truth.ravel(), labelled.ravel()
         pairs = truth[labelled].astype(np.int64) * classes + predicted.ravel()[labelled]
         counts[:] += np.bincount(pairs, minlength=classes * classes)
 

@@ -25,13 +25,22 @@ def scores_from_confusion(confusion: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def evaluation_report(confusion: torch.Tensor, class_names: Sequence[str]) -> dict[str, Any]:
+def evaluation_report(
+    confusion: torch.Tensor,
+    class_names: Sequence[str],
+    boundary_f1: Sequence[float | None] | None = None,
+    mean_boundary_f1: float | None = None,
+    bf_tolerance: float | None = None,
+) -> dict[str, Any]:
     """The data-set and per-class metrics of MATLAB's ``evaluateSemanticSegmentation``.
 
     Data set: ``GlobalAccuracy`` (correct pixels / pixels), ``MeanAccuracy`` (mean of
     per-class recall), ``MeanIoU``, ``WeightedIoU`` (IoU weighted by each class's share
     of the ground-truth pixels) and ``MeanDice``. Per class: ``Accuracy`` (recall),
     ``IoU`` and ``Dice``; a class absent from ground truth and prediction gets ``None``.
+    ``boundary_f1`` (one per class) and ``mean_boundary_f1``, where the boundary F1
+    score was measured, add ``MeanBFScore`` to the classes and the data set, and
+    ``bf_tolerance`` (its tolerance, a fraction of the image diagonal) to the report.
     """
     confusion = confusion.double().cpu()
     scores = scores_from_confusion(confusion)
@@ -45,7 +54,7 @@ def evaluation_report(confusion: torch.Tensor, class_names: Sequence[str]) -> di
     def number(value: torch.Tensor) -> float | None:
         return None if torch.isnan(value) else round(float(value), 6)
 
-    return {
+    report: dict[str, Any] = {
         "GlobalAccuracy": number(scores["acc"]),
         "MeanAccuracy": number(recall.nanmean()),
         "MeanIoU": number(scores["mIoU"]),
@@ -56,3 +65,9 @@ def evaluation_report(confusion: torch.Tensor, class_names: Sequence[str]) -> di
             for c, name in enumerate(class_names)
         },
     }
+    if boundary_f1 is not None:
+        report["MeanBFScore"] = mean_boundary_f1
+        report["bf_tolerance"] = bf_tolerance
+        for name, score in zip(class_names, boundary_f1, strict=True):
+            report["classes"][name]["MeanBFScore"] = score
+    return report

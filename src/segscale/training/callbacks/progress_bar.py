@@ -1,7 +1,9 @@
-"""The progress bar, with the training loss."""
+"""The progress bar, with the training loss; progress lines of a validation pass in a log."""
 
 from __future__ import annotations
 
+import logging
+import math
 import sys
 from typing import Any
 
@@ -9,6 +11,9 @@ import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar as LightningTQDMProgressBar
 
 from segscale.models.module import logs_this_step
+from segscale.progress import Progress
+
+log = logging.getLogger(__name__)
 
 
 class TQDMProgressBar(LightningTQDMProgressBar):
@@ -22,6 +27,8 @@ class TQDMProgressBar(LightningTQDMProgressBar):
     The bar is drawn only on a terminal: written to a file or a pipe (a cluster's job
     log, ``> train.log 2>&1``), each redraw would land between the log lines, and the
     log has periodic rows of its own (``VerboseLog``, ``callbacks.verbose_log.frequency``).
+    A validation pass has none: there it logs a progress line now and then instead
+    (``segscale.progress``: a count and the time left; none for a pass of seconds).
     """
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False):
@@ -30,6 +37,7 @@ class TQDMProgressBar(LightningTQDMProgressBar):
             self.disable()
         self.loss: float | None = None  # the training loss of the last logging step
         self._logs = False  # whether the step now running logs its loss
+        self._validation: Progress | None = None  # lines of a pass when no bar is drawn
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -55,3 +63,35 @@ class TQDMProgressBar(LightningTQDMProgressBar):
         """Lightning's progress-bar values, the training loss first."""
         metrics = super().get_metrics(trainer, pl_module)
         return metrics if self.loss is None else {"train/loss": self.loss, **metrics}
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Without a bar, count the pass's batches for the log (rank 0, not sanity checks)."""
+        super().on_validation_start(trainer, pl_module)
+        if self.is_enabled or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        total = sum(trainer.num_val_batches)
+        if math.isfinite(total) and total > 0:
+            self._validation = Progress(int(total), "validation batches", log, sys.stdout)
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        """Update the bar, or count the batch for the log."""
+        super().on_validation_batch_end(
+            trainer, pl_module, outputs, batch, batch_idx, dataloader_idx
+        )
+        if self._validation is not None:
+            self._validation.update()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The pass is over: its count ends."""
+        super().on_validation_end(trainer, pl_module)
+        if self._validation is not None:
+            self._validation.close()
+            self._validation = None

@@ -22,6 +22,9 @@ def write_evaluation(
     title: str = "Confusion matrix",
     figures: BackgroundFigures | None = None,
     inference: dict[str, object] | None = None,
+    boundary_f1: Sequence[float | None] | None = None,
+    mean_boundary_f1: float | None = None,
+    bf_tolerance: float | None = None,
 ) -> None:
     """Write ``evaluation_report`` and the confusion matrix into ``folder``.
 
@@ -31,20 +34,22 @@ def write_evaluation(
     class's pixels), drawn by ``figures`` in the background if given. ``inference``:
     how the predictions were made (tile size, overlap, blend), recorded in
     ``metrics.json`` so that two reports of one checkpoint say why they differ.
+    ``boundary_f1`` (per class), ``mean_boundary_f1`` and their ``bf_tolerance``: the BF
+    scores, where measured (``evaluation_report``), also a ``MeanBFScore`` column of
+    ``class_metrics.csv``.
     """
     names = list(class_names)
     folder.mkdir(parents=True, exist_ok=True)
-    report = evaluation_report(confusion, names)
+    report = evaluation_report(confusion, names, boundary_f1, mean_boundary_f1, bf_tolerance)
     if inference is not None:
         report["inference"] = inference
     write_text_atomically(folder / "metrics.json", json.dumps(report, indent=2))
+    columns = ["Accuracy", "IoU", "Dice"] + (["MeanBFScore"] if boundary_f1 else [])
     classes = [
-        [name, values["Accuracy"], values["IoU"], values["Dice"]]
+        [name, *(values[column] for column in columns)]
         for name, values in report["classes"].items()
     ]
-    write_csv_atomically(
-        folder / "class_metrics.csv", ["class", "Accuracy", "IoU", "Dice"], classes
-    )
+    write_csv_atomically(folder / "class_metrics.csv", ["class", *columns], classes)
     rows = [[name, *row] for name, row in zip(names, confusion.tolist(), strict=True)]
     write_csv_atomically(folder / "confusion_matrix.csv", ["true \\ predicted", *names], rows)
     path = folder / "confusion_matrix.png"

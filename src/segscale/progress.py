@@ -1,0 +1,94 @@
+"""Progress of a long pass (images evaluated, files checked, validation batches).
+
+On a terminal it is tqdm's bar. Written to a file or a pipe (a cluster's job log,
+``> run.log 2>&1``) a bar's redraws would land between the log lines, so there it is a
+log line now and then instead: every ``1 / LOG_STEPS`` of the total or
+``LOG_EVERY_S`` seconds, whichever comes first, with the count, the time so far and
+an estimate of the time left; never one per item. A pass shorter than ``QUIET_S``
+shows nothing (a small data set's checks would only add lines).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+from tqdm import tqdm
+
+LOG_STEPS = 10
+"""A progress line in a log at every tenth of the way."""
+
+LOG_EVERY_S = 30.0
+"""... or after this many seconds without one."""
+
+QUIET_S = 5.0
+"""Nothing is shown in a pass's first seconds: a short one shows no progress at all."""
+
+
+class Progress:
+    """Progress through ``total`` items of ``what`` (``"images evaluated"``).
+
+    ``stream``: where a terminal shows the bar (stderr); ``log``: where the lines go
+    when that stream is not a terminal; None: neither (another rank's share, say).
+    ``clock``: seconds, for the lines' times.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        what: str,
+        log: logging.Logger | None,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        stream = sys.stderr if stream is None else stream
+        self.total, self.what, self.log = total, what, log
+        self.done = 0
+        self.clock = clock
+        self.start = self.last_line = clock()
+        self.next_step = 1  # the next step of the way (in LOG_STEPS) that logs a line
+        on_terminal = log is not None and stream.isatty()
+        self.quiet_s = QUIET_S
+        self.bar = (
+            tqdm(total=total, desc=what, file=stream, leave=False, delay=self.quiet_s)
+            if on_terminal
+            else None
+        )
+
+    def update(self, count: int = 1) -> None:
+        """``count`` more items are done."""
+        self.done += count
+        if self.bar is not None:
+            self.bar.update(count)
+            return
+        if self.log is None:
+            return
+        now = self.clock()
+        if now - self.start < self.quiet_s:
+            return
+        # Whole numbers: a tenth of the way is reached exactly, not missed by rounding.
+        step_reached = self.done * LOG_STEPS >= self.next_step * self.total
+        if step_reached or now - self.last_line >= LOG_EVERY_S:
+            self.log.info("%s", self.line(now))
+            self.last_line = now
+            self.next_step = self.done * LOG_STEPS // max(self.total, 1) + 1
+
+    def line(self, now: float) -> str:
+        """``"images evaluated: 3/10 (30%), 0:12 so far, about 0:28 left"``."""
+        elapsed = now - self.start
+        text = f"{self.what}: {self.done}/{self.total}"
+        if self.total:
+            text += f" ({100 * self.done // self.total}%)"
+        text += f", {tqdm.format_interval(elapsed)} so far"
+        if 0 < self.done < self.total:
+            left = elapsed / self.done * (self.total - self.done)
+            text += f", about {tqdm.format_interval(left)} left"
+        return text
+
+    def close(self) -> None:
+        """Remove the bar (a log has had its lines)."""
+        if self.bar is not None:
+            self.bar.close()
