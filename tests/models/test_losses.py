@@ -9,6 +9,8 @@ from segmentation_models_pytorch.losses import FocalLoss, LovaszLoss
 
 from segscale.errors import ConfigError
 from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
+from segscale.training.run.builders import build
+from tests.conftest import compose_config
 from tests.training.host_syncs import HostSyncCounter
 
 
@@ -244,3 +246,19 @@ def test_ohem_keeps_the_pixels_below_the_threshold_and_the_hardest_few():
     terms = SegmentationLoss(2, ohem_thresh=0.5, ohem_min_kept=10)(logits, mask)
     assert terms.counts[0].item() == 3
     assert terms.mean().item() == pytest.approx(per_pixel[:3].mean().item(), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        ("ohem", {"cross_entropy": 1.0, "lovasz": 0.0, "ohem_thresh": 0.7}),
+        ("lovasz", {"cross_entropy": 0.0, "lovasz": 1.0, "ohem_thresh": None}),
+        ("cross_entropy", {"cross_entropy": 1.0, "label_smoothing": 0.0, "ohem_thresh": None}),
+    ],
+)
+def test_the_loss_presets_build(preset, expected):
+    cfg = compose_config("train", f"loss={preset}", "output_dir=/tmp/x")
+    loss = build(cfg.loss, num_classes=3, ignore_index=255, class_frequencies=[1, 1, 1])
+    assert {key: getattr(loss, key) for key in expected} == expected
+    logits, mask = batch()
+    assert math.isfinite(loss(logits, mask).mean().item())
