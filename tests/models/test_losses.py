@@ -150,9 +150,7 @@ def test_ignored_pixels_change_no_term():
     assert torch.equal(before.counts, after.counts)
 
 
-@pytest.mark.parametrize(
-    "extra", [{}, {"lovasz": 1.0, "ohem_thresh": 0.7, "label_smoothing": 0.1}]
-)
+@pytest.mark.parametrize("extra", [{}, {"lovasz": 1.0, "ohem_thresh": 0.7, "label_smoothing": 0.1}])
 def test_a_batch_without_labelled_pixels_gives_zero_not_nan(extra):
     loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5], **extra)
     logits, mask = batch()

@@ -108,7 +108,7 @@ def test_another_network_is_refused_naming_both(tmp_path, run, named):
     path, _ = trained_checkpoint(tmp_path / "a.ckpt", ["a", "b", "c"])
     cfg = run | {"init_from": str(path)}
     network = build(cfg)
-    with pytest.raises(ConfigError, match="model.init_from") as error:
+    with pytest.raises(ConfigError, match=r"model\.init_from") as error:
         load_whole_network(network, cfg, ["a", "b", "c"], NORMALIZATION)
     assert named in str(error.value)
 
@@ -127,7 +127,7 @@ def test_another_normalization_is_refused_with_both_values(tmp_path, key):
 
 def test_init_from_with_encoder_weights_is_refused_naming_both():
     cfg = {"init_from": "run/last.ckpt", "encoder_weights": "imagenet"}
-    with pytest.raises(ConfigError, match="model.init_from=.*model.encoder_weights='imagenet'"):
+    with pytest.raises(ConfigError, match=r"model\.init_from=.*model\.encoder_weights=.imagenet."):
         check_one_initialisation(cfg)
     check_one_initialisation({"init_from": None, "encoder_weights": "imagenet"})
 
@@ -135,5 +135,5 @@ def test_init_from_with_encoder_weights_is_refused_naming_both():
 def test_a_file_that_is_no_segscale_checkpoint_is_refused(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "plain.ckpt")
     cfg = model_cfg(init_from=str(tmp_path / "plain.ckpt"))
-    with pytest.raises(ConfigError, match="model.init_from=.*digest"):
+    with pytest.raises(ConfigError, match=r"model\.init_from=.*digest"):
         load_whole_network(fresh(cfg), cfg, ["a", "b", "c"], NORMALIZATION)

@@ -259,6 +259,7 @@ class SegmentationLoss(nn.Module):
         choice. Ignored pixels get probability infinity, so they are never among the
         hardest, and no host sync is needed to count the labelled ones.
         """
+        assert self.ohem_thresh is not None  # forward calls this only with OHEM on
         labelled = mask != self.ignore_index
         with torch.no_grad():
             probabilities = logits.detach().float().softmax(dim=1)

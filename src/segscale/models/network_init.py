@@ -172,7 +172,8 @@ def _check_normalization(source: InitSource, normalization: dict[str, Sequence[f
     for key in ("mean", "std"):
         theirs, ours = source.meta[key], list(normalization[key])
         same = len(theirs) == len(ours) and all(
-            math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) for a, b in zip(theirs, ours)
+            math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+            for a, b in zip(theirs, ours, strict=True)
         )
         if not same:
             raise ConfigError(
