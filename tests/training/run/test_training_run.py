@@ -106,6 +106,9 @@ def test_init_from_with_a_frozen_encoder_and_a_resume_that_does_not_read_it(
         caplog.text
     )
     trained = network_parameters(tmp_path / "run/checkpoints/last.ckpt")
+    # The stored network config rebuilds without the file (evaluate.py, predict.py).
+    meta = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)["segscale"]
+    assert "init_from" not in meta["model"]
     encoder = [k for k in loaded if k.startswith("encoder.")]
     decoder = [k for k in loaded if k.startswith("decoder.")]
     assert encoder and all(torch.equal(trained[k], loaded[k]) for k in encoder)  # frozen
