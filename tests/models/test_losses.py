@@ -5,10 +5,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from segmentation_models_pytorch.losses import FocalLoss
+from segmentation_models_pytorch.losses import FocalLoss, LovaszLoss
 
 from segscale.errors import ConfigError
 from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
+from segscale.training.run.builders import build
+from tests.conftest import compose_config
 from tests.training.host_syncs import HostSyncCounter
 
 
@@ -74,7 +76,16 @@ def test_a_class_that_never_occurs_gets_weight_zero(method, expected, caplog):
         ({"cross_entropy": -1.0}, "loss.cross_entropy"),
         ({"dice": math.nan}, "loss.dice"),
         ({"focal": "yes"}, "loss.focal"),
-        ({"cross_entropy": 0.0}, "loss.cross_entropy, loss.dice and loss.focal"),
+        ({"cross_entropy": 0.0}, "loss.cross_entropy, loss.dice, loss.focal and loss.lovasz"),
+        ({"lovasz": -1.0}, "loss.lovasz"),
+        ({"label_smoothing": 1.0}, "loss.label_smoothing"),
+        ({"label_smoothing": -0.1}, "loss.label_smoothing"),
+        ({"label_smoothing": math.nan}, "loss.label_smoothing"),
+        ({"ohem_thresh": 0.0}, "loss.ohem_thresh"),
+        ({"ohem_thresh": 1.0}, "loss.ohem_thresh"),
+        ({"ohem_thresh": "0.7"}, "loss.ohem_thresh"),
+        ({"ohem_thresh": 0.7, "ohem_min_kept": -1}, "loss.ohem_min_kept"),
+        ({"ohem_thresh": 0.7, "ohem_min_kept": 1.5}, "loss.ohem_min_kept"),
         ({"focal": 1.0, "focal_gamma": -2.0}, "loss.focal_gamma"),
         ({"class_weights": "inverse"}, "loss.class_weights=inverse needs"),
         ({"class_weights": "sqrt", "class_frequencies": [1, 1, 1]}, "loss.class_weights='sqrt'"),
@@ -101,6 +112,8 @@ def test_bad_settings_name_the_config_key(kwargs, key):
         {"cross_entropy": 0.0, "dice": 1.0},
         {"cross_entropy": 0.0, "focal": 1.0},
         {"cross_entropy": 1.0, "dice": 1.0, "focal": 0.5, "class_weights": [1.0, 3.0, 0.5]},
+        {"cross_entropy": 0.0, "lovasz": 1.0},
+        {"ohem_thresh": 0.7, "ohem_min_kept": 10, "label_smoothing": 0.1},
     ],
 )
 def test_each_loss_is_finite_and_falls_under_gradient_descent(kwargs):
@@ -137,8 +150,9 @@ def test_ignored_pixels_change_no_term():
     assert torch.equal(before.counts, after.counts)
 
 
-def test_a_batch_without_labelled_pixels_gives_zero_not_nan():
-    loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5])
+@pytest.mark.parametrize("extra", [{}, {"lovasz": 1.0, "ohem_thresh": 0.7, "label_smoothing": 0.1}])
+def test_a_batch_without_labelled_pixels_gives_zero_not_nan(extra):
+    loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5], **extra)
     logits, mask = batch()
     logits.requires_grad_(True)
     value = loss(logits, torch.full_like(mask, 255)).mean()
@@ -178,11 +192,71 @@ def test_the_focal_term_is_smps_focal_loss(gamma):
     assert terms.sums[1].item() == pytest.approx(expected(logits, mask).item(), rel=1e-12)
 
 
-def test_no_term_makes_the_host_wait_for_the_device():
+@pytest.mark.parametrize("extra", [{}, {"ohem_thresh": 0.7, "label_smoothing": 0.1}])
+def test_no_term_makes_the_host_wait_for_the_device(extra):
     # Boolean-mask selections (smp's focal loss, a weight lookup) would, on a GPU.
-    loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5])
+    loss = SegmentationLoss(3, dice=1.0, focal=1.0, class_weights=[1.0, 2.0, 0.5], **extra)
     logits, mask = batch()
     logits.requires_grad_(True)
     with HostSyncCounter() as counter:
         loss(logits, mask).mean().backward()
     assert counter.as_dict() == {}
+
+
+@pytest.mark.parametrize("weights", [None, [0.5, 2.0, 1.0]])
+def test_label_smoothing_is_torchs_with_ignored_pixels_and_class_weights(weights):
+    logits, mask = batch()
+    weight = None if weights is None else torch.tensor(weights, dtype=torch.float64)
+    expected = F.cross_entropy(logits, mask, weight=weight, ignore_index=255, label_smoothing=0.2)
+    loss = SegmentationLoss(3, label_smoothing=0.2, class_weights=weights)
+    assert loss(logits, mask).mean().item() == pytest.approx(expected.item(), rel=1e-12)
+    unsmoothed = F.cross_entropy(logits, mask, weight=weight, ignore_index=255)
+    assert expected.item() != pytest.approx(unsmoothed.item())
+
+
+def test_the_lovasz_term_is_smps_lovasz_loss_over_labelled_pixels():
+    logits, mask = batch(classes=4)
+    mask[1, 2:4] = 255
+    # smp's Lovász works in float32 (it fails on float64 logits).
+    expected = LovaszLoss(mode="multiclass", ignore_index=255)(logits.float(), mask)
+    terms = SegmentationLoss(4, cross_entropy=0.0, lovasz=1.0)(logits, mask)
+    assert terms.mean().item() == pytest.approx(expected.item(), rel=1e-6)
+    both = SegmentationLoss(4, dice=1.0, lovasz=0.5)(logits, mask).mean()
+    plain = SegmentationLoss(4, dice=1.0)(logits, mask).mean()
+    assert both.item() == pytest.approx(plain.item() + 0.5 * expected.item(), rel=1e-6)
+
+
+def test_ohem_keeps_the_pixels_below_the_threshold_and_the_hardest_few():
+    # One image, four pixels, two classes: the true class's probabilities are
+    # sigmoid(logit gap) = 0.9, 0.6, 0.3 and 0.8; the last pixel is ignored.
+    gaps = torch.tensor([0.9, 0.6, 0.3, 0.8], dtype=torch.float64).logit()
+    logits = torch.stack([gaps, torch.zeros(4, dtype=torch.float64)]).view(1, 2, 1, 4)
+    mask = torch.tensor([[[0, 0, 0, 255]]])
+    per_pixel = F.cross_entropy(logits, torch.zeros_like(mask), reduction="none").flatten()
+    # thresh 0.7: the 0.6 and 0.3 pixels are hard; min_kept 1 adds none.
+    terms = SegmentationLoss(2, ohem_thresh=0.7, ohem_min_kept=1)(logits, mask)
+    assert terms.counts[0].item() == 2
+    assert terms.mean().item() == pytest.approx(per_pixel[1:3].mean().item(), rel=1e-12)
+    # thresh 0.5: only the 0.3 pixel is hard, but min_kept 2 keeps the 0.6 one too.
+    terms = SegmentationLoss(2, ohem_thresh=0.5, ohem_min_kept=2)(logits, mask)
+    assert terms.mean().item() == pytest.approx(per_pixel[1:3].mean().item(), rel=1e-12)
+    # min_kept beyond the labelled pixels keeps them all, never the ignored one.
+    terms = SegmentationLoss(2, ohem_thresh=0.5, ohem_min_kept=10)(logits, mask)
+    assert terms.counts[0].item() == 3
+    assert terms.mean().item() == pytest.approx(per_pixel[:3].mean().item(), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        ("ohem", {"cross_entropy": 1.0, "lovasz": 0.0, "ohem_thresh": 0.7}),
+        ("lovasz", {"cross_entropy": 0.0, "lovasz": 1.0, "ohem_thresh": None}),
+        ("cross_entropy", {"cross_entropy": 1.0, "label_smoothing": 0.0, "ohem_thresh": None}),
+    ],
+)
+def test_the_loss_presets_build(preset, expected):
+    cfg = compose_config("train", f"loss={preset}", "output_dir=/tmp/x")
+    loss = build(cfg.loss, num_classes=3, ignore_index=255, class_frequencies=[1, 1, 1])
+    assert {key: getattr(loss, key) for key in expected} == expected
+    logits, mask = batch()
+    assert math.isfinite(loss(logits, mask).mean().item())

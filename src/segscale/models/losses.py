@@ -1,4 +1,7 @@
-"""The training loss: cross-entropy, Dice and focal terms, with class weights against imbalance.
+"""The training loss: cross-entropy, Dice, focal and Lovász terms, with class weights.
+
+The cross-entropy term may smooth its labels (``label_smoothing``) and may keep only the
+hardest pixels (``ohem_thresh``, mmseg's online hard example mining).
 
 A loss is returned as its parts (``LossTerms``) rather than one number, so that the
 module can divide the pixel terms by the labelled pixels of the *global* batch under DDP.
@@ -16,7 +19,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from segmentation_models_pytorch.losses import DiceLoss
+from segmentation_models_pytorch.losses import DiceLoss, LovaszLoss
 from torch import nn
 
 from segscale.errors import ConfigError
@@ -106,7 +109,7 @@ class LossTerms:
     ``sums`` holds the (class-weighted) cross-entropy sum and the focal sum over the
     labelled pixels, ``counts`` their normalisers (the summed class weights of the
     labelled pixels, or their count when unweighted; and the labelled count).
-    ``batch_term`` is the weighted Dice loss, which is not a sum over pixels.
+    ``batch_term`` is the weighted Dice and Lovász losses, which are not sums over pixels.
     """
 
     sums: torch.Tensor
@@ -115,6 +118,7 @@ class LossTerms:
     cross_entropy: float
     focal: float
     dice: float
+    lovasz: float = 0.0
 
     def mean(self, counts: torch.Tensor | None = None, scale: float = 1) -> torch.Tensor:
         """The loss, ``Σ weight·scale·sum/count`` over the pixel terms plus ``batch_term``.
@@ -131,20 +135,28 @@ class LossTerms:
             for i, weight in enumerate((self.cross_entropy, self.focal))
             if weight > 0
         ]
-        if self.dice > 0:
+        if self.dice > 0 or self.lovasz > 0:
             parts.append(self.batch_term)
         return sum(parts[1:], parts[0])
 
 
 class SegmentationLoss(nn.Module):
-    """Cross-entropy, Dice and focal loss, each with a weight (0 switches it off).
+    """Cross-entropy, Dice, focal and Lovász loss, each with a weight (0 switches it off).
 
     ``class_weights`` weights the cross-entropy term per class: a list with one weight
     per class, or ``inverse`` / ``median`` computed from ``class_frequencies`` (the
     classes' pixel shares in the training set, given by the caller). Dice and focal are
     segmentation_models_pytorch's multiclass losses; focal is its one-vs-rest sigmoid
     focal loss (averaged over the classes' terms by smp 0.6; older releases summed them),
-    here a mean over labelled pixels. Pixels labelled ``ignore_index`` count in no term.
+    here a mean over labelled pixels. Lovász is smp's multiclass ``LovaszLoss`` (the
+    Lovász-softmax over the batch's labelled pixels and the classes present). Pixels
+    labelled ``ignore_index`` count in no term.
+
+    ``label_smoothing`` (in [0, 1)) is torch's: the cross-entropy target puts that share
+    of its mass uniformly over the classes. ``ohem_thresh`` (in (0, 1), or ``None``: off)
+    keeps in the cross-entropy term only the hard pixels, as mmseg's ``OHEMPixelSampler``:
+    those whose predicted probability of their true class is below ``ohem_thresh``, and
+    at least the ``ohem_min_kept`` hardest labelled pixels of the batch when fewer are.
     """
 
     weights: torch.Tensor | None  # a buffer: the class weights, or None for unweighted
@@ -159,9 +171,13 @@ class SegmentationLoss(nn.Module):
         focal_gamma: float = 2.0,
         class_weights: str | Sequence[float] | None = None,
         class_frequencies: Sequence[float] | None = None,
+        lovasz: float = 0.0,
+        label_smoothing: float = 0.0,
+        ohem_thresh: float | None = None,
+        ohem_min_kept: int = 100_000,
     ) -> None:
         super().__init__()
-        terms = {"cross_entropy": cross_entropy, "dice": dice, "focal": focal}
+        terms = {"cross_entropy": cross_entropy, "dice": dice, "focal": focal, "lovasz": lovasz}
         for name, weight in terms.items():
             if not _is_number(weight) or weight < 0:
                 raise ConfigError(
@@ -169,11 +185,12 @@ class SegmentationLoss(nn.Module):
                 )
         if not any(weight > 0 for weight in terms.values()):
             raise ConfigError(
-                "loss.cross_entropy, loss.dice and loss.focal are all 0; "
+                "loss.cross_entropy, loss.dice, loss.focal and loss.lovasz are all 0; "
                 "at least one term weight must be > 0"
             )
         if not _is_number(focal_gamma) or focal_gamma < 0:
             raise ConfigError(f"loss.focal_gamma={focal_gamma!r}: expected a finite number >= 0")
+        _check_cross_entropy_options(label_smoothing, ohem_thresh, ohem_min_kept)
         weights = _resolve_class_weights(class_weights, class_frequencies, num_classes)
         if weights is not None and cross_entropy == 0:
             # Silently training unweighted would hide the mistake.
@@ -194,6 +211,11 @@ class SegmentationLoss(nn.Module):
         )
         self.focal_gamma = float(focal_gamma)
         self.dice_loss = DiceLoss(mode="multiclass", ignore_index=ignore_index, from_logits=True)
+        self.lovasz = float(lovasz)
+        self.lovasz_loss = LovaszLoss(mode="multiclass", ignore_index=ignore_index)
+        self.label_smoothing = float(label_smoothing)
+        self.ohem_thresh = None if ohem_thresh is None else float(ohem_thresh)
+        self.ohem_min_kept = int(ohem_min_kept)
 
     def _weight_sum(
         self, mask: torch.Tensor, labelled: torch.Tensor, dtype: torch.dtype
@@ -227,6 +249,29 @@ class SegmentationLoss(nn.Module):
         terms = (1.0 - torch.exp(-cross_entropy)).pow(self.focal_gamma) * cross_entropy
         return torch.where(labelled.unsqueeze(1), terms, 0).sum() / logits.size(1)
 
+    def _hard_pixels(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The labelled pixels OHEM keeps: the hard ones, and at least the hardest few.
+
+        As mmseg's ``OHEMPixelSampler`` with ``thresh``: a pixel is hard when the
+        predicted probability of its true class is below ``ohem_thresh``; the
+        ``ohem_min_kept`` labelled pixels of lowest such probability are kept whatever it
+        is (all labelled pixels, in a batch with fewer). No gradient flows through the
+        choice. Ignored pixels get probability infinity, so they are never among the
+        hardest, and no host sync is needed to count the labelled ones.
+        """
+        assert self.ohem_thresh is not None  # forward calls this only with OHEM on
+        labelled = mask != self.ignore_index
+        with torch.no_grad():
+            probabilities = logits.detach().float().softmax(dim=1)
+            classes = torch.where(labelled, mask, 0).unsqueeze(1)
+            truth = probabilities.gather(1, classes).squeeze(1)
+            truth = torch.where(labelled, truth, torch.inf)
+            hard = truth < self.ohem_thresh
+            if self.ohem_min_kept > 0:
+                k = min(self.ohem_min_kept, truth.numel())
+                hard |= truth <= truth.flatten().kthvalue(k).values
+            return labelled & hard
+
     def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> LossTerms:
         """The terms of the loss of ``logits`` (N×C×H×W) against ``mask`` (N×H×W)."""
         labelled = mask != self.ignore_index
@@ -240,18 +285,31 @@ class SegmentationLoss(nn.Module):
         if self.cross_entropy > 0:
             # cross_entropy wants the weights in the logits' type (autocast then casts both).
             weight = None if self.weights is None else self.weights.to(logits.dtype)
-            ce_sum = F.cross_entropy(
-                logits, mask, weight=weight, ignore_index=self.ignore_index, reduction="sum"
+            pixel_terms = F.cross_entropy(
+                logits,
+                mask,
+                weight=weight,
+                ignore_index=self.ignore_index,
+                reduction="none",
+                label_smoothing=self.label_smoothing,
             ).to(dtype)
+            kept = labelled if self.ohem_thresh is None else self._hard_pixels(logits, mask)
+            ce_sum = torch.where(kept, pixel_terms, 0).sum()
             ce_count = (
-                labelled_count
+                kept.sum().to(count_dtype)
                 if self.weights is None
-                else self._weight_sum(mask, labelled, count_dtype)
+                else self._weight_sum(mask, kept, count_dtype)
             )
         if self.focal > 0:
             focal_sum = self._focal_sum(logits, mask, labelled).to(dtype)
         if self.dice > 0:
             dice_term = self.dice * self.dice_loss(logits, mask)
+        if self.lovasz > 0:
+            # In float32: smp's Lovász mixes the logits' type with float32 (fails in float64,
+            # loses precision in float16). A batch without labelled pixels gets an empty
+            # tensor from smp: .sum() makes it 0.
+            lovasz = self.lovasz_loss(logits.float(), mask).sum()
+            dice_term = dice_term + self.lovasz * lovasz.to(dtype)
         return LossTerms(
             sums=torch.stack([ce_sum, focal_sum]),
             counts=torch.stack([ce_count, labelled_count]),
@@ -259,4 +317,26 @@ class SegmentationLoss(nn.Module):
             cross_entropy=self.cross_entropy,
             focal=self.focal,
             dice=self.dice,
+            lovasz=self.lovasz,
+        )
+
+
+def _check_cross_entropy_options(
+    label_smoothing: Any, ohem_thresh: Any, ohem_min_kept: Any
+) -> None:
+    """Refuse label smoothing outside [0, 1), an OHEM threshold outside (0, 1)."""
+    if not _is_number(label_smoothing) or not 0 <= label_smoothing < 1:
+        raise ConfigError(
+            f"loss.label_smoothing={label_smoothing!r}: expected a number in [0, 1) "
+            "(0: off; the share of the target spread over all classes)"
+        )
+    if ohem_thresh is not None and (not _is_number(ohem_thresh) or not 0 < ohem_thresh < 1):
+        raise ConfigError(
+            f"loss.ohem_thresh={ohem_thresh!r}: expected a probability in (0, 1), or null "
+            "(off); pixels whose true class is predicted below it count as hard"
+        )
+    if isinstance(ohem_min_kept, bool) or not isinstance(ohem_min_kept, int) or ohem_min_kept < 0:
+        raise ConfigError(
+            f"loss.ohem_min_kept={ohem_min_kept!r}: expected an integer >= 0 (the fewest "
+            "hardest pixels kept per batch)"
         )

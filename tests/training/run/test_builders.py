@@ -12,6 +12,7 @@ from segscale.training.run.builders import (
     weights_normalization,
 )
 from tests.conftest import compose_config
+from tests.models.test_network_init import MEAN, trained_checkpoint
 from tests.training.scaling.test_sync_batchnorm import ScaledBatchNorm
 
 FOLDER = ["datamodule=folder", "datamodule.source.root=/nowhere", "output_dir=/tmp/x"]
@@ -69,3 +70,17 @@ def test_a_network_sync_batch_norm_cannot_convert_is_a_config_error(make_config)
     ):
         build_module(cfg, datamodule, effective.learning_rate, sync_batchnorm=True)
     assert build_module(cfg, datamodule, effective.learning_rate)  # off: it trains as built
+
+
+def test_init_from_gives_a_null_mean_and_std_the_checkpoints(tmp_path):
+    path, _ = trained_checkpoint(tmp_path / "source.ckpt", ["a", "b", "c"])
+    cfg = compose_config("train", *FOLDER, f"model.init_from={path}", "datamodule.std=[1,1,1]")
+    assert weights_normalization(cfg) == {"mean": MEAN}  # std was set: kept, checked later
+
+
+def test_init_from_with_named_encoder_weights_is_refused_before_anything_is_read():
+    cfg = compose_config(
+        "train", *FOLDER, "model.init_from=/nowhere.ckpt", "model.encoder_weights=imagenet"
+    )
+    with pytest.raises(ConfigError, match=r"model\.init_from=.*model\.encoder_weights"):
+        weights_normalization(cfg)

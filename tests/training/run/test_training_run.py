@@ -1,5 +1,11 @@
-import pytest
+import logging
 
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.training.run.builders import build
 from segscale.training.run.training_run import train
 from tests.training.record_dtype import recorded_dtypes
 
@@ -53,3 +59,77 @@ def test_mixed_precision_and_channels_last_train(make_config, tmp_path):
     assert summary["steps"] == 4 and summary["metrics"]["train/loss"] > 0
     # The network computed in bfloat16 inside the training step (autocast was on).
     assert recorded_dtypes(dtypes) == ["torch.bfloat16"]
+
+
+def write_init_checkpoint(cfg, path):
+    """A segscale checkpoint of ``cfg``'s network for 2 classes, and its parameters."""
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    model.pop("init_from")
+    model["num_classes"] = 2
+    torch.manual_seed(7)
+    network = build(OmegaConf.create(model))
+    meta = {
+        "model": model,
+        "class_names": ["a", "b"],
+        "class_colors": None,
+        "ignore_index": 255,
+        "mean": list(cfg.datamodule.mean),
+        "std": list(cfg.datamodule.std),
+        "max_value": 255.0,
+    }
+    state = {f"network.{k}": v for k, v in network.state_dict().items()}
+    save_checkpoint_file({"state_dict": state, "segscale": meta}, path)
+    return {k: v.detach().clone() for k, v in network.named_parameters()}
+
+
+def network_parameters(path):
+    state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    return {k.removeprefix("network."): v for k, v in state.items() if k.startswith("network.")}
+
+
+@pytest.mark.slow
+def test_init_from_with_a_frozen_encoder_and_a_resume_that_does_not_read_it(
+    make_config, tmp_path, caplog
+):
+    source = tmp_path / "source.ckpt"
+    settings = [
+        f"model.init_from={source}",
+        "training.freeze_encoder_epochs=1",
+        "training.encoder_lr_factor=0.5",
+        "datamodule.patches_per_image=4",  # 2 steps an epoch
+        "trainer.max_epochs=1",
+    ]
+    loaded = write_init_checkpoint(make_config(), source)
+    with caplog.at_level(logging.INFO):
+        train(make_config(*settings))
+    assert "the checkpoint has 2 classes, this run 6: re-initialised segmentation_head" in (
+        caplog.text
+    )
+    trained = network_parameters(tmp_path / "run/checkpoints/last.ckpt")
+    # The stored network config rebuilds without the file (evaluate.py, predict.py).
+    meta = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)["segscale"]
+    assert "init_from" not in meta["model"]
+    encoder = [k for k in loaded if k.startswith("encoder.")]
+    decoder = [k for k in loaded if k.startswith("decoder.")]
+    assert encoder and all(torch.equal(trained[k], loaded[k]) for k in encoder)  # frozen
+    assert any(not torch.equal(trained[k], loaded[k]) for k in decoder)  # loaded, then trained
+    # A resume takes its weights from ckpt_path: the init_from file is not read again.
+    source.unlink()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        train(make_config(*settings[:-1], "trainer.max_epochs=2", "ckpt_path=last"))
+    assert "re-initialised" not in caplog.text and "every layer loaded" not in caplog.text
+
+
+def test_ohem_lovasz_and_label_smoothing_train(make_config, tmp_path):
+    summary = train(
+        make_config(
+            "loss=ohem",
+            "loss.label_smoothing=0.1",
+            "loss.lovasz=0.5",
+            "loss.ohem_min_kept=100",
+            "datamodule.patches_per_image=4",
+            "trainer.max_epochs=1",
+        )
+    )
+    assert summary["steps"] == 2 and 0 < summary["metrics"]["train/loss"] < 100

@@ -20,6 +20,11 @@ from segscale.devices import included_devices
 from segscale.errors import ConfigError
 from segscale.models.checkpoint_metadata import inference_metadata
 from segscale.models.module import SegmentationModule
+from segscale.models.network_init import (
+    check_one_initialisation,
+    init_normalization,
+    load_whole_network,
+)
 from segscale.models.optim import encoder_of
 from segscale.models.pretrained import named_weights, names_a_file, normalization
 from segscale.training.scaling.rules import Effective
@@ -47,10 +52,18 @@ def weights_normalization(cfg: DictConfig) -> dict[str, list[float]]:
     Named weights were trained on inputs normalized their way (ImageNet's mean and std
     for most), so a null mean or std means theirs, not the training images' as it does
     otherwise. A value the user set is kept; a local weights file, random weights or
-    images of other than 3 channels leave both as configured.
+    images of other than 3 channels leave both as configured. With ``model.init_from``,
+    a null mean or std is the checkpoint's (``segscale.models.network_init``).
     """
     weights = cfg.model.get("encoder_weights")
     unset = [key for key in ("mean", "std") if cfg.datamodule.get(key) is None]
+    check_one_initialisation(cfg.model)
+    if cfg.model.get("init_from") is not None and unset:
+        taken = init_normalization(
+            cfg.model.init_from, cfg.datamodule.get("mean"), cfg.datamodule.get("std")
+        )
+        log.info("datamodule %s null: model.init_from's %s", "/".join(unset), taken)
+        return taken
     in_channels = cfg.datamodule.get("in_channels")
     if not isinstance(weights, str) or names_a_file(weights) or not unset:
         return {}
@@ -67,6 +80,7 @@ def build_module(
     learning_rate: float,
     warmup_epochs: float = 0.0,
     sync_batchnorm: bool = False,
+    init_weights: bool = True,
 ) -> SegmentationModule:
     """The network (``model``), loss, optimizer and schedule of ``cfg`` in one module.
 
@@ -75,12 +89,25 @@ def build_module(
     ``training.compile`` compiles the network in place (``nn.Module.compile``), so its
     checkpoint keys stay those of the plain network. ``training.encoder_lr_factor`` goes
     to the optimizer; both fine-tuning settings are refused here, before training, for a
-    network without an encoder.
+    network without an encoder. ``model.init_from`` loads a checkpoint's network into the
+    new one when ``init_weights`` (a resume, whose weights come from its own checkpoint,
+    passes ``False``: the file is then not read for its weights).
     """
     report = datamodule.check()
     model_cfg = cast(dict[str, Any], OmegaConf.to_container(cfg.model, resolve=True))
     model_cfg["in_channels"] = model_cfg.get("in_channels") or datamodule.in_channels
+    check_one_initialisation(model_cfg)
+    # Not the network builder's: the checkpoint is read with the run's classes and
+    # normalization at hand, and checkpoints store the network config without it.
+    init_from = model_cfg.pop("init_from", None)
     network = build(OmegaConf.create(model_cfg))
+    if init_from is not None and init_weights:
+        load_whole_network(
+            network,
+            {**model_cfg, "init_from": init_from},
+            datamodule.class_names,
+            {"mean": datamodule.mean, "std": datamodule.std},
+        )
     lr_factor = encoder_lr_factor_for(cfg, network)
     if sync_batchnorm:
         network = convert_sync_batchnorm(network)

@@ -127,12 +127,14 @@ def _train_in_folder(
     workers = datamodule.workers_per_rank(num_processes)
     thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
     threads = resolve_threads(thread_setting, num_processes, workers)
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
     module = build_module(
         cfg,
         datamodule,
         effective.learning_rate,
         effective.warmup_epochs,
         sync_batchnorm=bool(cfg.training.sync_batchnorm) and effective.world_size > 1,
+        init_weights=not ckpt_path,  # a resume takes its weights from ckpt_path
     )
     clock.mark("model")
     scaling = {**cast(dict[str, Any], OmegaConf.to_container(cfg.scaling)), **effective.as_dict()}
@@ -156,7 +158,6 @@ def _train_in_folder(
     for name, node in (cfg.get("callbacks") or {}).items():
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
-    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
     if ckpt_path:
         check_resumable(ckpt_path, module)
     start_method = cfg.strategy.get("start_method")
