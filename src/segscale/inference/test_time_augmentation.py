@@ -47,9 +47,7 @@ def check_tta(tta: object, scales: object) -> tuple[float, ...]:
         raise ConfigError(
             f"inference.tta={tta!r} is not allowed: expected one of {tuple(TRANSFORMS)}"
         )
-    expected = (
-        f"a non-empty list of numbers, each > 0 and <= {MAX_SCALE:g}, such as [0.75, 1, 1.25]"
-    )
+    expected = f"a non-empty list of numbers in (0, {MAX_SCALE:g}], such as [0.75, 1, 1.25]"
     if isinstance(scales, (str, bytes)) or not isinstance(scales, Sequence) or not scales:
         raise ConfigError(f"inference.tta_scales={scales!r} is not allowed: expected {expected}")
     for scale in scales:
