@@ -80,21 +80,27 @@ def test_predict_an_array_and_a_file_as_predict_py_does(oracle: Path, tmp_path: 
 def test_the_window_is_predict_py_s_unless_replaced(oracle: Path):
     shipped = compose_config("predict").inference
     window = segscale.load(oracle).window
-    assert (window.tile_size, window.overlap, window.batch_size, window.flip_tta) == (
+    assert (window.tile_size, window.overlap, window.batch_size, window.tta) == (
         shipped.tile_size,
         shipped.overlap,
         shipped.batch_size,
-        shipped.flip_tta,
+        shipped.tta,
     )
     replaced = segscale.load(
-        oracle, tile_size=48, overlap=0.5, batch_size=2, overrides=["inference.flip_tta=true"]
+        oracle, tile_size=48, overlap=0.5, batch_size=2, overrides=["inference.tta=flip"]
     ).window
-    assert (replaced.tile_size, replaced.overlap, replaced.batch_size, replaced.flip_tta) == (
+    assert (replaced.tile_size, replaced.overlap, replaced.batch_size, replaced.tta) == (
         48,
         0.5,
         2,
-        True,
+        "flip",
     )
+    scaled = segscale.load(oracle, tta="d4", tta_scales=(0.75, 1, 1.25)).window
+    assert (scaled.tta, scaled.tta_scales) == ("d4", (0.75, 1.0, 1.25))
+    with pytest.raises(ConfigError, match=r"inference\.tta_scales=\[0\] is not allowed"):
+        segscale.load(oracle, tta_scales=[0])
+    with pytest.raises(ConfigError, match=r"inference\.flip_tta is now inference\.tta"):
+        segscale.load(oracle, overrides=["inference.flip_tta=true"])
     with pytest.raises(ConfigError, match=r"inference\.overlap=1\.5 is not allowed"):
         segscale.load(oracle, overlap=1.5)
 

@@ -51,3 +51,19 @@ def test_a_run_recorded_with_the_old_key_resumes_with_its_value_under_the_new_na
         "training.sync_batchnorm=true",  # the new key exists: set, not added
         "optimizer.lr=1",
     ]
+
+
+@pytest.mark.parametrize("program", ["predict", "evaluate"])
+@pytest.mark.parametrize("override", ["inference.flip_tta=true", "+inference.flip_tta=false"])
+def test_predict_and_evaluate_refuse_flip_tta_naming_inference_tta(tmp_path, program, override):
+    from segscale.cli import evaluate, predict
+
+    main = {"predict": predict.main, "evaluate": evaluate.main}[program]
+    out = tmp_path / "out"
+    result = run_in_process(
+        main, "ckpt=x.ckpt", override, f"hydra.run.dir={out}", cwd=tmp_path, program=program
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "inference.tta=..." in lines[0], result.stderr
+    assert "tta=flip" in lines[0] and not out.exists()

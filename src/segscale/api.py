@@ -164,7 +164,8 @@ def load(
     tile_size: int | None = None,
     overlap: float | None = None,
     batch_size: int | None = None,
-    flip_tta: bool | None = None,
+    tta: str | None = None,
+    tta_scales: Sequence[float] | None = None,
     overrides: Sequence[str] = (),
 ) -> Predictor:
     """The network of a ``train.py`` checkpoint, ready to ``predict`` images.
@@ -172,9 +173,10 @@ def load(
     Its classes, their colours and the input normalization are the checkpoint's, as in
     ``predict.py``: there is nothing to repeat from the training config.
     The sliding window is the ``inference`` group of the shipped ``predict`` config,
-    the defaults ``predict.py`` uses. ``tile_size``, ``overlap``, ``batch_size`` and
-    ``flip_tta`` replace its values; ``overrides`` are overrides of that config as
-    ``predict.py`` takes them (``inference.flip_tta=true``, ``max_image_pixels=null``).
+    the defaults ``predict.py`` uses. ``tile_size``, ``overlap``, ``batch_size``, ``tta``
+    (``"none"``, ``"flip"``, ``"d4"``) and ``tta_scales`` (e.g. ``[0.75, 1, 1.25]``) replace
+    its values; ``overrides`` are overrides of that config as ``predict.py`` takes them
+    (``inference.tta=d4``, ``max_image_pixels=null``).
     A missing or damaged checkpoint, or a bad value, raises ``ConfigError`` naming it.
     """
     cfg = _compose("predict", overrides)
@@ -182,7 +184,8 @@ def load(
         "tile_size": tile_size,
         "overlap": overlap,
         "batch_size": batch_size,
-        "flip_tta": flip_tta,
+        "tta": tta,
+        "tta_scales": list(tta_scales) if isinstance(tta_scales, (list, tuple)) else tta_scales,
     }
     for key, value in window_values.items():
         if value is not None:

@@ -6,10 +6,14 @@ segscale would otherwise meet Hydra's "not in struct" error, which names no succ
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import functools
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from segscale.errors import ConfigError
+from segscale.errors import EXIT_BAD_INPUT, ConfigError
+
+Main = TypeVar("Main", bound=Callable[..., Any])
 
 MOVED_KEYS = {
     "strategy.sync_batchnorm": (
@@ -20,6 +24,11 @@ MOVED_KEYS = {
     "training.preemption_exit_s": (
         "training.preemption_deadline_s",
         "the deadline now counts from the start of the stop, not from the signal",
+    ),
+    "inference.flip_tta": (
+        "inference.tta",
+        "flip_tta=true is tta=flip, false is tta=none; tta also takes d4, and "
+        "inference.tta_scales adds scales",
     ),
 }
 """Old key → (new key, why it moved)."""
@@ -36,6 +45,25 @@ def refuse_moved_overrides(overrides: Sequence[str]) -> None:
         key = override.split("=", 1)[0].lstrip("+~") if "=" in override else None
         if key in MOVED_KEYS:
             raise ConfigError(_message(key))
+
+
+def refusing_moved_keys(main: Main) -> Main:
+    """``main`` (a Hydra entry point) that first refuses a moved key of the command line.
+
+    Hydra would compose first and stop at "Key ... is not in struct", which names no
+    successor; this says the new key on stderr and exits 2 (``EXIT_BAD_INPUT``).
+    """
+
+    @functools.wraps(main)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            refuse_moved_overrides(sys.argv[1:])
+        except ConfigError as error:
+            print(f"Error: {error}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+        return main(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]  # same signature, by functools.wraps
 
 
 def renamed_overrides(overrides: Sequence[str]) -> list[str]:

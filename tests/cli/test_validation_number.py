@@ -80,7 +80,7 @@ def test_evaluate_split_val_gives_the_validation_miou_of_training(trained_run, t
     # Each number says which inference made it: the same one here.
     grid = {"tile_size": PATCH, "overlap": 0.0, "blend": "none"}
     assert summary["validation_inference"] == grid
-    assert metrics["inference"] == grid | {"flip_tta": False}
+    assert metrics["inference"] == grid | {"tta": "none", "tta_scales": [1.0]}
     # The log names the folder and shows the classes' scores.
     assert f"evaluation written to {out}" in output
     assert "class" in output and "IoU" in output
@@ -111,7 +111,8 @@ def test_evaluate_with_predict_s_inference_says_so(trained_run, tmp_path: Path):
         "tile_size": 512,
         "overlap": 0.25,
         "blend": "gaussian",
-        "flip_tta": False,
+        "tta": "none",
+        "tta_scales": [1.0],
     }
 
 

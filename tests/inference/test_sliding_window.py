@@ -52,10 +52,10 @@ def random_image(height: int, width: int, channels: int = 3) -> np.ndarray:
     return np.random.default_rng(0).random((height, width, channels), dtype=np.float32)
 
 
-@pytest.mark.parametrize("flip_tta", [False, True])
-def test_pointwise_model_matches_full_image(flip_tta: bool) -> None:
+@pytest.mark.parametrize("tta", ["none", "flip", "d4"])
+def test_pointwise_model_matches_full_image(tta: str) -> None:
     model, image = pointwise_model(), random_image(70, 45)
-    window = SlidingWindow(tile_size=32, overlap=0.25, batch_size=3, flip_tta=flip_tta)
+    window = SlidingWindow(tile_size=32, overlap=0.25, batch_size=3, tta=tta)
     labels = window.predict(model, image, CLASSES)
     assert labels.shape == (70, 45) and labels.dtype == np.uint8
     np.testing.assert_array_equal(labels, full_probabilities(model, image).argmax(0))
@@ -173,7 +173,7 @@ def test_window_is_positive_and_peaks_at_centre() -> None:
         ({"overlap": 1.0}, "inference.overlap"),
         ({"overlap": -0.1}, "inference.overlap"),
         ({"batch_size": 0}, "inference.batch_size"),
-        ({"flip_tta": "yes"}, "inference.flip_tta"),
+        ({"tta": "yes"}, "inference.tta"),
     ],
 )
 def test_bad_values_name_the_key(kwargs: dict[str, object], key: str) -> None:
@@ -185,7 +185,7 @@ def test_default_config_instantiates() -> None:
     window = instantiate(OmegaConf.load(Path(CONFIG_DIR) / "inference" / "default.yaml"))
     assert isinstance(window, SlidingWindow)
     assert (window.tile_size, window.stride, window.batch_size) == (512, 384, 8)
-    assert window.flip_tta is False
+    assert (window.tta, window.tta_scales) == ("none", (1.0,))
 
 
 @pytest.mark.parametrize("shape", [(64, 64), (70, 45), (33, 100)])

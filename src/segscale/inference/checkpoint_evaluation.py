@@ -188,7 +188,8 @@ def inference_record(window: SlidingWindow) -> dict[str, object]:
         "tile_size": window.tile_size,
         "overlap": window.overlap,
         "blend": window.blend,
-        "flip_tta": window.flip_tta,
+        "tta": window.tta,
+        "tta_scales": list(window.tta_scales),
     }
 
 

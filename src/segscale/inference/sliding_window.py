@@ -9,7 +9,7 @@ are finished and handed out at once, so peak memory does not grow with image hei
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 
 import numpy as np
@@ -18,6 +18,8 @@ import torch.nn.functional as F
 
 from segscale.data.rasters import Pixels
 from segscale.errors import ConfigError
+from segscale.inference.test_time_augmentation import augmented_probabilities, check_tta
+from segscale.models.networks import network_input_multiple
 
 Model = Callable[[torch.Tensor], torch.Tensor]
 """Float32 ``N×C×h×w`` in the image's raw value range → logits ``N×K×h×w``."""
@@ -68,8 +70,12 @@ class SlidingWindow:
     ``tile_size``: tile side in pixels fed to the network. ``overlap``: fraction of a
     tile shared with its neighbour, in [0, 1); the stride is
     ``round(tile_size × (1 − overlap))``, at least 1. ``batch_size``: tiles per forward
-    pass. ``flip_tta``: average each tile's softmax with those of its horizontal and
-    vertical flips (flipped back), at 3× the compute. ``blend``: ``gaussian`` weighs the
+    pass. ``tta``: test-time augmentation of each batch of tiles, averaged in probability
+    space (``test_time_augmentation.TRANSFORMS``): ``none``; ``flip``, the tile and its
+    left-right and up-down flips (3× the compute); ``d4``, the 8 rotations and flips of
+    the square (8×). ``tta_scales``: the tile is also resized by each factor before the
+    network and its probabilities back (``[1.0]``: as is); the views multiply, so ``d4``
+    at 3 scales costs about 24×. ``blend``: ``gaussian`` weighs the
     tiles that share a pixel with ``gaussian_window``; ``none`` gives each pixel the
     prediction of the first tile (row-major) that covers it, which with ``overlap=0`` is
     the validation grid of training (``GridPatchDataset``: the last row and column of
@@ -81,18 +87,19 @@ class SlidingWindow:
         tile_size: int = 512,
         overlap: float = 0.25,
         batch_size: int = 8,
-        flip_tta: bool = False,
+        tta: str = "none",
+        tta_scales: Sequence[float] = (1.0,),
         blend: str = "gaussian",
     ) -> None:
         _require(tile_size, "inference.tile_size", _is_int(1), "an integer >= 1")
         _require(overlap, "inference.overlap", _is_fraction, "a number with 0 <= overlap < 1")
         _require(batch_size, "inference.batch_size", _is_int(1), "an integer >= 1")
-        _require(flip_tta, "inference.flip_tta", lambda v: isinstance(v, bool), "true or false")
         _require(blend, "inference.blend", lambda v: v in BLENDS, f"one of {BLENDS}")
         self.tile_size = tile_size
         self.overlap = float(overlap)
         self.batch_size = batch_size
-        self.flip_tta = flip_tta
+        self.tta_scales = check_tta(tta, tta_scales)
+        self.tta = tta
         self.blend = blend
         self.stride = max(1, round(tile_size * (1 - self.overlap)))
 
@@ -178,12 +185,13 @@ class SlidingWindow:
         """Softmax of ``tiles`` (float32 ``N×h×w×C``) as float32 ``N×K×h×w`` on the host."""
         height, width = tiles.shape[1:3]
         batch = _pad_to(torch.from_numpy(tiles).to(device).permute(0, 3, 1, 2), self.tile_size)
-        probabilities = _softmax(model, batch, num_classes)
-        if self.flip_tta:
-            for dim in (-1, -2):
-                flipped = _softmax(model, batch.flip(dim), num_classes)
-                probabilities += flipped.flip(dim)
-            probabilities /= 3
+        probabilities = augmented_probabilities(
+            lambda views: _softmax(model, views, num_classes),
+            batch,
+            self.tta,
+            self.tta_scales,
+            _input_multiple(model) if self.tta_scales != (1.0,) else 1,
+        )
         return probabilities[:, :, :height, :width].cpu().numpy()
 
 
@@ -250,6 +258,13 @@ def _pad_mode(amount: int, length: int) -> str:
     # Reflection keeps image statistics across the seam; it needs padding < length,
     # so shorter axes are edge-replicated instead.
     return "reflect" if amount < length else "replicate"
+
+
+def _input_multiple(model: Model) -> int:
+    """What ``model``'s input sides must be a multiple of (a resized tile is padded to it)."""
+    # A checkpoint's module wraps its network (normalization first); a bare network is its own.
+    network = getattr(model, "network", model)
+    return network_input_multiple(network) if isinstance(network, torch.nn.Module) else 1
 
 
 def _softmax(model: Model, batch: torch.Tensor, num_classes: int) -> torch.Tensor:
