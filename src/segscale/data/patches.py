@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -328,9 +328,9 @@ class RandomPatchDataset(Dataset):
         if windows.holds(pose.centre_x, pose.centre_y)[0]:
             return pose
         if picked is not None:  # its pixel was kept: its untranslated window qualifies
-            return PatchPose(*untranslated, pose.angle)
+            return replace(pose, centre_x=untranslated[0], centre_y=untranslated[1])
         centre_x, centre_y = windows.draw(valid_rng(self.seed, *key))
-        return PatchPose(centre_x, centre_y, pose.angle)
+        return replace(pose, centre_x=centre_x, centre_y=centre_y)
 
 
 class GridPatchDataset(Dataset):
