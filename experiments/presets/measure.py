@@ -1,6 +1,7 @@
 """Each new preset's default config run end to end on CPU once, with its patches/s.
 
     python experiments/presets/measure.py [--only NAME,NAME] OUT.json [-- OVERRIDES...]
+    python experiments/presets/measure.py --table RESULTS.json   # the README's table rows
 
 For each preset (``PRESETS``: ``model=segformer``, ``model=upernet``,
 ``experiment=aerial``), ``python train.py PRESET OVERRIDES`` runs from the repository
@@ -53,13 +54,43 @@ def one_run(overrides: list[str], folder: Path) -> dict[str, Any]:
     }
 
 
+NETWORKS = {
+    "segformer": "SegFormer, mit_b0 (3.7 M parameters)",
+    "upernet": "UPerNet, resnet18 (19.5 M parameters)",
+    "aerial": "DeepLabV3+, resnet18 (the default)",
+}
+COMMANDS = {
+    "segformer": "model=segformer",
+    "upernet": "model=upernet",
+    "aerial": "experiment=aerial",
+}
+
+
+def table_rows(results: dict[str, Any]) -> list[str]:
+    """The README's table rows, one per preset measured in ``results``."""
+    rows = []
+    for name, run in results["runs"].items():
+        split = run["time_split_s"]
+        rows.append(
+            f"| `{COMMANDS[name]}` | {NETWORKS[name]} | {run['wall_s']:.1f} s | "
+            f"{run['throughput_patches_per_s']:.2f} patches/s | "
+            f"{run['steady_patches_per_s']:.2f} patches/s | {split['startup']:.1f} s | "
+            f"{split['validation']:.1f} s | {run['val_mIoU']:.3f} |"
+        )
+    return rows
+
+
 def main() -> None:
     """Parse the arguments, run each preset, write ``OUT.json`` after each."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--only", default=",".join(PRESETS), help="presets, comma-separated")
     parser.add_argument("overrides", nargs="*", help="train.py overrides (after --)")
+    parser.add_argument("--table", action="store_true", help="print OUT.json's table rows")
     args = parser.parse_args()
+    if args.table:
+        print("\n".join(table_rows(json.loads(args.out.read_text()))))
+        return
     results: dict[str, Any] = {"cpus": len(os.sched_getaffinity(0)), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="segscale-presets-") as scratch:
         for name in args.only.split(","):
