@@ -45,6 +45,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/large-data/results.json",
     ],
+    "presets": [
+        "experiments/presets/measure.py",
+        "--table",
+        "experiments/presets/results.json",
+    ],
     "class-balance": EXPERIMENTS / "class-balance" / "results.md",
     "linear-scaling": EXPERIMENTS / "linear-scaling" / "results.md",
 }

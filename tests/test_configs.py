@@ -66,3 +66,31 @@ def test_no_config_names_an_entry_point_module():
     }
     assert targets, "no _target_ found: the scan reads nothing"
     assert not [t for t in targets if t[1].startswith("segscale.cli.")]
+
+
+def test_the_aerial_preset_sets_mmsegs_recipe_and_keeps_the_matlab_pose(tiny_data_root):
+    import albumentations as A
+
+    from segscale.training.run.builders import build
+    from tests.conftest import tiny_overrides
+
+    for datamodule in ("synthetic", "folder"):
+        cfg = compose_config("train", [f"datamodule={datamodule}", "experiment=aerial"])
+        assert cfg.datamodule.sampling.max_class_ratio == 0.75
+        assert list(cfg.datamodule.augmentation.rotation) == [-20, 20]
+        assert cfg.loss.ohem_thresh == 0.7 and cfg.loss.cross_entropy == 1.0
+    tiny = [o for o in tiny_overrides(tiny_data_root, None) if o.startswith("datamodule.")]
+    datamodule = build(compose_config("train", [*tiny, "experiment=aerial"]).datamodule)
+    augmentation = datamodule.augmentation
+    kinds = [type(t) for t in augmentation.pipeline.transforms]
+    assert kinds == [
+        A.HorizontalFlip,
+        A.VerticalFlip,
+        A.RandomRotate90,
+        A.RandomBrightnessContrast,
+        A.ColorJitter,
+    ]
+    assert augmentation.scale == (0.5, 2.0) and augmentation.translate_x == (-10.0, 10.0)
+    datamodule.setup("fit")
+    assert datamodule.train_set.max_class_ratio == 0.75
+    assert datamodule.train_set[(0, 1)]["image"].shape == (3, 64, 64)

@@ -260,9 +260,9 @@ EDITS = {
         "datamodule: option folder is not in the table",
     ),
     "an option that does not exist": (
-        "`deeplabv3plus` (default), `unet`, `fpn`",
-        "`deeplabv3plus` (default), `unet`, `fpn`, `segformer`",
-        "model: option segformer does not exist",
+        "`fpn`, `segformer`, `upernet`",
+        "`fpn`, `segformer`, `upernet`, `hrnet`",
+        "model: option hrnet does not exist",
     ),
     "a group left out": (
         "| `hydra/sweeper` |",

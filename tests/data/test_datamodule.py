@@ -278,3 +278,16 @@ def test_min_valid_reaches_the_training_set_and_zero_changes_nothing(tmp_path):
     assert off.sampling.min_valid == 0.0 and off.sampling.nodata is None
     assert off.train_set.windows is None and off.check().valid_windows == {}
     assert len(off.train_set.tiles) == 2
+
+
+def test_max_class_ratio_reaches_the_training_set_and_a_bad_one_names_its_key(make_config):
+    from segscale.errors import ConfigError
+    from segscale.training.run.builders import build
+
+    datamodule = build(
+        make_config("datamodule.sampling.max_class_ratio=0.75").datamodule, _convert_="all"
+    )
+    datamodule.setup("fit")
+    assert datamodule.sampling.max_class_ratio == datamodule.train_set.max_class_ratio == 0.75
+    with pytest.raises(ConfigError, match=r"sampling\.max_class_ratio=1.5 is not allowed"):
+        build(make_config("datamodule.sampling.max_class_ratio=1.5").datamodule, _convert_="all")

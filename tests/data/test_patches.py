@@ -342,3 +342,51 @@ def test_a_class_weight_that_min_valid_leaves_without_centres_is_refused(bordere
     centres = present.centres(locations(moved), names, windows)
     assert centres.class_cdf[5] == centres.class_cdf[4]  # class 5 is never drawn
     assert weighted.centres(locations(moved), names) is not None  # without min_valid: drawn
+
+
+@pytest.fixture(scope="module")
+def dominated() -> list[Tile]:
+    """Tiles that class 0 fills but for a band of classes 1 and 2 down their middle."""
+    tiles = []
+    for i in range(2):
+        image, mask = draw_tile(160, seed=1, index=i)
+        mask = np.zeros_like(mask)
+        mask[:, 60:100] = 1
+        mask[70:90, 60:100] = 2
+        tiles.append(Tile(image, mask))
+    return tiles
+
+
+def largest_share(mask: torch.Tensor) -> float:
+    counts = np.bincount(mask.numpy().ravel(), minlength=256)[:255]  # 255: ignored
+    return counts.max() / counts.sum()
+
+
+def test_max_class_ratio_redraws_only_the_patches_one_class_dominates(dominated):
+    capped = dataset(dominated, max_class_ratio=0.75, patches_per_image=40)
+    plain = dataset(dominated, patches_per_image=40)
+    redrawn = 0
+    for index in range(len(capped)):
+        patch, before = capped[(1, index)], plain[(1, index)]
+        assert largest_share(patch["mask"]) < 0.75  # the band is in reach of every tile row
+        if largest_share(before["mask"]) < 0.75:
+            assert torch.equal(patch["image"], before["image"])  # the first draw is kept
+        else:
+            redrawn += 1
+    assert 20 < redrawn < 60
+
+
+def test_max_class_ratio_keeps_the_last_draw_after_ten_tries(dominated):
+    one_class = [Tile(t.image, np.zeros_like(t.mask)) for t in dominated]
+    capped, plain = dataset(one_class, max_class_ratio=0.75), dataset(one_class)
+    tenth = (0, 3 + 9 * len(plain))  # retry r of patch i is patch i + r x len(dataset)
+    assert torch.equal(capped[(0, 3)]["image"], plain[tenth]["image"])
+
+
+def test_one_and_two_ranks_draw_the_same_capped_patches(dominated):
+    data = dataset(dominated, max_class_ratio=0.75, patches_per_image=8)  # 2 steps of 8
+    again = dataset(dominated, max_class_ratio=0.75, patches_per_image=8)
+    one = shard_steps(data, [8], rank=0, workers=0)
+    two = [shard_steps(again, [4, 4], rank=r, workers=2) for r in range(2)]
+    for step, (a, b) in enumerate(zip(*two, strict=True)):
+        assert sorted(one[step]) == sorted(a + b)

@@ -8,7 +8,8 @@ from segscale.models.networks import (
     input_multiple,
     network_input_multiple,
 )
-from tests.conftest import compose_config
+from segscale.training.run.training_run import train
+from tests.conftest import compose_config, tiny_overrides
 
 TARGET = "segscale.models.networks.build_network"
 
@@ -132,3 +133,27 @@ def test_tile_size_is_checked_against_a_built_network():
     )
     check_input_side(512, "inference.tile_size", network)
     check_input_side(500, "inference.tile_size", torch.nn.Conv2d(3, 3, 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("preset", "arch"), [("segformer", "Segformer"), ("upernet", "UPerNet")])
+def test_the_segformer_and_upernet_presets_train_a_few_steps(
+    preset, arch, tiny_data_root, tmp_path
+):
+    # The preset as it is (its own encoder, not the tiny runs' one), on 32-px patches.
+    overrides = [
+        o for o in tiny_overrides(tiny_data_root, tmp_path) if not o.startswith("model.encoder")
+    ]
+    cfg = compose_config(
+        "train",
+        *overrides,
+        f"model={preset}",
+        "datamodule.patch_size=32",
+        "trainer.max_epochs=1",
+        "trainer.max_steps=2",
+        "trainer.limit_val_batches=1",
+    )
+    assert cfg.model.arch == arch and cfg.model.output_stride is None
+    summary = train(cfg)
+    assert summary["status"] == "finished"
+    assert summary["steps"] == 2

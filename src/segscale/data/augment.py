@@ -25,22 +25,31 @@ def patch_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class PatchPose:
-    """Where a patch is cut from its tile: centre in pixels and rotation in degrees."""
+    """Where a patch is cut from its tile: centre in pixels, rotation in degrees, scale.
+
+    ``scale`` resizes the tile before the cut (mmseg's ``RandomResize`` ratio): the patch
+    covers ``patch_size / scale`` tile pixels a side, so its size stays the same.
+    """
 
     centre_x: float
     centre_y: float
     angle: float
+    scale: float = 1.0
 
 
 class Augmentation:
-    """Rotation and translation of the sampling window, then optional albumentations.
+    """Rotation, translation and scale of the sampling window, then optional albumentations.
 
     Rotation and translation move the window that cuts the patch out of the large tile
     (MATLAB's ``imageDataAugmenter`` ``RandRotation``/``RandXTranslation``/
     ``RandYTranslation``), so the patch is filled from the surrounding image, not with
-    empty corners. ``transforms`` are further albumentations transforms (flips, colour
-    jitter, ...) applied jointly to the patch and its mask; they are reseeded for every
-    patch, which is what keeps DataLoader workers from repeating each other.
+    empty corners. ``scale`` (a range of resize factors, default ``[1, 1]``: off) grows
+    or shrinks the window the same way (mmseg's random resize, ``ratio_range``), so the
+    patch keeps its size; it is drawn after the others, only when it is not ``[1, 1]``,
+    so the default draws the patches it drew before it existed. ``transforms`` are
+    further albumentations transforms (flips, colour jitter, ...) applied jointly to the
+    patch and its mask; they are reseeded for every patch, which is what keeps
+    DataLoader workers from repeating each other.
     """
 
     def __init__(
@@ -49,19 +58,26 @@ class Augmentation:
         translate_x: Sequence[float] = (-10.0, 10.0),
         translate_y: Sequence[float] = (-10.0, 10.0),
         transforms: Sequence[A.BasicTransform] = (),
+        scale: Sequence[float] = (1.0, 1.0),
     ) -> None:
         self.rotation = _range("rotation", rotation)
         self.translate_x = _range("translate_x", translate_x)
         self.translate_y = _range("translate_y", translate_y)
+        self.scale = _range("scale", scale)
+        if self.scale[0] <= 0:
+            raise ConfigError(
+                f"datamodule.augmentation.scale={list(scale)} is not allowed: expected "
+                "[low, high] resize factors above 0, e.g. [0.5, 2.0]"
+            )
         self.pipeline = A.Compose(list(transforms)) if transforms else None
 
     def pose(self, rng: np.random.Generator, centre_x: float, centre_y: float) -> PatchPose:
-        """Draw rotation and translation around an untransformed window centre."""
-        return PatchPose(
-            centre_x + rng.uniform(*self.translate_x),
-            centre_y + rng.uniform(*self.translate_y),
-            rng.uniform(*self.rotation),
-        )
+        """Draw translation, rotation and scale around an untransformed window centre."""
+        centre_x += rng.uniform(*self.translate_x)
+        centre_y += rng.uniform(*self.translate_y)
+        angle = rng.uniform(*self.rotation)
+        scale = 1.0 if self.scale == (1.0, 1.0) else rng.uniform(*self.scale)
+        return PatchPose(centre_x, centre_y, angle, scale)
 
     def transform(
         self, image: np.ndarray, mask: np.ndarray, rng: np.random.Generator
@@ -83,10 +99,10 @@ def cut_patch(
     source lies outside the tile are ``ignore_index`` in the mask; the image mirrors the
     tile there, so that border pixels are not blended with black.
     """
-    # Map patch pixel (u, v) to tile pixel: rotate about the patch centre, then move
-    # the patch centre onto the pose's centre.
+    # Map patch pixel (u, v) to tile pixel: rotate and resize about the patch centre,
+    # then move the patch centre onto the pose's centre.
     theta = np.deg2rad(pose.angle)
-    cos, sin = np.cos(theta), np.sin(theta)
+    cos, sin = np.cos(theta) / pose.scale, np.sin(theta) / pose.scale
     half = (size - 1) / 2
     matrix = np.array(
         [

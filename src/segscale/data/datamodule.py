@@ -192,6 +192,7 @@ class SegmentationDataModule(L.LightningDataModule):
                 centres=self.sampling.centres(locations, self.class_names, windows),
                 windows=windows,
                 unreadable=self.unreadable,
+                max_class_ratio=self.sampling.max_class_ratio,
             )
         if stage in ("fit", "validate") and self.val_set is None:
             self.val_set = GridPatchDataset(

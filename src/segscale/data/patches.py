@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -20,6 +20,7 @@ from segscale.data.class_locations import (
     centre_rng,
     class_probabilities,
 )
+from segscale.data.class_ratio import CLASS_RATIO_TRIES, check_max_class_ratio, within_class_ratio
 from segscale.data.nodata import check_nodata
 from segscale.data.rasters import UnreadableWindowError
 from segscale.data.tiles import SKIP_KEY, Tile, UnreadableTileError, UnreadableTiles
@@ -56,6 +57,7 @@ class PatchSampling:
     locations_per_class: int
     min_valid: float
     nodata: float | None
+    max_class_ratio: float | None
 
     def __init__(
         self,
@@ -65,12 +67,13 @@ class PatchSampling:
         locations_per_class: int = 256,
         min_valid: float = 0.0,
         nodata: float | None = None,
+        max_class_ratio: float | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ConfigError(
                 f"{_KEY}.{next(iter(unknown))} is not a sampling setting: expected "
-                "mode, p, class_weights, locations_per_class, min_valid or nodata"
+                "mode, p, class_weights, locations_per_class, min_valid, nodata or max_class_ratio"
             )
         require(mode, f"{_KEY}.mode", lambda v: v in SAMPLING_MODES, f"one of {SAMPLING_MODES}")
         require(p, f"{_KEY}.p", _is_probability, "a probability in [0, 1]")
@@ -88,6 +91,7 @@ class PatchSampling:
         object.__setattr__(self, "locations_per_class", locations_per_class)
         object.__setattr__(self, "min_valid", float(min_valid))
         object.__setattr__(self, "nodata", None if nodata is None else float(nodata))
+        object.__setattr__(self, "max_class_ratio", check_max_class_ratio(max_class_ratio))
 
     @property
     def class_balanced(self) -> bool:
@@ -212,11 +216,12 @@ class RandomPatchDataset(Dataset):
     tile), a patch whose window (translated, not rotated) does not qualify is moved:
     a class-centred one back to its untranslated centre (which qualifies), any other
     to a window ``windows`` draws from ``valid_rng``; its rotation and transforms stay.
-    An epoch's patches are the indices below ``len(self)``, and the training sampler
-    draws only those (the few that make no full global batch are left out, never padded
-    with others). Indices past ``len(self)`` address further fresh patches, which only
-    ``bench.py`` draws, to time patches it has not cut yet.
-    An integer key means epoch 0.
+    ``max_class_ratio`` draws a patch one class dominates again, as patch ``index +
+    retry × len(self)`` (``draw`` gives the first draw). An epoch's patches are the
+    indices below ``len(self)``, and the training sampler draws only those (the few that
+    make no full global batch are left out, never padded with others). Indices past
+    ``len(self)`` address further fresh patches, which only ``bench.py`` draws, to time
+    patches it has not cut yet. An integer key means epoch 0.
     """
 
     def __init__(
@@ -230,6 +235,7 @@ class RandomPatchDataset(Dataset):
         centres: ClassCentres | None = None,
         unreadable: UnreadableTiles | None = None,
         windows: Sequence[TileWindows] | None = None,
+        max_class_ratio: float | None = None,
     ) -> None:
         if not tiles:
             raise ValueError("RandomPatchDataset needs at least one tile")
@@ -246,6 +252,7 @@ class RandomPatchDataset(Dataset):
         self.centres = centres
         self.unreadable = unreadable or UnreadableTiles()
         self.windows = list(windows) if windows is not None else None
+        self.max_class_ratio = max_class_ratio
 
     def __len__(self) -> int:
         return self.patches_per_image * len(self.tiles)
@@ -264,18 +271,25 @@ class RandomPatchDataset(Dataset):
         # of the next tile instead (index past the epoch's, of tile ``index + attempt``).
         for attempt in range(2 * len(self.tiles)):
             substitute = index if attempt == 0 else index + attempt + len(self)
-            rng, draw = self._draw(epoch, substitute)
-            tile = self.tiles[draw.tile]
             try:
-                image, mask = cut_patch(
-                    tile.image, tile.mask, draw.pose, self.patch_size, self.ignore_index
-                )
+                rng, image, mask = self._cut(epoch, substitute)
             except UnreadableWindowError as error:
                 self.unreadable.handle(error)
                 continue
             image, mask = self.augmentation.transform(image, mask, rng)
             return _as_sample(image, mask, (epoch, index))
         raise UnreadableTileError(f"no tile of the training set can be read ({SKIP_KEY})")
+
+    def _cut(self, epoch: int, index: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
+        """Patch ``index``'s generator and pixels, re-drawn under ``max_class_ratio``."""
+        ratio, size, ignore = self.max_class_ratio, self.patch_size, self.ignore_index
+        for retry in range(1 if ratio is None else CLASS_RATIO_TRIES):
+            rng, draw = self._draw(epoch, index + retry * len(self))
+            tile = self.tiles[draw.tile]
+            image, mask = cut_patch(tile.image, tile.mask, draw.pose, size, ignore)
+            if ratio is None or within_class_ratio(mask, ignore, ratio):
+                break
+        return rng, image, mask
 
     def _draw(self, epoch: int, index: int) -> tuple[np.random.Generator, PatchDraw]:
         rng = patch_rng(self.seed, epoch, index)
@@ -314,9 +328,9 @@ class RandomPatchDataset(Dataset):
         if windows.holds(pose.centre_x, pose.centre_y)[0]:
             return pose
         if picked is not None:  # its pixel was kept: its untranslated window qualifies
-            return PatchPose(*untranslated, pose.angle)
+            return replace(pose, centre_x=untranslated[0], centre_y=untranslated[1])
         centre_x, centre_y = windows.draw(valid_rng(self.seed, *key))
-        return PatchPose(centre_x, centre_y, pose.angle)
+        return replace(pose, centre_x=centre_x, centre_y=centre_y)
 
 
 class GridPatchDataset(Dataset):
