@@ -285,18 +285,19 @@ class SegmentationLoss(nn.Module):
         if self.cross_entropy > 0:
             # cross_entropy wants the weights in the logits' type (autocast then casts both).
             weight = None if self.weights is None else self.weights.to(logits.dtype)
-            pixel_terms = F.cross_entropy(
+            kept = labelled if self.ohem_thresh is None else self._hard_pixels(logits, mask)
+            # Without OHEM, torch's own sum: the default objective stays what it was to
+            # the last bit (a masked sum of per-pixel terms adds in another order).
+            ce_sum = F.cross_entropy(
                 logits,
-                mask,
+                mask if self.ohem_thresh is None else torch.where(kept, mask, self.ignore_index),
                 weight=weight,
                 ignore_index=self.ignore_index,
-                reduction="none",
+                reduction="sum",
                 label_smoothing=self.label_smoothing,
             ).to(dtype)
-            kept = labelled if self.ohem_thresh is None else self._hard_pixels(logits, mask)
-            ce_sum = torch.where(kept, pixel_terms, 0).sum()
             ce_count = (
-                kept.sum().to(count_dtype)
+                (labelled_count if self.ohem_thresh is None else kept.sum().to(count_dtype))
                 if self.weights is None
                 else self._weight_sum(mask, kept, count_dtype)
             )
