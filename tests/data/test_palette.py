@@ -57,4 +57,6 @@ def test_many_classes_still_get_different_colours():
 
 def test_indistinct_given_colours_warn_by_name():
     with pytest.warns(UserWarning, match="SignSymbol .* Pedestrian"):
-        warn_indistinct([[0, 0, 255], [255, 128, 0], [255, 127, 14]], ["Tree", "SignSymbol", "Pedestrian"])
+        warn_indistinct(
+            [[0, 0, 255], [255, 128, 0], [255, 127, 14]], ["Tree", "SignSymbol", "Pedestrian"]
+        )
