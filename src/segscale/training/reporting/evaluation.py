@@ -22,6 +22,7 @@ def write_evaluation(
     title: str = "Confusion matrix",
     figures: BackgroundFigures | None = None,
     inference: dict[str, object] | None = None,
+    network: dict[str, object] | None = None,
 ) -> None:
     """Write ``evaluation_report`` and the confusion matrix into ``folder``.
 
@@ -31,12 +32,17 @@ def write_evaluation(
     class's pixels), drawn by ``figures`` in the background if given. ``inference``:
     how the predictions were made (tile size, overlap, blend), recorded in
     ``metrics.json`` so that two reports of one checkpoint say why they differ.
+    ``network``: which weights were scored (``checkpoint``, ``epoch``, ``step``),
+    recorded in ``metrics.json`` as ``network``, so that it cannot be mistaken for
+    another checkpoint of the run.
     """
     names = list(class_names)
     folder.mkdir(parents=True, exist_ok=True)
     report = evaluation_report(confusion, names)
     if inference is not None:
         report["inference"] = inference
+    if network is not None:
+        report["network"] = network
     write_text_atomically(folder / "metrics.json", json.dumps(report, indent=2))
     classes = [
         [name, values["Accuracy"], values["IoU"], values["Dice"]]
