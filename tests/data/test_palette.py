@@ -11,9 +11,20 @@ from segscale.data.palette import (
     warn_indistinct,
 )
 
-CAMVID = (
-    "Sky Building Pole Road Pavement Tree SignSymbol Fence Car Pedestrian Bicyclist Unlabelled"
-).split()
+CAMVID = [
+    "Sky",
+    "Building",
+    "Pole",
+    "Road",
+    "Pavement",
+    "Tree",
+    "SignSymbol",
+    "Fence",
+    "Car",
+    "Pedestrian",
+    "Bicyclist",
+    "Unlabelled",
+]
 
 
 def _least_distance(colours):
