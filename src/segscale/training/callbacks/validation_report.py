@@ -135,7 +135,7 @@ class ValidationReport(L.Callback):
         # The network the last validation scored: the final one, last.ckpt's weights
         # when it validated at the last step (not best.ckpt's, unless best is last).
         final = self.validated_at == trainer.global_step
-        network = {
+        network: dict[str, object] = {
             "checkpoint": "last.ckpt" if final else None,
             "epoch": trainer.current_epoch,
             "step": self.validated_at,
