@@ -23,6 +23,7 @@ from segscale.data.decode_cache import DecodeCache
 from segscale.data.deferred_loader import DeferredStartLoader
 from segscale.data.labels import LabelMap
 from segscale.data.loader_workers import auto_num_workers, init_worker
+from segscale.data.palette import warn_indistinct
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
 from segscale.data.samplers import EpochShardSampler
 from segscale.data.sources import (
@@ -93,6 +94,8 @@ class SegmentationDataModule(L.LightningDataModule):
         self.class_colors = (
             [tuple(c) for c in classes.class_colors] if classes.class_colors else None
         )
+        if self.class_colors:
+            warn_indistinct(self.class_colors, self.class_names)
         self.ignore_index = classes.ignore_index
         self.labels = LabelMap(
             classes.num_classes, classes.ignore_index, classes.label_ids, classes.ignore_ids

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-import matplotlib
 import numpy as np
-from matplotlib.colors import ListedColormap
 
+from segscale.data.palette import GUARANTEED_CLASSES, distinct_colours
 from segscale.errors import ConfigError
 
 LabelId = int | tuple[int, int, int]
@@ -221,39 +220,20 @@ def _triplet(entry: Sequence[int]) -> tuple[int, int, int]:
     return int(entry[0]), int(entry[1]), int(entry[2])
 
 
-DEFAULT_COLOURS = (
-    (0, 0, 255),
-    (0, 255, 255),
-    (0, 255, 0),
-    (255, 255, 0),
-    (255, 0, 0),
-    (128, 0, 128),
-    (255, 128, 0),
-    (0, 128, 128),
-)
-"""Saturated colours for classes that come without any; then tab20's (``class_colours``)."""
-
-MIN_COLOURFULNESS = 60
-"""The least spread between an automatic colour's channels (0-255): white, black and the
-greys (ignored pixels are drawn light grey, figures have a white background) have none."""
-
-
 def automatic_palette() -> np.ndarray:
-    """The colours ``class_colours`` gives classes without any (``n×3`` uint8), in order.
+    """The colours ``class_colours`` gives classes without any, in order (``n×3`` uint8).
 
-    ``DEFAULT_COLOURS``, then matplotlib's ``tab20`` without its greys: no class takes
-    the ignored pixels' grey or the figures' white background.
+    ``palette.distinct_colours`` for ``palette.GUARANTEED_CLASSES`` classes.
     """
-    tab20 = cast(ListedColormap, matplotlib.colormaps["tab20"])  # a listed colormap
-    more = (np.asarray(tab20.colors) * 255).round()
-    palette = np.concatenate([np.asarray(DEFAULT_COLOURS), more]).astype(np.uint8)
-    spread = palette.max(axis=1).astype(int) - palette.min(axis=1)
-    return palette[spread >= MIN_COLOURFULNESS]
+    return distinct_colours(GUARANTEED_CLASSES)
 
 
 def class_colours(colours: Sequence[Sequence[int]] | None, num_classes: int) -> np.ndarray:
-    """RGB per class (``num_classes×3`` uint8): ``colours``, else ``automatic_palette``."""
-    if colours:
-        return np.asarray(colours, np.uint8)[:num_classes]
-    # Repeats beyond the palette's 23 colours.
-    return np.resize(automatic_palette(), (num_classes, 3))
+    """RGB per class (``num_classes×3`` uint8): ``colours`` as given, then filled in.
+
+    The classes beyond the given colours get ``palette.distinct_colours``: distinct in
+    CIELAB from the given ones and from each other.
+    """
+    given = np.asarray(colours or [], np.uint8).reshape(-1, 3)[:num_classes]
+    filled = distinct_colours(num_classes - len(given), given.tolist())
+    return np.concatenate([given, filled]).astype(np.uint8)

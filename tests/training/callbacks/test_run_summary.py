@@ -79,3 +79,33 @@ def test_the_summary_splits_the_wall_time_and_logs_the_time_to_the_first_step(ma
     assert summary["steady_after_steps"] == 2 and summary["steady_patches_per_s"] > 0
     lines = [r.getMessage() for r in caplog.records if "time to first step" in r.getMessage()]
     assert len(lines) == 1 and "dataset check" in lines[0]
+
+
+def test_the_summary_compares_the_best_and_the_last_validation_score(default_run):
+    summary, _ = default_run
+    comparison = summary["best_versus_last"]
+    assert comparison["best"] == summary["best_score"]
+    assert comparison["last"] == summary["metrics"][comparison["metric"]]
+    assert comparison["within_noise"] == (abs(comparison["best"] - comparison["last"]) < 0.01)
+
+
+@pytest.mark.parametrize(("last", "within"), [(0.770, True), (0.7605, False), (0.7601, False)])
+def test_a_best_last_gap_within_the_seed_spread_is_called_noise(last, within):
+    from types import SimpleNamespace
+
+    import torch
+
+    from segscale.training.callbacks.run_summary import best_versus_last, noise_line
+
+    checkpoint = SimpleNamespace(monitor="val/mIoU", best_model_score=torch.tensor(0.772))
+    trainer = SimpleNamespace(
+        checkpoint_callback=checkpoint, callback_metrics={"val/mIoU": torch.tensor(last)}
+    )
+    comparison = best_versus_last(trainer)
+    assert comparison["within_noise"] is within
+    assert comparison["noise"] == 0.01
+    if within:
+        line = noise_line(comparison)
+        assert "0.0020" in line and "last.ckpt" in line and "test set" in line
+    no_score = SimpleNamespace(checkpoint_callback=checkpoint, callback_metrics={})
+    assert best_versus_last(no_score) is None

@@ -7,9 +7,19 @@ from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
 
-def test_verbose_log_prints_every_n_iterations(make_config, caplog):
+def test_verbose_log_prints_every_n_iterations(make_config, caplog, monkeypatch):
+    import segscale.training.callbacks.verbose_log as verbose_log
+
+    monkeypatch.setattr(verbose_log, "ESTIMATE_AFTER_STEPS", 2)
     caplog.set_level(logging.INFO, logger="segscale.training.callbacks")
     train(make_config("callbacks.verbose_log.frequency=3"))
+    messages = [r.getMessage() for r in caplog.records]
+    # The plan, once, before the table; the estimated end after steps 2-3 were measured.
+    plans = [m for m in messages if m.startswith("plan:")]
+    assert plans == [plans[0]] and plans[0].startswith("plan: 2 epochs of 4 steps = 8 steps, ")
+    assert "; 2 validation passes of " in plans[0]
+    estimates = [m for m in messages if m.startswith("estimate:")]
+    assert estimates and " s per step; " in estimates[0] and "ending around" in estimates[0]
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("|")]
     assert lines[0] == VerboseLog.HEADER
     iterations = [int(line.split("|")[2]) for line in lines[1:]]

@@ -68,6 +68,9 @@ def test_training_ends_with_an_evaluation_report(reported):
         assert (folder / png).read_bytes()[:4] == b"\x89PNG"
     # The confusion matrix is the last validation's, and says when it was taken.
     assert drawn["plot_confusion_matrix"][3] == "Validation confusion matrix at iteration 8"
+    # metrics.json names the network it scored: the final one, last.ckpt's weights.
+    # Its epoch counts from 0, as the checkpoint file's does.
+    assert report["network"] == {"checkpoint": "last.ckpt", "epoch": 1, "step": 8}
     # Samples are whole validation images (the one 192×192 tile), not 64×64 grid patches.
     samples, *_, title = drawn["plot_sample_predictions"]
     assert [s.truth.shape for s in samples] == [(192, 192)]

@@ -142,7 +142,11 @@ class RunSummary(L.Callback):
         Lightning calls it only when ``fit`` did not raise (``on_exception`` writes then).
         """
         if stage == "fit":
-            self._write(self.summary(trainer, pl_module))
+            summary = self.summary(trainer, pl_module)
+            comparison = summary["best_versus_last"]
+            if comparison is not None and comparison["within_noise"]:
+                log.warning("%s", noise_line(comparison))
+            self._write(summary)
 
     @rank_zero_only
     def on_exception(
@@ -217,6 +221,8 @@ class RunSummary(L.Callback):
             # MATLAB's OutputNetwork: the checkpoint this run reports as its result.
             "output_network": self.output_network,
             "output_checkpoint": best if self.output_network == "best-validation" else last,
+            # Whether best.ckpt won on a gap the seed alone makes (SCORE_NOISE).
+            "best_versus_last": best_versus_last(trainer),
             **self.effective_values(trainer),
             # None if this launch took no optimizer step (say, a resume of a finished run).
             "final_learning_rate": self.last_step_rate,
@@ -239,6 +245,44 @@ class RunSummary(L.Callback):
             "started_at": self._started_at,
             "finished_at": _now(),
         }
+
+
+SCORE_NOISE = 0.01
+"""Validation scores closer than this are within a seed's reach: the spread of three
+seeds measured in experiments/seed-spread (s.d. 0.005; runs end within 0.010)."""
+
+
+def best_versus_last(trainer: L.Trainer) -> dict[str, Any] | None:
+    """The best and the last validation score and whether they differ by noise alone.
+
+    ``None`` without a best checkpoint or a last score of its monitored metric.
+    """
+    checkpoint = trainer.checkpoint_callback
+    monitor = getattr(checkpoint, "monitor", None)
+    best = _number(getattr(checkpoint, "best_model_score", None))
+    last = _number(trainer.callback_metrics.get(monitor)) if monitor else None
+    if best is None or last is None:
+        return None
+    difference = abs(best - last)
+    return {
+        "metric": monitor,
+        "best": best,
+        "last": last,
+        "difference": round(difference, 6),
+        "noise": SCORE_NOISE,
+        "within_noise": difference < SCORE_NOISE,
+    }
+
+
+def noise_line(comparison: dict[str, Any]) -> str:
+    """The log line of a best-versus-last gap within the noise, and what to use."""
+    return (
+        f"best.ckpt and the last network differ by {comparison['difference']:.4f} in "
+        f"{comparison['metric']} ({comparison['best']:.4f} vs {comparison['last']:.4f}), "
+        f"less than the seed-to-seed spread ({comparison['noise']}): the choice of best is "
+        "noise. Prefer last.ckpt (training.output_network=last-iteration), or evaluate "
+        "both on the test set (evaluate.py) before choosing"
+    )
 
 
 def _checkpoint_metadata(pl_module: L.LightningModule) -> dict[str, Any]:

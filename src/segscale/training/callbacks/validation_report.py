@@ -132,8 +132,22 @@ class ValidationReport(L.Callback):
         title = f"Validation confusion matrix at iteration {self.validated_at}"
         # How validation predicted (its patch grid): evaluate.py's default, to compare with.
         inference = (module.inference_metadata or {}).get("validation_inference")
+        # The network the last validation scored: the final one, last.ckpt's weights
+        # when it validated at the last step (not best.ckpt's, unless best is last).
+        final = self.validated_at == trainer.global_step
+        network: dict[str, object] = {
+            "checkpoint": "last.ckpt" if final else None,
+            "epoch": trainer.current_epoch,
+            "step": self.validated_at,
+        }
         write_evaluation(
-            self.folder, confusion, list(module.class_names), title, self.figures, inference
+            self.folder,
+            confusion,
+            list(module.class_names),
+            title,
+            self.figures,
+            inference,
+            network,
         )
         self._plot_samples(trainer, module)
 

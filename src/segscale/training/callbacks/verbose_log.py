@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 import lightning as L
 
 from segscale.errors import ConfigError
 from segscale.training.callbacks.trainer_values import current_learning_rate, logged_metric
+from segscale.training.reporting.run_plan import (
+    ESTIMATE_AFTER_STEPS,
+    ESTIMATE_MOVE,
+    RunPlan,
+    estimate_line,
+    remaining_s,
+    run_plan,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,11 @@ class VerboseLog(L.Callback):
     ``on_train_batch_end``, where the optimizer already holds the next iteration's
     rate (0 after the last step of a ``poly`` schedule). A validation row shows the
     rate of the iteration it follows.
+
+    Whatever ``frequency``: the run's plan (``run_plan``) at the start and, after
+    ``ESTIMATE_AFTER_STEPS`` steps past the first (its warm-up left out), the measured
+    step time and the estimated end; again at an epoch's end when the estimate moved by
+    more than ``ESTIMATE_MOVE``.
     """
 
     HEADER = (
@@ -43,11 +57,23 @@ class VerboseLog(L.Callback):
         self.frequency = frequency
         self._start = 0.0
         self._rate: float | None = None  # the learning rate of the current iteration
+        self._plan: RunPlan | None = None
+        self._first_step_end = 0.0  # when the first step (its warm-up) ended
+        self._first_step = 0
+        self._validation_s = 0.0  # all validations' time since the first step
+        self._validations = 0
+        self._validation_start = 0.0
+        self._estimated_s: float | None = None  # the end last logged (perf_counter)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the clock and print the header."""
         self._start = time.perf_counter()
-        if self.frequency and trainer.is_global_zero:
+        if not trainer.is_global_zero:
+            return
+        batch_size = int(getattr(trainer.datamodule, "batch_size", 1)) * trainer.world_size  # type: ignore[attr-defined]
+        self._plan = run_plan(trainer, batch_size)
+        log.info("%s", self._plan.line())
+        if self.frequency:
             log.info(self.HEADER)
 
     def on_train_batch_start(
@@ -64,14 +90,52 @@ class VerboseLog(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Print a row on iteration 1 and every ``frequency`` iterations."""
-        if not self.frequency or not trainer.is_global_zero:
+        """Print a row on iteration 1 and every ``frequency`` iterations; the estimate."""
+        if not trainer.is_global_zero:
+            return
+        self._estimate(trainer, first=True)
+        if not self.frequency:
             return
         if trainer.global_step == 1 or trainer.global_step % self.frequency == 0:
             log.info(self.row(trainer, validation=False))
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the validation clock (the estimate adds the passes left)."""
+        self._validation_start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Log the estimate again if it moved a lot."""
+        if trainer.is_global_zero:
+            self._estimate(trainer, first=False)
+
+    def _estimate(self, trainer: L.Trainer, first: bool) -> None:
+        step = trainer.global_step
+        if self._plan is None or step < 1:
+            return
+        if not self._first_step_end:
+            self._first_step_end, self._first_step = time.perf_counter(), step
+            return
+        measured = step - self._first_step
+        if measured < ESTIMATE_AFTER_STEPS or (first and self._estimated_s is not None):
+            return
+        elapsed = time.perf_counter() - self._first_step_end - self._validation_s
+        step_s = elapsed / measured
+        validation_s = self._validation_s / self._validations if self._validations else 0.0
+        left = remaining_s(self._plan, step, step_s, self._validations, validation_s)
+        # Compare the estimated ends (not the time left, which falls as the run goes).
+        now_s = time.perf_counter()
+        end_s, last = now_s + left, self._estimated_s
+        if last is None or abs(end_s - last) > ESTIMATE_MOVE * max(last - self._start, 1.0):
+            self._estimated_s = end_s
+            now = datetime.now().astimezone()
+            total = end_s - self._start
+            log.info("%s", estimate_line(step_s, left, total, bool(self._validations), now))
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Print a row with the validation columns filled."""
+        if not trainer.sanity_checking and self._first_step_end:
+            self._validation_s += time.perf_counter() - self._validation_start
+            self._validations += 1
         if self.frequency and trainer.is_global_zero and not trainer.sanity_checking:
             log.info(self.row(trainer, validation=True))
 

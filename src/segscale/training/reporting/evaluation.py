@@ -25,6 +25,7 @@ def write_evaluation(
     boundary_f1: Sequence[float | None] | None = None,
     mean_boundary_f1: float | None = None,
     bf_tolerance: float | None = None,
+    network: dict[str, object] | None = None,
 ) -> None:
     """Write ``evaluation_report`` and the confusion matrix into ``folder``.
 
@@ -37,12 +38,17 @@ def write_evaluation(
     ``boundary_f1`` (per class), ``mean_boundary_f1`` and their ``bf_tolerance``: the BF
     scores, where measured (``evaluation_report``), also a ``MeanBFScore`` column of
     ``class_metrics.csv``.
+    ``network``: which weights were scored (``checkpoint``, ``epoch``, ``step``),
+    recorded in ``metrics.json`` as ``network``, so that it cannot be mistaken for
+    another checkpoint of the run.
     """
     names = list(class_names)
     folder.mkdir(parents=True, exist_ok=True)
     report = evaluation_report(confusion, names, boundary_f1, mean_boundary_f1, bf_tolerance)
     if inference is not None:
         report["inference"] = inference
+    if network is not None:
+        report["network"] = network
     write_text_atomically(folder / "metrics.json", json.dumps(report, indent=2))
     columns = ["Accuracy", "IoU", "Dice"] + (["MeanBFScore"] if boundary_f1 else [])
     classes = [
