@@ -6,7 +6,7 @@ import logging
 import math
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import lightning as L
 import numpy as np
@@ -17,6 +17,7 @@ from torch.utils.hooks import RemovableHandle
 from segscale.data.labels import class_colours
 from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
+from segscale.errors import ConfigError
 from segscale.training.reporting.background_figures import BackgroundFigures
 from segscale.training.reporting.evaluation import write_evaluation
 from segscale.training.reporting.plots import SamplePrediction, plot_sample_predictions
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+NETWORKS = ("best-validation", "last-iteration")
+"""The networks a run can hand over (``training.output_network``)."""
 MAX_SAMPLE_SIDE = 1024
 """A sample larger than this (pixels, long side) is shown subsampled to fit."""
 
@@ -44,7 +47,8 @@ class ValidationReport(L.Callback):
     weighted IoU, mean Dice, and per class accuracy, IoU and Dice),
     ``class_metrics.csv``, ``confusion_matrix.csv`` (rows: true class, columns:
     predicted) and ``confusion_matrix.png``, computed over the whole validation set (all
-    ranks) at the last validation; and ``sample_predictions.png``: up to
+    ranks) at the validation of the network the run hands over (``network``: the best
+    validation's, ``best.ckpt``, or the last one's; ``metrics.json`` names it); and ``sample_predictions.png``: up to
     ``num_samples`` whole validation images (spread evenly over the validation set),
     their ground truth and the final network's prediction, each pixel predicted by the
     validation-grid patch that scores it (``whole_tile_prediction``), images larger
@@ -59,9 +63,18 @@ class ValidationReport(L.Callback):
     (``BackgroundFigures``), waited for when fitting ends.
     """
 
-    def __init__(self, folder: str, num_samples: int = 4) -> None:
+    def __init__(self, folder: str, num_samples: int = 4, network: str = "best-validation") -> None:
+        if network not in NETWORKS:
+            raise ConfigError(
+                f"callbacks.validation_report.network={network!r}: expected one of "
+                f"{', '.join(NETWORKS)} (training.output_network's values)"
+            )
         self.folder = Path(folder)
         self.num_samples = num_samples
+        self.network = network
+        # Every validation's (step, epoch, monitored score, confusion matrix): the report
+        # scores the network the run hands over, best.ckpt's when that is the best one.
+        self.validations: list[ScoredValidation] = []
         self.validated_at: int | None = None  # iteration of the last validation
         self.figures = BackgroundFigures("evaluation-figures")
         self._capture: SampleCapture | None = None  # of the validation now running
@@ -98,6 +111,7 @@ class ValidationReport(L.Callback):
             self._hook = None
         if not trainer.sanity_checking:  # a sanity check's few batches are no report
             self.validated_at = trainer.global_step
+            self._record(trainer, pl_module)
             capture, self._capture = self._capture, None
             self._captured = capture if capture is not None and capture.complete() else None
             if self._captured is not None and _is_last_step(trainer):
@@ -121,33 +135,80 @@ class ValidationReport(L.Callback):
         if self.reported_at is None or self.reported_at != trainer.global_step:
             self._report(trainer, pl_module)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The validations so far, so that a resumed run can still report best.ckpt's."""
+        return {"validations": [v._asdict() for v in self.validations]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take the validations of the run a resume continues."""
+        self.validations = [ScoredValidation(**v) for v in state_dict.get("validations", [])]
+
+    def _record(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Keep this validation's confusion matrix and the score best.ckpt is chosen by."""
+        confusion = getattr(pl_module, "last_val_confusion", None)
+        monitor = getattr(trainer.checkpoint_callback, "monitor", None)
+        score = trainer.callback_metrics.get(monitor) if monitor else None
+        if confusion is None:
+            return
+        step = trainer.global_step
+        self.validations = [v for v in self.validations if v.step < step]  # a resume's redo
+        self.validations.append(
+            ScoredValidation(
+                step,
+                trainer.current_epoch,
+                None if score is None else float(score),
+                confusion.clone().cpu(),
+            )
+        )
+
+    def _scored(self, trainer: L.Trainer) -> tuple[ScoredValidation | None, str | None]:
+        """The validation of the network the run hands over, and that network's checkpoint.
+
+        ``best-validation``: the first validation of the best score, chosen as the
+        checkpoint callback chooses ``best.ckpt`` (a strictly better score replaces it).
+        ``last-iteration``: the last validation, ``last.ckpt``'s network if it validated
+        at the final step (else no checkpoint holds the network it scored).
+        """
+        if not self.validations:
+            return None, None
+        last = self.validations[-1]
+        if self.network == "best-validation":
+            mode = getattr(trainer.checkpoint_callback, "mode", "max")
+            best = best_validation(self.validations, mode)
+            if best is not None:
+                return best, "best.ckpt"
+            log.warning(
+                "no validation score to choose best.ckpt by: the evaluation report scores "
+                "the last validated network"
+            )
+        return last, "last.ckpt" if last.step == trainer.global_step else None
+
     def _report(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.reported_at = trainer.global_step
-        confusion = getattr(pl_module, "last_val_confusion", None)
-        if confusion is None or self.validated_at is None:
+        scored, checkpoint = self._scored(trainer)
+        if scored is None or self.validated_at is None:
             log.warning("no validation ran, so there is no evaluation report")
             return
         # Only a SegmentationModule has a validation confusion matrix.
         module = cast("SegmentationModule", pl_module)
-        title = f"Validation confusion matrix at iteration {self.validated_at}"
+        title = f"Validation confusion matrix at iteration {scored.step}"
         # How validation predicted (its patch grid): evaluate.py's default, to compare with.
         inference = (module.inference_metadata or {}).get("validation_inference")
-        # The network the last validation scored: the final one, last.ckpt's weights
-        # when it validated at the last step (not best.ckpt's, unless best is last).
-        final = self.validated_at == trainer.global_step
+        # The network the run hands over (training.output_network), as that validation
+        # scored it (with training.ema, the average: what the checkpoint holds).
         network: dict[str, object] = {
-            "checkpoint": "last.ckpt" if final else None,
-            "epoch": trainer.current_epoch,
-            "step": self.validated_at,
+            "checkpoint": checkpoint,
+            "epoch": scored.epoch,
+            "step": scored.step,
         }
         write_evaluation(
             self.folder,
-            confusion,
+            scored.confusion,
             list(module.class_names),
             title,
             self.figures,
             inference,
-            network,
+            network=network,
         )
         self._plot_samples(trainer, module)
 
@@ -258,6 +319,31 @@ class SampleCapture:
     def complete(self) -> bool:
         """Whether every patch of the sample tiles was predicted (no limit_val_batches)."""
         return not self._missing
+
+
+class ScoredValidation(NamedTuple):
+    """One validation: its step and epoch, the monitored score, its confusion matrix."""
+
+    step: int
+    epoch: int
+    score: float | None
+    confusion: torch.Tensor
+
+
+def best_validation(validations: list[ScoredValidation], mode: str) -> ScoredValidation | None:
+    """The first validation of the best score (``mode`` max or min), as best.ckpt is kept.
+
+    A later validation replaces the best only with a strictly better score, and a NaN
+    score never wins (Lightning's ``ModelCheckpoint`` with ``save_top_k=1``).
+    """
+    best: ScoredValidation | None = None
+    for validation in validations:
+        score = validation.score
+        if score is None or math.isnan(score):
+            continue
+        if best is None or (score > best.score if mode == "max" else score < best.score):  # type: ignore[operator]
+            best = validation
+    return best
 
 
 def _is_last_step(trainer: L.Trainer) -> bool:
