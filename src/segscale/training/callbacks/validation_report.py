@@ -48,12 +48,13 @@ class ValidationReport(L.Callback):
     ``class_metrics.csv``, ``confusion_matrix.csv`` (rows: true class, columns:
     predicted) and ``confusion_matrix.png``, computed over the whole validation set (all
     ranks) at the validation of the network the run hands over (``network``: the best
-    validation's, ``best.ckpt``, or the last one's; ``metrics.json`` names it); and ``sample_predictions.png``: up to
-    ``num_samples`` whole validation images (spread evenly over the validation set),
-    their ground truth and the final network's prediction, each pixel predicted by the
-    validation-grid patch that scores it (``whole_tile_prediction``), images larger
-    than ``MAX_SAMPLE_SIDE`` shown subsampled. Rank 0 writes it all; it holds every
-    validation tile (each rank only validates its share).
+    validation's, ``best.ckpt``, or the last one's; ``metrics.json`` names it); and
+    ``sample_predictions.png``: up to ``num_samples`` whole validation images (spread
+    evenly over the validation set), their ground truth and the final network's
+    prediction, each pixel predicted by the validation-grid patch that scores it
+    (``whole_tile_prediction``), images larger than ``MAX_SAMPLE_SIDE`` shown
+    subsampled. Rank 0 writes it all; it holds every validation tile (each rank only
+    validates its share).
 
     The samples' predictions are the ones the last validation made (``SampleCapture``)
     when it validated the final network on one process; otherwise (a multi-device run,
