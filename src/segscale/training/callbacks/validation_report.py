@@ -19,7 +19,12 @@ from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
 from segscale.training.reporting.background_figures import BackgroundFigures
 from segscale.training.reporting.evaluation import write_evaluation
-from segscale.training.reporting.plots import SamplePrediction, plot_sample_predictions
+from segscale.training.reporting.plots import (
+    SamplePrediction,
+    plot_sample_predictions,
+    sample_predictions_figure,
+)
+from segscale.training.reporting.tracker_images import image_loggers, log_image, render
 from segscale.training.reporting.whole_tile_prediction import (
     display_stride,
     paste_window,
@@ -57,11 +62,19 @@ class ValidationReport(L.Callback):
     the final validation of such a run is written as that validation ends, before the
     checkpoints after it; the figures are drawn in the background
     (``BackgroundFigures``), waited for when fitting ends.
+
+    At the end of every validation (not the sanity check), rank 0 also sends the
+    trackers that show images (TensorBoard, MLflow, W&B; ``tracker_images``) one
+    figure of ``tracker_samples`` validation images (the same ones each time, spread
+    evenly over the validation set), their ground truth and the network's prediction,
+    as ``val/samples``; 0 sends none. The predictions are the validation's own where
+    it kept them, else the tiles are predicted again.
     """
 
-    def __init__(self, folder: str, num_samples: int = 4) -> None:
+    def __init__(self, folder: str, num_samples: int = 4, tracker_samples: int = 4) -> None:
         self.folder = Path(folder)
         self.num_samples = num_samples
+        self.tracker_samples = tracker_samples
         self.validated_at: int | None = None  # iteration of the last validation
         self.figures = BackgroundFigures("evaluation-figures")
         self._capture: SampleCapture | None = None  # of the validation now running
@@ -74,8 +87,11 @@ class ValidationReport(L.Callback):
         grid = getattr(trainer.datamodule, "val_set", None)  # type: ignore[attr-defined]
         if trainer.sanity_checking or trainer.world_size > 1 or not trainer.is_global_zero:
             return
-        if isinstance(grid, GridPatchDataset) and grid.tiles and self.num_samples >= 1:
-            self._capture = SampleCapture(grid, _sample_tiles(grid, self.num_samples))
+        if not isinstance(grid, GridPatchDataset) or not grid.tiles:
+            return
+        wanted = {*_sample_tiles(grid, self.num_samples), *self._tracker_tiles(trainer, grid)}
+        if wanted:
+            self._capture = SampleCapture(grid, sorted(wanted))
             self._hook = pl_module.register_forward_hook(self._capture.forward_hook)
 
     def on_validation_batch_start(
@@ -100,6 +116,8 @@ class ValidationReport(L.Callback):
             self.validated_at = trainer.global_step
             capture, self._capture = self._capture, None
             self._captured = capture if capture is not None and capture.complete() else None
+            if trainer.is_global_zero:
+                self._log_samples(trainer, pl_module)
             if self._captured is not None and _is_last_step(trainer):
                 # The final validation: report now, while the checkpoints after it are
                 # written, rather than after them.
@@ -137,13 +155,30 @@ class ValidationReport(L.Callback):
         )
         self._plot_samples(trainer, module)
 
-    def _plot_samples(self, trainer: L.Trainer, module: SegmentationModule) -> None:
+    def _tracker_tiles(self, trainer: L.Trainer, grid: GridPatchDataset) -> list[int]:
+        """The tiles shown to the trackers at each validation (none if no tracker shows them)."""
+        if not image_loggers(trainer.loggers):
+            return []
+        return _sample_tiles(grid, self.tracker_samples)
+
+    def _log_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Send this validation's sample predictions to the trackers that show images."""
+        grid = getattr(trainer.datamodule, "val_set", None)  # type: ignore[attr-defined]
+        if not isinstance(grid, GridPatchDataset) or not self._tracker_tiles(trainer, grid):
+            return
+        module = cast("SegmentationModule", pl_module)
+        samples = self._samples(trainer, module, self._tracker_tiles(trainer, grid))
+        title = f"Validation at iteration {trainer.global_step}"
+        figure = sample_predictions_figure(samples, *self._legend(trainer, module), title)
+        log_image(trainer.loggers, "val/samples", render(figure), trainer.global_step)
+
+    def _samples(
+        self, trainer: L.Trainer, module: SegmentationModule, picks: list[int]
+    ) -> list[SamplePrediction]:
+        """The validation tiles ``picks``, their truth and this network's predictions."""
         # Lightning's DataConnector sets trainer.datamodule; Trainer does not declare it.
         datamodule = trainer.datamodule  # type: ignore[attr-defined]
-        grid = getattr(datamodule, "val_set", None)
-        if not isinstance(grid, GridPatchDataset) or not grid.tiles or self.num_samples < 1:
-            return
-        picks = _sample_tiles(grid, self.num_samples)
+        grid = datamodule.val_set
         names = _tile_names(datamodule)
         captured = self._captured if self.validated_at == trainer.global_step else None
         if captured is not None:  # the last validation predicted them with this network
@@ -151,24 +186,30 @@ class ValidationReport(L.Callback):
         else:
             batch_size = int(getattr(datamodule, "val_batch_size", 8))
             predictions = self._predict(module, grid, picks, batch_size)
-        samples = [
+        return [
             self._sample(module, grid, t, p, names) for t, p in zip(picks, predictions, strict=True)
         ]
+
+    @staticmethod
+    def _legend(trainer: L.Trainer, module: SegmentationModule) -> tuple[Any, np.ndarray, int]:
+        """The class names, their colours and the ignore index of the sample figures."""
         classes = module.class_names
-        colours = class_colours(getattr(datamodule, "class_colors", None), len(classes))
+        colours = class_colours(
+            getattr(trainer.datamodule, "class_colors", None),  # type: ignore[attr-defined]
+            len(classes),
+        )
+        return classes, colours[: len(classes)], module.ignore_index
+
+    def _plot_samples(self, trainer: L.Trainer, module: SegmentationModule) -> None:
+        grid = getattr(trainer.datamodule, "val_set", None)  # type: ignore[attr-defined]
+        if not isinstance(grid, GridPatchDataset) or not grid.tiles or self.num_samples < 1:
+            return
+        samples = self._samples(trainer, module, _sample_tiles(grid, self.num_samples))
         path = self.folder / "sample_predictions.png"
         title = f"Final network (iteration {trainer.global_step}) on whole validation images"
         self.figures.draw(
             path,
-            partial(
-                plot_sample_predictions,
-                samples,
-                classes,
-                colours[: len(classes)],
-                module.ignore_index,
-                path,
-                title,
-            ),
+            partial(plot_sample_predictions, samples, *self._legend(trainer, module), path, title),
         )
 
     @staticmethod
@@ -253,8 +294,8 @@ def _is_last_step(trainer: L.Trainer) -> bool:
 
 
 def _sample_tiles(grid: GridPatchDataset, count: int) -> list[int]:
-    """Up to ``count`` tiles, spread evenly over the validation set."""
-    count = min(count, len(grid.tiles))
+    """Up to ``count`` tiles, spread evenly over the validation set (none for 0)."""
+    count = max(0, min(count, len(grid.tiles)))
     return [int(t) for t in np.linspace(0, len(grid.tiles) - 1, count).round().astype(int)]
 
 
