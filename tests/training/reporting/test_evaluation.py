@@ -9,11 +9,7 @@ import pytest
 import torch
 
 from segscale.training.callbacks import validation_report
-from segscale.training.callbacks.validation_report import (
-    ScoredValidation,
-    ValidationReport,
-    best_validation,
-)
+from segscale.training.callbacks.validation_report import ValidationReport
 from segscale.training.reporting import evaluation
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides
@@ -137,47 +133,3 @@ def test_a_figure_that_fails_to_draw_is_logged_and_the_run_still_finishes(
     png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
     assert f"could not draw {png}: RuntimeError: out of colours" in caplog.text
     assert (tmp_path / "run" / "evaluation" / "confusion_matrix.png").is_file()
-
-
-def _validation(step: int, score: float | None) -> ScoredValidation:
-    return ScoredValidation(step, step // 4, score, torch.full((2, 2), step))
-
-
-def test_the_report_scores_the_network_the_run_hands_over():
-    # best.ckpt is the first validation of the best score (a tie does not replace it);
-    # a NaN or missing score never wins.
-    validations = [_validation(4, 0.5), _validation(8, 0.7), _validation(12, 0.7)]
-    validations += [_validation(16, float("nan")), _validation(20, None)]
-    assert best_validation(validations, "max").step == 8
-    assert best_validation(validations, "min").step == 4
-    assert best_validation([_validation(4, None)], "max") is None
-
-    def scored(network, final_step, checkpoint_mode="max"):
-        report = ValidationReport("unused", network=network)
-        report.validations = validations
-        trainer = SimpleNamespace(
-            checkpoint_callback=SimpleNamespace(mode=checkpoint_mode), global_step=final_step
-        )
-        chosen, checkpoint = report._scored(trainer)
-        return chosen.step, checkpoint
-
-    assert scored("best-validation", 20) == (8, "best.ckpt")
-    assert scored("best-validation", 20, "min") == (4, "best.ckpt")
-    # last-iteration: the last validation, last.ckpt's network if it validated at the end.
-    assert scored("last-iteration", 20) == (20, "last.ckpt")
-    assert scored("last-iteration", 24) == (20, None)
-    # A resume keeps the validations it continues.
-    report = ValidationReport("unused")
-    report.load_state_dict(ValidationReport("unused").state_dict() | {"validations": []})
-    kept = ValidationReport("unused")
-    kept.validations = validations[:2]
-    report.load_state_dict(kept.state_dict())
-    assert [v.step for v in report.validations] == [4, 8]
-    assert torch.equal(report.validations[1].confusion, validations[1].confusion)
-
-
-def test_an_unknown_network_is_refused_naming_the_key():
-    from segscale.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=r"callbacks\.validation_report\.network='best'"):
-        ValidationReport("unused", network="best")

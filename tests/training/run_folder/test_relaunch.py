@@ -214,3 +214,23 @@ def test_the_restored_overrides_are_logged(make_config, tmp_path, monkeypatch, c
         check_relaunch(make_config("ckpt_path=last"))
     assert "restored the run's overrides from" in caplog.text
     assert "seed=3 trainer.max_epochs=1" in caplog.text
+
+
+def test_a_wandb_run_resumes_with_its_keys_and_keeps_its_files_in_the_run_folder(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "outputs" / "train" / "run1"
+    lines = ["logger=wandb", f"logger.wandb.run_folder={run}", "logger.wandb.project=mine"]
+    fake_run(run, [*lines, "logger.wandb.offline=false"])
+    restored = restore_overrides(["train.py", "ckpt_path=last"])
+    assert restored[1:5] == [
+        "logger=wandb",
+        f"logger.wandb.run_folder='{run}'",
+        "logger.wandb.project='mine'",
+        "logger.wandb.offline=false",
+    ]
+    elsewhere = tmp_path / "outputs" / "train" / "run2"
+    fake_run(elsewhere, ["logger=wandb", "logger.wandb.run_folder=/tmp/x"])
+    with pytest.raises(ConfigError, match=r"overrides\.yaml:2: .*outside its run folder"):
+        restore_overrides(["train.py", f"ckpt_path={elsewhere / 'checkpoints' / 'last.ckpt'}"])

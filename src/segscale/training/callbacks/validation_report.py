@@ -6,7 +6,7 @@ import logging
 import math
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
 import numpy as np
@@ -17,10 +17,15 @@ from torch.utils.hooks import RemovableHandle
 from segscale.data.labels import class_colours
 from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
-from segscale.errors import ConfigError
 from segscale.training.reporting.background_figures import BackgroundFigures
 from segscale.training.reporting.evaluation import write_evaluation
-from segscale.training.reporting.plots import SamplePrediction, plot_sample_predictions
+from segscale.training.reporting.plots import (
+    SamplePrediction,
+    plot_sample_predictions,
+    sample_predictions_figure,
+)
+from segscale.training.reporting.scored_validations import ScoredValidations
+from segscale.training.reporting.tracker_images import image_loggers, log_image, render
 from segscale.training.reporting.whole_tile_prediction import (
     display_stride,
     paste_window,
@@ -34,8 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NETWORKS = ("best-validation", "last-iteration")
-"""The networks a run can hand over (``training.output_network``)."""
 MAX_SAMPLE_SIDE = 1024
 """A sample larger than this (pixels, long side) is shown subsampled to fit."""
 
@@ -62,20 +65,28 @@ class ValidationReport(L.Callback):
     the final validation of such a run is written as that validation ends, before the
     checkpoints after it; the figures are drawn in the background
     (``BackgroundFigures``), waited for when fitting ends.
+
+    At the end of every validation (not the sanity check), rank 0 also sends the
+    trackers that show images (TensorBoard, MLflow, W&B; ``tracker_images``) one
+    figure of ``tracker_samples`` validation images (the same ones each time, spread
+    evenly over the validation set), their ground truth and the network's prediction,
+    as ``val/samples``; 0 sends none. The predictions are the validation's own where
+    it kept them, else the tiles are predicted again.
     """
 
-    def __init__(self, folder: str, num_samples: int = 4, network: str = "best-validation") -> None:
-        if network not in NETWORKS:
-            raise ConfigError(
-                f"callbacks.validation_report.network={network!r}: expected one of "
-                f"{', '.join(NETWORKS)} (training.output_network's values)"
-            )
+    def __init__(
+        self,
+        folder: str,
+        num_samples: int = 4,
+        tracker_samples: int = 4,
+        network: str = "best-validation",
+    ) -> None:
         self.folder = Path(folder)
         self.num_samples = num_samples
-        self.network = network
-        # Every validation's (step, epoch, monitored score, confusion matrix): the report
-        # scores the network the run hands over, best.ckpt's when that is the best one.
-        self.validations: list[ScoredValidation] = []
+        self.tracker_samples = tracker_samples
+        # The report scores the network the run hands over: best.ckpt's validation, or
+        # the last one (``network``: training.output_network).
+        self.scores = ScoredValidations(network, "callbacks.validation_report.network")
         self.validated_at: int | None = None  # iteration of the last validation
         self.figures = BackgroundFigures("evaluation-figures")
         self._capture: SampleCapture | None = None  # of the validation now running
@@ -88,8 +99,11 @@ class ValidationReport(L.Callback):
         grid = getattr(trainer.datamodule, "val_set", None)  # type: ignore[attr-defined]
         if trainer.sanity_checking or trainer.world_size > 1 or not trainer.is_global_zero:
             return
-        if isinstance(grid, GridPatchDataset) and grid.tiles and self.num_samples >= 1:
-            self._capture = SampleCapture(grid, _sample_tiles(grid, self.num_samples))
+        if not isinstance(grid, GridPatchDataset) or not grid.tiles:
+            return
+        wanted = {*_sample_tiles(grid, self.num_samples), *self._tracker_tiles(trainer, grid)}
+        if wanted:
+            self._capture = SampleCapture(grid, sorted(wanted))
             self._hook = pl_module.register_forward_hook(self._capture.forward_hook)
 
     def on_validation_batch_start(
@@ -115,6 +129,8 @@ class ValidationReport(L.Callback):
             self._record(trainer, pl_module)
             capture, self._capture = self._capture, None
             self._captured = capture if capture is not None and capture.complete() else None
+            if trainer.is_global_zero:
+                self._log_samples(trainer, pl_module)
             if self._captured is not None and _is_last_step(trainer):
                 # The final validation: report now, while the checkpoints after it are
                 # written, rather than after them.
@@ -138,55 +154,25 @@ class ValidationReport(L.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """The validations so far, so that a resumed run can still report best.ckpt's."""
-        return {"validations": [v._asdict() for v in self.validations]}
+        return self.scores.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Take the validations of the run a resume continues."""
-        self.validations = [ScoredValidation(**v) for v in state_dict.get("validations", [])]
+        self.scores.load_state_dict(state_dict)
 
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Keep this validation's confusion matrix and the score best.ckpt is chosen by."""
         confusion = getattr(pl_module, "last_val_confusion", None)
         monitor = getattr(trainer.checkpoint_callback, "monitor", None)
-        score = trainer.callback_metrics.get(monitor) if monitor else None
-        if confusion is None:
-            return
-        step = trainer.global_step
-        self.validations = [v for v in self.validations if v.step < step]  # a resume's redo
-        self.validations.append(
-            ScoredValidation(
-                step,
-                trainer.current_epoch,
-                None if score is None else float(score),
-                confusion.clone().cpu(),
-            )
-        )
-
-    def _scored(self, trainer: L.Trainer) -> tuple[ScoredValidation | None, str | None]:
-        """The validation of the network the run hands over, and that network's checkpoint.
-
-        ``best-validation``: the first validation of the best score, chosen as the
-        checkpoint callback chooses ``best.ckpt`` (a strictly better score replaces it).
-        ``last-iteration``: the last validation, ``last.ckpt``'s network if it validated
-        at the final step (else no checkpoint holds the network it scored).
-        """
-        if not self.validations:
-            return None, None
-        last = self.validations[-1]
-        if self.network == "best-validation":
-            mode = getattr(trainer.checkpoint_callback, "mode", "max")
-            best = best_validation(self.validations, mode)
-            if best is not None:
-                return best, "best.ckpt"
-            log.warning(
-                "no validation score to choose best.ckpt by: the evaluation report scores "
-                "the last validated network"
-            )
-        return last, "last.ckpt" if last.step == trainer.global_step else None
+        value = trainer.callback_metrics.get(monitor) if monitor else None
+        if confusion is not None:
+            score = None if value is None else float(value)
+            self.scores.record(trainer.global_step, trainer.current_epoch, score, confusion)
 
     def _report(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.reported_at = trainer.global_step
-        scored, checkpoint = self._scored(trainer)
+        mode = getattr(trainer.checkpoint_callback, "mode", "max")
+        scored, checkpoint = self.scores.handed_over(mode, trainer.global_step)
         if scored is None or self.validated_at is None:
             log.warning("no validation ran, so there is no evaluation report")
             return
@@ -213,13 +199,30 @@ class ValidationReport(L.Callback):
         )
         self._plot_samples(trainer, module)
 
-    def _plot_samples(self, trainer: L.Trainer, module: SegmentationModule) -> None:
+    def _tracker_tiles(self, trainer: L.Trainer, grid: GridPatchDataset) -> list[int]:
+        """The tiles shown to the trackers at each validation (none if no tracker shows them)."""
+        if not image_loggers(trainer.loggers):
+            return []
+        return _sample_tiles(grid, self.tracker_samples)
+
+    def _log_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Send this validation's sample predictions to the trackers that show images."""
+        grid = getattr(trainer.datamodule, "val_set", None)  # type: ignore[attr-defined]
+        if not isinstance(grid, GridPatchDataset) or not self._tracker_tiles(trainer, grid):
+            return
+        module = cast("SegmentationModule", pl_module)
+        samples = self._samples(trainer, module, self._tracker_tiles(trainer, grid))
+        title = f"Validation at iteration {trainer.global_step}"
+        figure = sample_predictions_figure(samples, *self._legend(trainer, module), title)
+        log_image(trainer.loggers, "val/samples", render(figure), trainer.global_step)
+
+    def _samples(
+        self, trainer: L.Trainer, module: SegmentationModule, picks: list[int]
+    ) -> list[SamplePrediction]:
+        """The validation tiles ``picks``, their truth and this network's predictions."""
         # Lightning's DataConnector sets trainer.datamodule; Trainer does not declare it.
         datamodule = trainer.datamodule  # type: ignore[attr-defined]
-        grid = getattr(datamodule, "val_set", None)
-        if not isinstance(grid, GridPatchDataset) or not grid.tiles or self.num_samples < 1:
-            return
-        picks = _sample_tiles(grid, self.num_samples)
+        grid = datamodule.val_set
         names = _tile_names(datamodule)
         captured = self._captured if self.validated_at == trainer.global_step else None
         if captured is not None:  # the last validation predicted them with this network
@@ -227,24 +230,30 @@ class ValidationReport(L.Callback):
         else:
             batch_size = int(getattr(datamodule, "val_batch_size", 8))
             predictions = self._predict(module, grid, picks, batch_size)
-        samples = [
+        return [
             self._sample(module, grid, t, p, names) for t, p in zip(picks, predictions, strict=True)
         ]
+
+    @staticmethod
+    def _legend(trainer: L.Trainer, module: SegmentationModule) -> tuple[Any, np.ndarray, int]:
+        """The class names, their colours and the ignore index of the sample figures."""
         classes = module.class_names
-        colours = class_colours(getattr(datamodule, "class_colors", None), len(classes))
+        colours = class_colours(
+            getattr(trainer.datamodule, "class_colors", None),  # type: ignore[attr-defined]
+            len(classes),
+        )
+        return classes, colours[: len(classes)], module.ignore_index
+
+    def _plot_samples(self, trainer: L.Trainer, module: SegmentationModule) -> None:
+        grid = getattr(trainer.datamodule, "val_set", None)  # type: ignore[attr-defined]
+        if not isinstance(grid, GridPatchDataset) or not grid.tiles or self.num_samples < 1:
+            return
+        samples = self._samples(trainer, module, _sample_tiles(grid, self.num_samples))
         path = self.folder / "sample_predictions.png"
         title = f"Final network (iteration {trainer.global_step}) on whole validation images"
         self.figures.draw(
             path,
-            partial(
-                plot_sample_predictions,
-                samples,
-                classes,
-                colours[: len(classes)],
-                module.ignore_index,
-                path,
-                title,
-            ),
+            partial(plot_sample_predictions, samples, *self._legend(trainer, module), path, title),
         )
 
     @staticmethod
@@ -322,31 +331,6 @@ class SampleCapture:
         return not self._missing
 
 
-class ScoredValidation(NamedTuple):
-    """One validation: its step and epoch, the monitored score, its confusion matrix."""
-
-    step: int
-    epoch: int
-    score: float | None
-    confusion: torch.Tensor
-
-
-def best_validation(validations: list[ScoredValidation], mode: str) -> ScoredValidation | None:
-    """The first validation of the best score (``mode`` max or min), as best.ckpt is kept.
-
-    A later validation replaces the best only with a strictly better score, and a NaN
-    score never wins (Lightning's ``ModelCheckpoint`` with ``save_top_k=1``).
-    """
-    best: ScoredValidation | None = None
-    for validation in validations:
-        score = validation.score
-        if score is None or math.isnan(score):
-            continue
-        if best is None or (score > best.score if mode == "max" else score < best.score):  # type: ignore[operator]
-            best = validation
-    return best
-
-
 def _is_last_step(trainer: L.Trainer) -> bool:
     """Whether the trainer has taken every optimizer step it plans (training ends now)."""
     planned = trainer.estimated_stepping_batches
@@ -354,8 +338,8 @@ def _is_last_step(trainer: L.Trainer) -> bool:
 
 
 def _sample_tiles(grid: GridPatchDataset, count: int) -> list[int]:
-    """Up to ``count`` tiles, spread evenly over the validation set."""
-    count = min(count, len(grid.tiles))
+    """Up to ``count`` tiles, spread evenly over the validation set (none for 0)."""
+    count = max(0, min(count, len(grid.tiles)))
     return [int(t) for t in np.linspace(0, len(grid.tiles) - 1, count).round().astype(int)]
 
 

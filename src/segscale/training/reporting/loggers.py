@@ -1,4 +1,4 @@
-"""Metric loggers: CSV that keeps a resumed run's history, MLflow that knows its job."""
+"""Metric loggers: CSV that keeps a resumed run's history, MLflow and W&B that know their job."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
+from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.trainer.states import TrainerFn
@@ -175,6 +176,20 @@ class MLFlowLogger(LightningMLFlowLogger):
             if config.is_dir():
                 self.experiment.log_artifacts(self.run_id, str(config), artifact_path="config")
         super().finalize(status)
+
+
+class WandbLogger(LightningWandbLogger):
+    """Lightning's Weights & Biases logger, its run named after the run folder.
+
+    The run's files go into ``<run folder>/wandb``; ``offline`` (the config's default)
+    writes them there without a login, for ``wandb sync`` later.
+    """
+
+    def __init__(self, run_folder: str, **kwargs: Any) -> None:
+        folder = Path(run_folder)
+        super().__init__(
+            save_dir=str(folder), name=kwargs.pop("name", None) or folder.name, **kwargs
+        )
 
 
 def _numbered_from(row: list[str], column: int, step: int) -> bool:
