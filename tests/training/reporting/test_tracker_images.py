@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import numpy as np
@@ -5,7 +6,7 @@ import pytest
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from segscale.training.reporting.loggers import CSVLogger, MLFlowLogger
+from segscale.training.reporting.loggers import CSVLogger, MLFlowLogger, WandbLogger, wandb_run_id
 from segscale.training.reporting.tracker_images import image_loggers, log_image
 from segscale.training.run.training_run import train
 
@@ -92,3 +93,20 @@ def test_wandb_writes_an_offline_run_with_the_images_into_the_run_folder(
     images = list((runs[0] / "files" / "media" / "images").rglob("*.png"))
     assert len(images) == 2  # one per validation
     assert (tmp_path / "run" / "metrics.csv").is_file()  # the CSV logger as well
+    # The W&B run is the run folder's: a resume logs to it again (wandb_run_id).
+    assert runs[0].name.endswith("-" + wandb_run_id(tmp_path / "run"))
+
+
+def test_every_launch_of_a_run_folder_logs_to_one_wandb_run(tmp_path, offline_wandb):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    record = run / ".hydra" / "config.yaml"
+    record.write_text("seed: 1\n")
+    first = WandbLogger(str(run), project="p", offline=True)
+    again = WandbLogger(str(tmp_path / "." / "run"), project="p", offline=True)
+    assert first._wandb_init["id"] == again._wandb_init["id"] == wandb_run_id(run)
+    assert first._wandb_init["resume"] == "allow"
+    # A new run in the same path (the old folder deleted) is another W&B run.
+    os.utime(record, ns=(1, 1))
+    assert wandb_run_id(run) != first._wandb_init["id"]
+    assert WandbLogger(str(run), project="p", id="mine")._wandb_init["id"] == "mine"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import logging
 import random
 import time
@@ -182,14 +183,31 @@ class WandbLogger(LightningWandbLogger):
     """Lightning's Weights & Biases logger, its run named after the run folder.
 
     The run's files go into ``<run folder>/wandb``; ``offline`` (the config's default)
-    writes them there without a login, for ``wandb sync`` later.
+    writes them there without a login, for ``wandb sync`` later. Every launch of one run
+    folder (a resume, a requeue) logs to one W&B run: its id is the run folder's
+    (``wandb_run_id``) and W&B resumes it if it exists; ``id`` given by hand wins.
     """
 
     def __init__(self, run_folder: str, **kwargs: Any) -> None:
         folder = Path(run_folder)
+        kwargs.setdefault("id", wandb_run_id(folder))
+        kwargs.setdefault("resume", "allow")
         super().__init__(
             save_dir=str(folder), name=kwargs.pop("name", None) or folder.name, **kwargs
         )
+
+
+def wandb_run_id(folder: Path) -> str:
+    """The W&B run id of a run folder: the same for each of its launches, on every rank.
+
+    A digest of the folder's resolved path and the time its first launch record was
+    written (``.hydra/config.yaml``, never rewritten by a later launch), so that a new
+    run in a reused path (the old folder deleted) is another W&B run, not a continuation.
+    """
+    record = folder / ".hydra" / "config.yaml"
+    written = record.stat().st_mtime_ns if record.is_file() else 0
+    identity = f"{folder.resolve()}\n{written}".encode()
+    return hashlib.sha256(identity).hexdigest()[:16]
 
 
 def _numbered_from(row: list[str], column: int, step: int) -> bool:
