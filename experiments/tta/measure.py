@@ -28,6 +28,7 @@ RESULTS = HERE / "results.json"
 SETTINGS: dict[str, list[str]] = {
     "none": ["inference.tta=none"],
     "flip": ["inference.tta=flip"],
+    "hflip": ["inference.tta=hflip"],
     "d4": ["inference.tta=d4"],
     "scales": ["inference.tta=none", "inference.tta_scales=[0.75,1,1.25]"],
     "d4+scales": ["inference.tta=d4", "inference.tta_scales=[0.75,1,1.25]"],

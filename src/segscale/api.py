@@ -174,9 +174,9 @@ def load(
     ``predict.py``: there is nothing to repeat from the training config.
     The sliding window is the ``inference`` group of the shipped ``predict`` config,
     the defaults ``predict.py`` uses. ``tile_size``, ``overlap``, ``batch_size``, ``tta``
-    (``"none"``, ``"flip"``, ``"d4"``) and ``tta_scales`` (e.g. ``[0.75, 1, 1.25]``) replace
-    its values; ``overrides`` are overrides of that config as ``predict.py`` takes them
-    (``inference.tta=d4``, ``max_image_pixels=null``).
+    (``"none"``, ``"hflip"``, ``"flip"``, ``"d4"``) and ``tta_scales`` (e.g.
+    ``[0.75, 1, 1.25]``) replace its values; ``overrides`` are overrides of that config
+    as ``predict.py`` takes them (``inference.tta=d4``, ``max_image_pixels=null``).
     A missing or damaged checkpoint, or a bad value, raises ``ConfigError`` naming it.
     """
     cfg = _compose("predict", overrides)

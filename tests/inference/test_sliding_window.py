@@ -52,7 +52,7 @@ def random_image(height: int, width: int, channels: int = 3) -> np.ndarray:
     return np.random.default_rng(0).random((height, width, channels), dtype=np.float32)
 
 
-@pytest.mark.parametrize("tta", ["none", "flip", "d4"])
+@pytest.mark.parametrize("tta", ["none", "hflip", "flip", "d4"])
 def test_pointwise_model_matches_full_image(tta: str) -> None:
     model, image = pointwise_model(), random_image(70, 45)
     window = SlidingWindow(tile_size=32, overlap=0.25, batch_size=3, tta=tta)

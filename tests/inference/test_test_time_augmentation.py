@@ -82,6 +82,19 @@ def test_flip_is_the_flip_tta_of_before() -> None:
     np.testing.assert_allclose(got, expected[0].numpy(), rtol=0, atol=1e-7)
 
 
+def test_hflip_averages_the_tile_and_its_left_right_mirror() -> None:
+    """tta=hflip (mmseg's flip): a left-right mirror image gives the mirrored prediction."""
+    model, image = context_model(), random_image(32, 32)
+    with torch.inference_mode():
+        batch = torch.from_numpy(image[None]).permute(0, 3, 1, 2)
+        expected = (model(batch).softmax(1) + model(batch.flip(-1)).softmax(1).flip(-1)) / 2
+    window = SlidingWindow(tile_size=32, tta="hflip", blend="none")
+    got = probabilities(window, model, image)
+    np.testing.assert_allclose(got, expected[0].numpy(), rtol=0, atol=1e-7)
+    mirrored = probabilities(window, model, np.ascontiguousarray(image[:, ::-1]))
+    np.testing.assert_allclose(mirrored, got[:, :, ::-1], atol=1e-6)
+
+
 class _Sides(nn.Module):
     """A network that records the side of every batch it sees."""
 

@@ -26,6 +26,8 @@ Transform = tuple[int, int | None]
 
 TRANSFORMS: dict[str, tuple[Transform, ...]] = {
     "none": ((0, None),),
+    # The original and its left-right mirror, as mmseg's flip: street scenes have an up.
+    "hflip": ((0, None), (0, -1)),
     # The original, left-right and up-down: segscale's flip_tta of before, op for op.
     "flip": ((0, None), (0, -1), (0, -2)),
     # D4: the 4 rotations, each also mirrored. Aerial images have no "up".
