@@ -89,9 +89,11 @@ def table(results: dict) -> str:
     ]
     for run in runs.values():
         scales = run["inference"]["tta_scales"]
+        # A run measured at another time (its "note" says when) has no ratio to none's.
+        ratio = "not comparable" if run.get("note") else f"{run['wall_s'] / base:.1f}"
         rows.append(
             f"| {run['inference']['tta']} | {scales} | {run['mIoU']:.4f} | "
-            f"{run['pixel_accuracy']:.4f} | {run['wall_s']:.1f} | {run['wall_s'] / base:.1f} |"
+            f"{run['pixel_accuracy']:.4f} | {run['wall_s']:.1f} | {ratio} |"
         )
     return "\n".join(rows)
 
