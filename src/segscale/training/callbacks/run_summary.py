@@ -255,7 +255,8 @@ seeds measured in experiments/seed-spread (s.d. 0.005; runs end within 0.010).""
 def best_versus_last(trainer: L.Trainer) -> dict[str, Any] | None:
     """The best and the last validation score and whether they differ by noise alone.
 
-    ``None`` without a best checkpoint or a last score of its monitored metric.
+    ``None`` without a best checkpoint or a last score of its monitored metric. Equal
+    scores are no choice (best.ckpt is the last network, or scores as it does): not noise.
     """
     checkpoint = trainer.checkpoint_callback
     monitor = getattr(checkpoint, "monitor", None)
@@ -270,7 +271,7 @@ def best_versus_last(trainer: L.Trainer) -> dict[str, Any] | None:
         "last": last,
         "difference": round(difference, 6),
         "noise": SCORE_NOISE,
-        "within_noise": difference < SCORE_NOISE,
+        "within_noise": 0 < difference < SCORE_NOISE,
     }
 
 
