@@ -23,7 +23,7 @@ from PIL import Image
 from segscale.configs import CONFIG_DIR
 from segscale.data.synthetic import SyntheticTiles, draw_tile
 from segscale.devices import cpus_available
-from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
+from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ import segscale
 from segscale import api
 from segscale.errors import ConfigError
 from segscale.inference.prediction import predict as predict_command
-from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
+from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import (
     compose_config,
     float_oracle_checkpoint,

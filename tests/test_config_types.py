@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from segscale.config_types import admits, check_types, expected
 from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
-from segscale.inference.checkpoint_classes import CLASS_KEYS
+from segscale.models.checkpoint.recorded_classes import CLASS_KEYS
 from segscale.training.run.config_checks import check_config
 from tests.conftest import compose_config
 

@@ -2,7 +2,7 @@ import errno
 import os
 
 from segscale.disk_full import disk_full_error, disk_full_message
-from segscale.models.checkpoint_io import CheckpointWriteError
+from segscale.models.checkpoint.files import CheckpointWriteError
 
 
 def full(filename: str | None = None, code: int = errno.ENOSPC) -> OSError:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from segscale.atomic_files import write_text_atomically
-from segscale.models.checkpoint_io import (
+from segscale.models.checkpoint.files import (
     content_digest,
     load_checkpoint_file,
     save_checkpoint_file,

@@ -34,8 +34,8 @@ from omegaconf import OmegaConf
 
 from segscale.configs import compose_config
 from segscale.inference.export import load_exported
-from segscale.inference.trained import TrainedModel, load_trained
-from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.models.checkpoint.files import save_checkpoint_file
+from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import build_network
 
 HERE = Path(__file__).resolve().parent

@@ -39,7 +39,7 @@ from segscale.inference.checkpoint_evaluation import names_data
 from segscale.inference.image_metrics import read_image_metrics
 from segscale.inference.inputs import check_pixels, range_checked, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
-from segscale.inference.trained import TrainedModel, load_trained
+from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.moved_keys import refuse_moved_overrides
 from segscale.training.run.builders import build

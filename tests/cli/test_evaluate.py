@@ -18,8 +18,8 @@ from segscale.data.sources import ImageMaskPair
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.checkpoint_evaluation import evaluate, image_confusion
 from segscale.inference.sliding_window import SlidingWindow
-from segscale.inference.trained import load_trained
-from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
+from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
+from segscale.models.checkpoint.trained import load_trained
 from tests.conftest import (
     REPO,
     compose_config,

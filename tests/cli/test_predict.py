@@ -16,7 +16,7 @@ from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_TAGS
 from segscale.inference.inputs import UnreadableImageError
 from segscale.inference.prediction import predict, run_prediction
-from segscale.models.checkpoint_io import load_checkpoint_file, save_checkpoint_file
+from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import (
     REPO,

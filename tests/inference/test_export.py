@@ -20,8 +20,8 @@ from segscale.inference.export import (
     read_metadata,
     resolve_dtype,
 )
-from segscale.inference.trained import TrainedModel, load_trained
-from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.models.checkpoint.files import save_checkpoint_file
+from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import build_network
 from tests.conftest import oracle_checkpoint, oracle_image
 

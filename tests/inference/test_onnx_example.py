@@ -16,7 +16,7 @@ from PIL import Image
 
 from segscale.cli.predict import main as predict_main
 from segscale.inference.export import ExportSettings, export_network
-from segscale.inference.trained import load_trained
+from segscale.models.checkpoint.trained import load_trained
 from tests.in_process import run_in_process
 from tests.inference.test_export import _deeplab_checkpoint
 

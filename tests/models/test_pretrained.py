@@ -4,7 +4,6 @@ import json
 import socket
 import threading
 import time
-from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
@@ -13,10 +12,8 @@ import segmentation_models_pytorch as smp
 import timm
 import torch
 
-from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
 from segscale.models import pretrained
-from segscale.models.checkpoint_metadata import inference_metadata
 from segscale.models.networks import build_network
 from segscale.models.pretrained import named_weights, names_a_file, weights_names
 from tests.conftest import compose_config
@@ -168,22 +165,6 @@ def test_ranks_sharing_a_cache_fetch_once(cache, monkeypatch):
     for network in networks:
         assert torch.equal(network.encoder.conv1.weight, state["conv1.weight"])
     assert (cache / ".locks" / "segscale--smp-hub--resnet18.imagenet.lock").exists()
-
-
-def test_a_checkpoint_never_fetches():
-    datamodule = SimpleNamespace(
-        class_names=["a"],
-        class_colors=None,
-        ignore_index=255,
-        mean=[0.5],
-        std=[0.5],
-        max_value=1,
-        labels=LabelMap(1),
-        patch_size=64,
-        value_range=None,
-    )
-    metadata = inference_metadata({"encoder_weights": "imagenet"}, datamodule)
-    assert metadata["model"]["encoder_weights"] is None
 
 
 def test_the_matlab_preset_starts_from_imagenet_weights():

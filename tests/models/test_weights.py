@@ -6,7 +6,7 @@ import torchvision
 
 from segscale.errors import ConfigError
 from segscale.models.networks import build_network
-from segscale.models.weights import compare_state, load_network_weights, read_weights
+from segscale.models.weights import read_weights
 
 
 class WritesAFile:
@@ -61,22 +61,6 @@ def test_a_file_with_other_shapes_is_refused_with_the_shapes(tmp_path):
         r"network 64×4×7×7\)",
     ):
         build_network(in_channels=4, encoder_weights=str(path))
-
-
-def test_missing_keys_are_listed():
-    network = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.BatchNorm2d(2))
-    state = dict(network.state_dict())
-    del state["1.running_var"]
-    state["2.weight"] = torch.zeros(1)
-    mismatch = compare_state(network.state_dict(), state)
-    assert mismatch.missing == ("1.running_var",)
-    assert mismatch.unexpected == ("2.weight",)
-    with pytest.raises(
-        ConfigError,
-        match=r"ckpt='x\.ckpt' does not fit the network \(Sequential\): "
-        r"1 missing: 1\.running_var; 1 unexpected: 2\.weight",
-    ):
-        load_network_weights(network, state, "x.ckpt", "ckpt")
 
 
 def test_read_weights_names_a_damaged_file(tmp_path):

@@ -50,7 +50,7 @@ from segscale.bench.compute import (
     optimizer_and_scaler,
 )
 from segscale.bench.timing import synchronize
-from segscale.models.checkpoint_io import SafeCheckpointIO
+from segscale.models.checkpoint.files import SafeCheckpointIO
 from segscale.models.module import SegmentationModule
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.run.builders import build, instantiate_each

@@ -30,7 +30,7 @@ from segscale.inference.export import (
     export_network,
     resolve_dtype,
 )
-from segscale.inference.trained import load_trained
+from segscale.models.checkpoint.trained import load_trained
 
 log = logging.getLogger(__name__)
 

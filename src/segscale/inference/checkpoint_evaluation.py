@@ -8,10 +8,10 @@ and PNG, with the inference settings that made them; with ``bf_tolerance`` set, 
 boundary F1 score per class too, and each image's metrics (``image_metrics.csv``).
 
 The classes, label IDs and normalization are the checkpoint's; a classes file or key
-given that differs from them is refused (``segscale.inference.checkpoint_classes``).
+given that differs from them is refused (``segscale.models.checkpoint.recorded_classes``).
 So are the data, unless the command line names others (``datamodule=...``,
 ``datamodule.source...``): those must be the checkpoint's, or ``other_data=true``
-(``segscale.inference.checkpoint_data``).
+(``segscale.models.checkpoint.recorded_data``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ from segscale.data.sources import (
 )
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
-from segscale.inference.checkpoint_classes import CLASS_KEYS, use_checkpoint_classes
-from segscale.inference.checkpoint_data import use_checkpoint_data
 from segscale.inference.devices import run_on_devices
 from segscale.inference.image_metrics import (
     ImageScores,
@@ -49,8 +47,10 @@ from segscale.inference.image_metrics import (
 )
 from segscale.inference.inputs import check_pixels, range_checked
 from segscale.inference.sliding_window import SlidingWindow
-from segscale.inference.trained import TrainedModel, load_trained
 from segscale.models.boundary_f1 import boundary_f1
+from segscale.models.checkpoint.recorded_classes import CLASS_KEYS, use_checkpoint_classes
+from segscale.models.checkpoint.recorded_data import use_checkpoint_data
+from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
 from segscale.progress import Progress

@@ -37,7 +37,7 @@ from torch import nn
 
 from segscale.atomic_files import move_into_place, temporary_beside
 from segscale.errors import ConfigError
-from segscale.inference.trained import TrainedModel
+from segscale.models.checkpoint.trained import TrainedModel
 from segscale.models.networks import network_input_multiple
 
 log = logging.getLogger(__name__)

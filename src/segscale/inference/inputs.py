@@ -15,7 +15,7 @@ from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_err
 from segscale.data.value_range import ValueRange, value_range_problem
 from segscale.errors import ConfigError
 from segscale.inference.georeference import Georeference, read_georeference
-from segscale.inference.trained import TrainedModel
+from segscale.models.checkpoint.trained import TrainedModel
 
 
 class UnreadableImageError(ConfigError):

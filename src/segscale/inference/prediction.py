@@ -48,7 +48,7 @@ from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.prediction_folder import prediction_folder
 from segscale.inference.probability_maps import ProbabilityFiles, ProbabilityOutputs
 from segscale.inference.sliding_window import SlidingWindow
-from segscale.inference.trained import TrainedModel, load_trained
+from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.training.run.builders import build
 

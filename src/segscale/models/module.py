@@ -18,10 +18,12 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_metadata import read_trained_network
+from segscale.models.checkpoint.reading import read_trained_network
+from segscale.models.checkpoint.record import CheckpointRecord
 from segscale.models.losses import SegmentationLoss
 from segscale.models.metrics import scores_from_confusion
-from segscale.models.nonfinite import NonFiniteError, PendingVerdict, check_policy, describe
+from segscale.models.nonfinite import NonFiniteError
+from segscale.models.nonfinite_steps import NonFiniteSteps
 from segscale.models.optim import (
     Schedule,
     check_gradient_threshold,
@@ -68,7 +70,7 @@ def log_part_rates(optimizer: torch.optim.Optimizer) -> None:
         )
 
 
-class SegmentationModule(L.LightningModule):
+class SegmentationModule(NonFiniteSteps):
     """Trains a segmentation network with ``loss`` and measures it on validation.
 
     ``loss`` defaults to plain cross-entropy over the labelled pixels. ``mean`` and
@@ -105,15 +107,8 @@ class SegmentationModule(L.LightningModule):
         max_value: float = 255.0,
         on_nonfinite: str = "stop",
     ) -> None:
-        super().__init__()
+        super().__init__(on_nonfinite)
         check_gradient_threshold(gradient_threshold, gradient_threshold_method)
-        check_policy(on_nonfinite)
-        self.on_nonfinite = on_nonfinite
-        self.skipped_steps = 0
-        self._nonfinite: torch.Tensor | None = None  # this step's loss verdict, on the device
-        self._pending: PendingVerdict | None = None  # the last step's, read at the next
-        self.stopped_at_step: int | None = None  # the non-finite step that stopped the run
-        self._buffers_before: list[torch.Tensor] = []  # batch-norm statistics, under skip
         self.network = network
         self.optimizer_factory = optimizer
         self.schedule = schedule or Schedule("none")
@@ -149,8 +144,8 @@ class SegmentationModule(L.LightningModule):
 
         Lightning's own ``load_from_checkpoint`` would unpickle the file and rebuild the
         module from saved hyperparameters; the network here is an object, so it is
-        rebuilt from the checkpoint's metadata instead, the file read weights-only and
-        verified against its digest (``checkpoint_metadata.read_trained_network``).
+        rebuilt from the checkpoint's record instead, the file read weights-only and
+        verified against its digest (``segscale.models.checkpoint.reading``).
         ``map_location`` moves the module (``"cuda"``, a ``torch.device``); ``key``
         names what gave the path in error messages; ``kwargs`` is refused, as there are
         no hyperparameters to override.
@@ -160,20 +155,23 @@ class SegmentationModule(L.LightningModule):
                 f"unexpected arguments {sorted(kwargs)}: a segscale checkpoint "
                 "carries its network, classes and normalization itself"
             )
-        network, meta = read_trained_network(checkpoint_path, key)
-        names = [str(name) for name in meta["class_names"]]
-        module = cls(
+        module = cls.for_inference(*read_trained_network(checkpoint_path, key))
+        return module.to(map_location) if map_location is not None else module
+
+    @classmethod
+    def for_inference(cls, network: nn.Module, record: CheckpointRecord) -> SegmentationModule:
+        """A module that only predicts, around a checkpoint's ``network`` and its ``record``."""
+        return cls(
             network=network,
             optimizer=None,
-            num_classes=len(names),
-            class_names=names,
-            ignore_index=meta["ignore_index"],
-            mean=meta["mean"],
-            std=meta["std"],
-            max_value=meta["max_value"],
-            inference_metadata=meta,
+            num_classes=len(record.class_names),
+            class_names=record.class_names,
+            ignore_index=record.ignore_index,
+            mean=record.mean,
+            std=record.std,
+            max_value=record.max_value,
+            inference_metadata=record.stored,
         )
-        return module.to(map_location) if map_location is not None else module
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         """Class logits (N×K×H×W) of images (N×C×H×W) in raw pixel values (0 to max_value)."""
@@ -292,109 +290,14 @@ class SegmentationModule(L.LightningModule):
             self.double()
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Stop or skip a non-finite step; clip the gradients (MATLAB's GradientThreshold).
+        """Stop or skip a non-finite step (``guard_step``); clip the gradients.
 
-        The gradients here are all-reduced (the same on every rank) and unscaled. The
-        verdict is computed on the device from the gradients as they are, before
-        clipping (which would turn an infinite gradient into NaN weights, or clamp it into
-        a finite one). Under ``stop`` it is read one step later (``_raise_if_pending``),
-        so that the host never waits for the step it has just queued.
+        Clipping is MATLAB's GradientThreshold; the gradients here are all-reduced (the
+        same on every rank) and unscaled.
         """
         parameters = list(self.network.parameters())
-        self._raise_if_pending()
-        try:
-            if self._nonfinite is not None:
-                verdict = self._step_verdict(parameters)
-                if self.on_nonfinite == "skip":
-                    loss, gradient = verdict.tolist()  # the host must know now, to skip
-                    if loss or gradient:
-                        self._refuse_step("loss" if loss else "gradient", parameters)
-                        return
-                else:
-                    self._pending = PendingVerdict.of(verdict, self.trainer.global_step)
-        finally:
-            # the next step starts afresh
-            self._nonfinite = None
-            self._buffers_before = []
-        clip_gradients(parameters, self.gradient_threshold, self.gradient_threshold_method)
-
-    def _step_verdict(self, parameters: list[nn.Parameter]) -> torch.Tensor:
-        """Two flags on the device: the loss, and any gradient, is not finite.
-
-        Under 16-mixed the gradient scaler already skips steps with non-finite gradients
-        (that is how it finds its scale), so only the loss counts there.
-        """
-        loss = self._nonfinite
-        assert loss is not None  # on_before_optimizer_step calls this only with a verdict
-        gradient = torch.zeros_like(loss)
-        if self.trainer.precision != "16-mixed":
-            gradients = [p.grad for p in parameters if p.grad is not None]
-            if gradients:
-                # The largest magnitude: finite exactly when every element is (an L2
-                # norm of large finite gradients could overflow).
-                largest = torch.nn.utils.get_total_norm(gradients, norm_type=math.inf)
-                gradient = ~torch.isfinite(largest.to(loss.device))
-        return torch.stack([loss, gradient])
-
-    def _raise_if_pending(self) -> None:
-        """Raise ``NonFiniteError`` if the step before this one was not finite (``stop``).
-
-        Called at the next optimizer step, before validation, before a checkpoint is
-        written and when training ends, so that weights a non-finite step changed are
-        never validated, saved or reported. The one host read per step, of a flag the
-        device computed a whole step ago (tests/training/test_host_syncs.py counts it).
-        """
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        loss, gradient = pending.read()
-        if loss or gradient:
-            self.stopped_at_step = pending.step
-            what = "loss" if loss else "gradient"
-            raise NonFiniteError(
-                f"training stopped: {self._describe_nonfinite(what, pending.step)}"
-            )
-
-    def on_validation_start(self) -> None:
-        """Validate no weights that a non-finite step changed (``_raise_if_pending``)."""
-        self._raise_if_pending()
-
-    def on_train_epoch_end(self) -> None:
-        """Let no callback act on weights a non-finite step changed (``_raise_if_pending``).
-
-        Lightning calls the callbacks' ``on_train_end`` before the module's: without a
-        validation or checkpoint after the last steps (an integer ``val_check_interval``,
-        ``check_val_every_n_epoch`` > 1), the report would predict its samples with them.
-        An epoch's end comes after its last step, before any ``on_train_end``.
-        """
-        self._raise_if_pending()
-
-    def on_train_end(self) -> None:
-        """Report no weights that the last step left non-finite (``_raise_if_pending``)."""
-        self._raise_if_pending()
-
-    def _refuse_step(self, what: str, parameters: list[nn.Parameter]) -> None:
-        """Make this step, whose ``what`` is not finite, change nothing (``skip``)."""
-        message = self._describe_nonfinite(what, self.trainer.global_step)
-        # An optimizer leaves parameters without a gradient untouched (no momentum, no
-        # weight decay); the batch-norm statistics go back to before the forward pass.
-        for parameter in parameters:
-            parameter.grad = None
-        for buffer, before in zip(self.network.buffers(), self._buffers_before, strict=True):
-            buffer.copy_(before)
-        self.skipped_steps += 1
-        if self.trainer.is_global_zero:
-            log.warning("skipped a step (training.on_nonfinite=skip): %s", message)
-
-    def _describe_nonfinite(self, what: str, step: int | None = None) -> str:
-        optimizers = self.trainer.optimizers
-        return describe(
-            what,
-            self.trainer.global_step if step is None else step,
-            self.trainer.current_epoch,
-            float(optimizers[0].param_groups[0]["lr"]) if optimizers else math.nan,
-            str(self.trainer.precision),
-        )
+        if self.guard_step(parameters):
+            clip_gradients(parameters, self.gradient_threshold, self.gradient_threshold_method)
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         """The ``optimizer`` group's optimizer, its rate set per step by ``scheduler``."""

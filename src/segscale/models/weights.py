@@ -125,19 +125,6 @@ def compare_state(
     return StateMismatch(missing, unexpected, reshaped)
 
 
-def load_network_weights(
-    network: nn.Module, state: Mapping[str, torch.Tensor], path: Path, key: str
-) -> None:
-    """Load ``state`` into ``network`` if it covers it exactly, else refuse with the keys."""
-    mismatch = compare_state(network.state_dict(), state)
-    if mismatch:
-        raise ConfigError(
-            f"{key}={str(path)!r} does not fit the network ({type(network).__name__}): "
-            f"{mismatch.describe()}"
-        )
-    network.load_state_dict(state)
-
-
 # Heads of ImageNet classifiers, which segmentation encoders drop: torchvision and timm
 # ResNets (fc), MobileNets and EfficientNets (classifier), Cadene's pretrainedmodels
 # (last_linear), timm's transformers and ConvNeXts (head).

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from segscale.api import load
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_io import load_checkpoint_file
+from segscale.models.checkpoint.files import load_checkpoint_file
 from segscale.training.callbacks.ema import ExponentialMovingAverage, TrainedWeightsOnResume
 from segscale.training.run.config_checks import check_config
 from segscale.training.run.training_run import train

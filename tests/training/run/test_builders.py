@@ -12,7 +12,7 @@ from segscale.training.run.builders import (
     weights_normalization,
 )
 from tests.conftest import compose_config
-from tests.models.test_network_init import MEAN, trained_checkpoint
+from tests.models.checkpoint.test_init_from import MEAN, trained_checkpoint
 from tests.training.scaling.test_sync_batchnorm import ScaledBatchNorm
 
 FOLDER = ["datamodule=folder", "datamodule.source.root=/nowhere", "output_dir=/tmp/x"]

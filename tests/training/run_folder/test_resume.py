@@ -7,7 +7,7 @@ import lightning as L
 import pytest
 
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_io import save_checkpoint_file
+from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run_folder.resume import (

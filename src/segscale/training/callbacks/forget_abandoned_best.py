@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from segscale.models.weights import LOAD_ERRORS
+from segscale.models.checkpoint.files import written_step
 
 
 class ForgetAbandonedBest(L.Callback):
@@ -51,8 +51,5 @@ def _written_after(callback: ModelCheckpoint, step: int) -> bool:
     best = callback.best_model_path
     if not callback.monitor or not best or not Path(best).is_file():
         return False
-    try:  # memory-mapped: only the small entries are read
-        saved = torch.load(best, map_location="cpu", weights_only=True, mmap=True)
-    except LOAD_ERRORS:
-        return True  # unreadable: nothing of it is worth keeping
-    return int(saved.get("global_step", 0)) > step
+    written = written_step(best)
+    return written is None or written > step  # unreadable: nothing of it is worth keeping

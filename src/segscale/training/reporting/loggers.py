@@ -22,6 +22,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.atomic_files import write_csv_atomically
+from segscale.models.checkpoint.files import written_step
 from segscale.natural_order import natural_key
 
 T = TypeVar("T")
@@ -87,8 +88,9 @@ class CSVLogger(LightningCSVLogger):
         trainer = model.trainer
         if trainer.state.fn != TrainerFn.FITTING or not trainer.ckpt_path:
             return
-        checkpoint = torch.load(trainer.ckpt_path, map_location="cpu", weights_only=True, mmap=True)
-        self.drop_rows_from(int(checkpoint.get("global_step", 0)))
+        step = written_step(trainer.ckpt_path)
+        if step is not None:  # fit has loaded (and verified) it: it reads
+            self.drop_rows_from(step)
 
     @rank_zero_only
     def drop_rows_from(self, step: int) -> None:

@@ -7,7 +7,6 @@ config means the same thing everywhere (docs/architecture.md, "One config group,
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, cast
 
 from hydra.errors import InstantiationException
@@ -18,13 +17,13 @@ from torch import nn
 from segscale.data.datamodule import SegmentationDataModule
 from segscale.devices import included_devices
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_metadata import inference_metadata
-from segscale.models.module import SegmentationModule
-from segscale.models.network_init import (
+from segscale.models.checkpoint.init_from import (
     check_one_initialisation,
     init_normalization,
     load_whole_network,
 )
+from segscale.models.checkpoint.record import run_record
+from segscale.models.module import SegmentationModule
 from segscale.models.optim import encoder_of
 from segscale.models.pretrained import named_weights, names_a_file, normalization
 from segscale.training.scaling.rules import Effective
@@ -53,7 +52,7 @@ def weights_normalization(cfg: DictConfig) -> dict[str, list[float]]:
     for most), so a null mean or std means theirs, not the training images' as it does
     otherwise. A value the user set is kept; a local weights file, random weights or
     images of other than 3 channels leave both as configured. With ``model.init_from``,
-    a null mean or std is the checkpoint's (``segscale.models.network_init``).
+    a null mean or std is the checkpoint's (``segscale.models.checkpoint.init_from``).
     """
     weights = cfg.model.get("encoder_weights")
     unset = [key for key in ("mean", "std") if cfg.datamodule.get(key) is None]
@@ -133,22 +132,8 @@ def build_module(
             ignore_index=datamodule.ignore_index,
             class_frequencies=report.frequencies("train").tolist(),
         ),
-        inference_metadata=inference_metadata(model_cfg, datamodule)
-        # what the network was trained on: evaluate.py's data by default
-        | {"data_source": data_source_record(cfg.datamodule.source)},
+        inference_metadata=run_record(model_cfg, datamodule, cfg.datamodule.source),
     )
-
-
-def data_source_record(source: DictConfig) -> dict[str, Any]:
-    """``datamodule.source`` as a checkpoint stores it: resolved plain values, ``root`` absolute.
-
-    An absolute ``root`` finds the data from any working directory, as evaluating does.
-    """
-    plain = OmegaConf.to_container(source, resolve=True)
-    assert isinstance(plain, dict)  # a config node of keys
-    if isinstance(plain.get("root"), str):
-        plain["root"] = str(Path(plain["root"]).absolute())
-    return {str(key): value for key, value in plain.items()}
 
 
 def fine_tuning(cfg: DictConfig) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.devices import available_devices, check_devices, devices_count
-from segscale.models.checkpoint_io import SafeCheckpointIO
+from segscale.models.checkpoint.files import SafeCheckpointIO
 from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
 from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
@@ -158,8 +158,9 @@ def _train_in_folder(
     for name, node in (cfg.get("callbacks") or {}).items():
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
+    checkpoint_io = SafeCheckpointIO()
     if ckpt_path:
-        check_resumable(ckpt_path, module)
+        verified = check_resumable(ckpt_path, module)
     start_method = cfg.strategy.get("start_method")
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
@@ -180,7 +181,7 @@ def _train_in_folder(
             strategy=strategy,
             callbacks=callbacks,
             logger=list(instantiate_each(cfg.get("logger"))) or False,
-            plugins=[SafeCheckpointIO()],
+            plugins=[checkpoint_io],
             # The datamodule shards every epoch by rank itself (EpochShardSampler).
             use_distributed_sampler=False,
         )
@@ -189,8 +190,12 @@ def _train_in_folder(
         if auto:  # rank 0's choice, on every rank
             agreed = checkpoint_of_rank_zero(trainer, ckpt_path)
             if agreed and agreed != ckpt_path:
-                check_resumable(agreed, module)
+                verified = check_resumable(agreed, module)
             ckpt_path = agreed
+        if ckpt_path and trainer.strategy.launcher is None:
+            # The checkpoint read and verified above, not read again by fit; only where
+            # fit runs in this process (a spawned rank would get it pickled, and reads it).
+            checkpoint_io.hand_over(verified.path, verified.content)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     # Rank 0 wrote the summary, also when it ran in a process of its own (ddp_spawn).
     return (read_summary(cfg.output_dir) or {}) if trainer.is_global_zero else {}

@@ -19,9 +19,7 @@ import lightning as L
 from omegaconf import OmegaConf
 
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_io import load_checkpoint_file
-from segscale.models.checkpoint_metadata import check_metadata
-from segscale.models.weights import compare_state
+from segscale.models.checkpoint.reading import Checkpoint, read_checkpoint
 from segscale.training.ranks.launch import launcher_job_id
 
 if TYPE_CHECKING:
@@ -97,34 +95,33 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: str) -> str | None:
     return str(path)
 
 
-def check_resumable(path: str, module: SegmentationModule) -> None:
+def check_resumable(path: str, module: SegmentationModule) -> Checkpoint:
     """Refuse a checkpoint that is damaged, or whose network is not the one ``module`` has.
 
     Read weights-only and verified against its digest, before any rank starts; its
     metadata must make sense and come from this segscale or an older one; its
     state must cover the module exactly (the same architecture, encoder and classes),
     so that a resume with a forgotten override stops here with the differences named,
-    not inside Lightning.
+    not inside Lightning. Returns it, read, for the fit to take (``SafeCheckpointIO.hand_over``).
     """
-    checkpoint = load_checkpoint_file(path, "ckpt_path")
-    if "segscale" in checkpoint:  # its metadata, and the segscale that wrote it (not newer)
-        check_metadata(checkpoint["segscale"], Path(path), "ckpt_path")
-    meta = checkpoint.get("segscale") or {}
+    # Its record, if any, checked, and the segscale that wrote it (not newer).
+    checkpoint = read_checkpoint(path, "ckpt_path", record_required=False)
+    record = checkpoint.record
     hint = "resume with the overrides the run was started with (its .hydra/overrides.yaml)"
-    names = meta.get("class_names")
-    if names is not None and list(names) != list(module.class_names):
+    if record is not None and list(record.class_names) != list(module.class_names):
         raise ConfigError(
-            f"ckpt_path={path!r} was trained on the classes {list(names)}, this config has "
-            f"{list(module.class_names)}; {hint}"
+            f"ckpt_path={path!r} was trained on the classes {list(record.class_names)}, this "
+            f"config has {list(module.class_names)}; {hint}"
         )
-    mismatch = compare_state(module.state_dict(), checkpoint.get("state_dict") or {})
+    mismatch = checkpoint.state_mismatch(module.state_dict())
     if mismatch:
         ours = (module.inference_metadata or {}).get("model", {})
-        differences = _differences(meta.get("model") or {}, ours)
+        differences = _differences(record.model if record is not None else {}, ours)
         raise ConfigError(
             f"ckpt_path={path!r} holds another network than this config builds"
             f"{f' ({differences})' if differences else ''}: {mismatch.describe()}; {hint}"
         )
+    return checkpoint
 
 
 def checkpoint_of_rank_zero(trainer: L.Trainer, ckpt_path: str | None) -> str | None:

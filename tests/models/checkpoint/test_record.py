@@ -1,5 +1,6 @@
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,9 +10,9 @@ import segscale
 from segscale.cli.predict import main as predict_main
 from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
-from segscale.inference.trained import load_trained
-from segscale.models.checkpoint_io import DIGEST_KEY, content_digest, save_checkpoint_file
-from segscale.models.checkpoint_metadata import mask_label_ids
+from segscale.models.checkpoint.files import DIGEST_KEY, content_digest, save_checkpoint_file
+from segscale.models.checkpoint.record import mask_label_ids, run_record
+from segscale.models.checkpoint.trained import load_trained
 from segscale.models.module import SegmentationModule
 from segscale.training.run.builders import build, build_datamodule, build_module
 from tests.conftest import compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
@@ -251,3 +252,20 @@ def test_a_checkpoint_of_a_newer_segscale_is_refused(trained, tmp_path, version,
     newer = _edited(path, tmp_path, segscale_version=version)
     with pytest.raises(ConfigError, match=rf"ckpt='{re.escape(str(newer))}'.*{message}"):
         load_trained(newer)
+
+
+def test_a_checkpoint_never_fetches():
+    datamodule = SimpleNamespace(
+        class_names=["a"],
+        class_colors=None,
+        ignore_index=255,
+        mean=[0.5],
+        std=[0.5],
+        max_value=1,
+        labels=LabelMap(1),
+        patch_size=64,
+        value_range=None,
+    )
+    source = OmegaConf.create({"_target_": "segscale.data.synthetic.SyntheticTiles"})
+    metadata = run_record({"encoder_weights": "imagenet"}, datamodule, source)
+    assert metadata["model"]["encoder_weights"] is None

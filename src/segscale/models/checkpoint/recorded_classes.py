@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from segscale.data.class_discovery import is_inferred
 from segscale.data.labels import LabelId, LabelMap, code_of, label_values, shown_value
 from segscale.errors import ConfigError
-from segscale.inference.trained import TrainedModel
+from segscale.models.checkpoint.trained import TrainedModel
 
 log = logging.getLogger(__name__)
 

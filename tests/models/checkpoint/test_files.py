@@ -7,12 +7,13 @@ import torch
 
 from segscale import atomic_files
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_io import (
+from segscale.models.checkpoint.files import (
     DIGEST_KEY,
     CheckpointWriteError,
     SafeCheckpointIO,
     load_checkpoint_file,
     save_checkpoint_file,
+    written_step,
 )
 
 
@@ -139,3 +140,39 @@ def test_a_text_file_is_not_a_checkpoint(tmp_path):
     path.write_text("epoch,loss\n0,1.2\n")  # metrics.csv, say: torch.load raised IndexError
     with pytest.raises(ConfigError, match=r"ckpt_path='.*notes\.ckpt' is not a checkpoint"):
         load_checkpoint_file(path, "ckpt_path")
+
+
+def test_written_step_reads_the_step_and_none_for_a_file_that_is_no_checkpoint(tmp_path):
+    path = tmp_path / "a.ckpt"
+    save_checkpoint_file({"global_step": 12, "state_dict": {"w": torch.zeros(3)}}, path)
+    assert written_step(path) == 12
+    save_checkpoint_file({"state_dict": {}}, path)
+    assert written_step(path) == 0  # Lightning's default: written before any step
+    (tmp_path / "text.ckpt").write_text("not a checkpoint")
+    assert written_step(tmp_path / "text.ckpt") is None
+    assert written_step(tmp_path / "missing.ckpt") is None
+
+
+def test_a_handed_over_checkpoint_is_given_to_lightning_once_without_a_second_read(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file({"global_step": 3}, path)
+    io = SafeCheckpointIO()
+    verified = load_checkpoint_file(path, "ckpt_path")
+    io.hand_over(path, verified)
+    reads = []
+    real = load_checkpoint_file
+
+    def counted(*args, **kwargs):
+        reads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("segscale.models.checkpoint.files.load_checkpoint_file", counted)
+    assert io.load_checkpoint(str(path)) is verified  # Lightning passes a str
+    assert reads == []
+    assert io.load_checkpoint(path) == {"global_step": 3}  # a second load reads the file
+    assert len(reads) == 1
+    io.hand_over(tmp_path / "other.ckpt", verified)  # another file's content is not given
+    assert io.load_checkpoint(path) == {"global_step": 3}
+    assert len(reads) == 2

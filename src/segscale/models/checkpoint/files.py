@@ -23,7 +23,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from segscale.atomic_files import write_atomically
 from segscale.disk_full import FULL
 from segscale.errors import ConfigError
-from segscale.models.weights import read_weights
+from segscale.models.weights import LOAD_ERRORS, read_weights
 
 DIGEST_KEY = "segscale_sha256"
 """The checkpoint entry that holds the digest of everything else in it."""
@@ -154,12 +154,38 @@ def load_checkpoint_file(path: str | Path, key: str) -> dict[str, Any]:
     return checkpoint
 
 
+def written_step(path: str | Path) -> int | None:
+    """The optimizer step a checkpoint was written at (its ``global_step``), read cheaply.
+
+    Memory-mapped: only the small entries are read, the tensors stay on disk. Not
+    verified against the digest: it decides which rows or files of a run to keep, never
+    which weights to use (those are verified when loaded). ``None`` for a file that
+    cannot be read as a checkpoint.
+    """
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except LOAD_ERRORS:
+        return None
+    step = content.get("global_step", 0) if isinstance(content, dict) else None
+    return step if isinstance(step, int) else None
+
+
 class SafeCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint I/O, through ``save_checkpoint_file``/``load_checkpoint_file``.
 
     Saving is atomic and adds the digest; loading (``trainer.fit(ckpt_path=...)``) is
-    weights-only, whatever Lightning asks for, and verified.
+    weights-only, whatever Lightning asks for, and verified. A checkpoint the run has
+    already read and verified (a resume checks it before building the trainer) is
+    handed over (``hand_over``) and given to Lightning without a second read.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handed_over: tuple[Path, dict[str, Any]] | None = None
+
+    def hand_over(self, path: str | Path, content: dict[str, Any]) -> None:
+        """Keep ``content``, read and verified from ``path``, for Lightning's one load of it."""
+        self._handed_over = (Path(path).absolute(), content)
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any = None
@@ -170,5 +196,11 @@ class SafeCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: _PATH, map_location: Any = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        """Load a verified checkpoint on the CPU (Lightning moves the weights)."""
+        """Load a verified checkpoint on the CPU (Lightning moves the weights).
+
+        The content handed over for ``path``, if any, once (it is not kept after).
+        """
+        handed_over, self._handed_over = self._handed_over, None
+        if handed_over is not None and handed_over[0] == Path(path).absolute():
+            return handed_over[1]
         return load_checkpoint_file(path, "ckpt_path")

@@ -1,8 +1,8 @@
 """A trained network and what it needs to run on new images, as a checkpoint carries them.
 
-``predict.py`` and ``evaluate.py`` rebuild the network with ``load_trained`` from the
-metadata ``train.py`` stores in every checkpoint
-(``segscale.models.checkpoint_metadata``), so they need no training config.
+``predict.py``, ``evaluate.py``, ``export.py`` and ``segscale.load`` rebuild the network
+with ``load_trained`` from the record ``train.py`` stores in every checkpoint
+(``record.run_record``), so they need no training config.
 """
 
 from __future__ import annotations
@@ -15,19 +15,9 @@ import numpy as np
 
 from segscale.data.labels import class_colours
 from segscale.data.value_range import ValueRange
+from segscale.models.checkpoint.reading import read_trained_network
+from segscale.models.checkpoint.record import MaskLabels
 from segscale.models.module import SegmentationModule
-
-
-@dataclass(frozen=True)
-class MaskLabels:
-    """What the training masks held: ``datamodule.label_ids`` and ``ignore_ids`` as used.
-
-    ``label_ids`` is ``None`` for class indices, else one entry per class (a grey level,
-    an RGB triplet as a list, or a list of several); plain values, as a config has them.
-    """
-
-    label_ids: list[Any] | None
-    ignore_ids: list[Any]
 
 
 @dataclass(frozen=True)
@@ -68,28 +58,18 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
 
     ``key`` names the config key that gave ``path``, for error messages.
     """
-    module = SegmentationModule.load_from_checkpoint(path, key=key)
-    meta = module.inference_metadata or {}
-    names = module.class_names
-    # Checkpoints from before label IDs were stored lack both keys (check_metadata
-    # accepts that): their masks' encoding is left unknown, not guessed.
-    mask_labels = (
-        MaskLabels(meta["label_ids"], meta["ignore_ids"])
-        if "label_ids" in meta and "ignore_ids" in meta
-        else None
-    )
+    network, record = read_trained_network(path, key)
+    module = SegmentationModule.for_inference(network, record)
     return TrainedModel(
         module=module.eval(),
-        class_names=names,
-        colours=class_colours(meta["class_colors"], len(names)),
-        ignore_index=module.ignore_index,
-        in_channels=int(meta["model"].get("in_channels", 3)),
-        max_value=module.max_value,
-        class_colors=meta["class_colors"],
-        mask_labels=mask_labels,
-        data_source=meta.get("data_source"),
-        validation_inference=meta.get("validation_inference"),
-        value_range=(
-            ValueRange.from_record(meta["value_range"]) if "value_range" in meta else None
-        ),
+        class_names=record.class_names,
+        colours=class_colours(record.class_colors, len(record.class_names)),
+        ignore_index=record.ignore_index,
+        in_channels=record.in_channels,
+        max_value=float(record.max_value),
+        class_colors=record.class_colors,
+        mask_labels=record.mask_labels,
+        data_source=record.data_source,
+        validation_inference=record.validation_inference,
+        value_range=record.value_range,
     )

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_io import load_checkpoint_file
-from segscale.models.checkpoint_metadata import check_metadata
+from segscale.models.checkpoint.reading import read_checkpoint
+from segscale.models.checkpoint.record import CheckpointRecord
 from segscale.models.weights import compare_state
 
 log = logging.getLogger(__name__)
@@ -46,35 +46,27 @@ IDENTITY = ("_target_", "arch", "encoder")
 
 @dataclass(frozen=True)
 class InitSource:
-    """A checkpoint read for ``model.init_from``: its metadata and its network's weights."""
+    """A checkpoint read for ``model.init_from``: its record and its network's weights."""
 
     path: Path
-    meta: dict[str, Any]
+    record: CheckpointRecord
     weights: dict[str, torch.Tensor]
 
 
 def read_init_source(path: str | Path) -> InitSource:
     """The checkpoint ``model.init_from`` names, verified as ``ckpt_path`` is."""
-    path = Path(path)
-    checkpoint = load_checkpoint_file(path, KEY)
-    meta = checkpoint.get("segscale")
-    check_metadata(meta, path, KEY)
-    assert isinstance(meta, dict)  # check_metadata refuses anything else
-    state = checkpoint.get("state_dict")
-    if not isinstance(state, dict):
-        raise ConfigError(f"{KEY}={str(path)!r} has no state_dict; expected a .ckpt from train.py")
-    prefix = "network."
-    weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-    return InitSource(path, meta, weights)
+    checkpoint = read_checkpoint(path, KEY)
+    assert checkpoint.record is not None  # record_required
+    return InitSource(checkpoint.path, checkpoint.record, checkpoint.network_weights(KEY))
 
 
 def init_normalization(
     path: str | Path, mean: Sequence[float] | None, std: Sequence[float] | None
 ) -> dict[str, list[float]]:
     """The checkpoint's ``mean``/``std`` for those of ``datamodule.mean``/``std`` left null."""
-    meta = read_init_source(path).meta
+    record = read_init_source(path).record
     return {
-        key: [float(v) for v in meta[key]]
+        key: [float(v) for v in getattr(record, key)]
         for key, value in (("mean", mean), ("std", std))
         if value is None
     }
@@ -108,7 +100,7 @@ def load_whole_network(
     source = read_init_source(path)
     _check_network(source, model_cfg)
     _check_normalization(source, normalization)
-    theirs = [str(n) for n in source.meta["class_names"]]
+    theirs = list(source.record.class_names)
     expected = network.state_dict()
     new_head = len(theirs) != len(class_names)
     head = [k for k in expected if k.startswith(HEAD)] if new_head else []
@@ -150,7 +142,7 @@ def load_whole_network(
 
 def _check_network(source: InitSource, model_cfg: dict[str, Any]) -> None:
     """Refuse a checkpoint of another network or of other input channels, naming both."""
-    theirs = source.meta["model"]
+    theirs = source.record.model
     for name in IDENTITY:
         if theirs.get(name) != model_cfg.get(name):
             raise ConfigError(
@@ -170,7 +162,7 @@ def _check_network(source: InitSource, model_cfg: dict[str, Any]) -> None:
 def _check_normalization(source: InitSource, normalization: dict[str, Sequence[float]]) -> None:
     """Refuse a run whose ``mean``/``std`` differ from the checkpoint's, naming both."""
     for key in ("mean", "std"):
-        theirs, ours = source.meta[key], list(normalization[key])
+        theirs, ours = getattr(source.record, key), list(normalization[key])
         same = len(theirs) == len(ours) and all(
             math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
             for a, b in zip(theirs, ours, strict=True)

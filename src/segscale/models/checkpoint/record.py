@@ -1,43 +1,89 @@
-"""What a checkpoint carries for inference, and the network rebuilt from it.
+"""A checkpoint's record: what it carries besides its weights, written, parsed and checked.
 
-``train.py`` stores ``inference_metadata`` in every checkpoint (the resolved ``model``
-config, classes, what the mask files hold, normalization) as plain values that
-weights-only loading accepts, so a checkpoint can be applied, and evaluated on
-labelled images, without its training config. The file is read weights-only and
-verified against its digest (``checkpoint_io``), and its weights must fit the rebuilt
-network exactly.
+``train.py`` stores the record under the checkpoint's ``segscale`` entry (``run_record``):
+the resolved ``model`` config, the classes and the mask values that mean them,
+normalization, the data it was trained on and how validation predicted whole images, as
+plain values that weights-only loading accepts, so a checkpoint can be applied, and
+evaluated on labelled images, without its training config. ``parse_record`` turns a
+stored entry into one typed ``CheckpointRecord``, refusing one whose entries are of
+another type (the schema: ``METADATA`` and ``LATER_METADATA``), written by a newer
+segscale (the schema's version is the writer's ``segscale_version``), or making no sense.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omegaconf import DictConfig, OmegaConf
 from packaging.version import InvalidVersion, Version
-from torch import nn
 
 from segscale.data.labels import LabelMap
 from segscale.data.patches import grid_inference
 from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_io import load_checkpoint_file
-from segscale.models.networks import build_network
-from segscale.models.weights import load_network_weights
 from segscale.version import UNKNOWN_LOCAL, __version__
 
 if TYPE_CHECKING:
     from segscale.data.datamodule import SegmentationDataModule
-    from segscale.data.labels import LabelMap
+
+ENTRY = "segscale"
+"""The checkpoint entry that holds the record."""
 
 
-def inference_metadata(
-    model_cfg: dict[str, Any], datamodule: SegmentationDataModule
+@dataclass(frozen=True)
+class MaskLabels:
+    """What the training masks held: ``datamodule.label_ids`` and ``ignore_ids`` as used.
+
+    ``label_ids`` is ``None`` for class indices, else one entry per class (a grey level,
+    an RGB triplet as a list, or a list of several); plain values, as a config has them.
+    """
+
+    label_ids: list[Any] | None
+    ignore_ids: list[Any]
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """A checkpoint's ``segscale`` entry, checked, as typed values (``parse_record``).
+
+    Entries that checkpoints written before segscale stored them lack are ``None``.
+    """
+
+    model: dict[str, Any]
+    """The network config train.py built the network from (``encoder_weights`` null)."""
+    class_names: tuple[str, ...]
+    class_colors: list[list[int]] | None
+    """The colours as the training config gave them (``None``: it gave none)."""
+    ignore_index: int
+    mean: list[float]
+    std: list[float]
+    max_value: float
+    mask_labels: MaskLabels | None
+    """The training masks' label IDs; ``None``: their encoding is unknown."""
+    data_source: dict[str, Any] | None
+    """The training run's ``datamodule.source`` (resolved, ``root`` absolute)."""
+    validation_inference: dict[str, Any] | None
+    """How validation predicted whole images (``grid_inference``)."""
+    value_range: ValueRange | None
+    """The training images' raw values per channel, which inputs must not be far outside."""
+    segscale_version: str | None
+    in_channels: int
+    """The network's input channels (``model.in_channels``; 3 where it is not given)."""
+    stored: dict[str, Any]
+    """The entry as the file holds it (what a loaded module carries on to its own saves)."""
+
+
+def run_record(
+    model_cfg: dict[str, Any], datamodule: SegmentationDataModule, source: DictConfig
 ) -> dict[str, Any]:
-    """What a checkpoint must carry for inference: network config, classes, normalization.
+    """The ``segscale`` entry ``train.py`` writes: network config, classes, normalization.
 
     And the training images' value range (``value_range``: ``[low, high]`` raw values per
-    channel, see ``segscale.data.value_range``), when the data gave one.
+    channel, see ``segscale.data.value_range``), when the data gave one, and the data it
+    was trained on (``data_source``, ``source`` as ``data_source_record`` stores it).
 
     With the classes go the mask values that mean them (``label_ids``, ``ignore_ids``,
     as ``mask_label_ids`` gives them), so that ``evaluate.py`` reads labelled images as
@@ -61,7 +107,21 @@ def inference_metadata(
         "validation_inference": grid_inference(datamodule.patch_size),
         # The training images' values, raw: inputs far outside them are refused.
         **({"value_range": value_range.record()} if value_range is not None else {}),
+        # What the network was trained on: evaluate.py's data by default.
+        "data_source": data_source_record(source),
     }
+
+
+def data_source_record(source: DictConfig) -> dict[str, Any]:
+    """``datamodule.source`` as a checkpoint stores it: resolved plain values, ``root`` absolute.
+
+    An absolute ``root`` finds the data from any working directory, as evaluating does.
+    """
+    plain = OmegaConf.to_container(source, resolve=True)
+    assert isinstance(plain, dict)  # a config node of keys
+    if isinstance(plain.get("root"), str):
+        plain["root"] = str(Path(plain["root"]).absolute())
+    return {str(key): value for key, value in plain.items()}
 
 
 METADATA: dict[str, type | tuple[type, ...]] = {
@@ -78,7 +138,7 @@ METADATA: dict[str, type | tuple[type, ...]] = {
 LATER_METADATA: dict[str, type | tuple[type, ...]] = {
     "label_ids": (list, type(None)),
     "ignore_ids": list,
-    "data_source": dict,  # the training datamodule.source (added by training.builders)
+    "data_source": dict,  # the training datamodule.source (data_source_record)
     "segscale_version": str,
     "validation_inference": dict,
     "value_range": list,
@@ -111,39 +171,37 @@ def mask_label_ids(labels: LabelMap) -> tuple[list[Any] | None, list[Any]]:
     return [values[0] if len(values) == 1 else values for values in per_class], ignored
 
 
-BUILD_NETWORK = f"{build_network.__module__}.{build_network.__qualname__}"
-"""The ``_target_`` of the network config that ``train.py`` stores."""
+def parse_record(meta: Any, path: Path, key: str) -> CheckpointRecord:
+    """The checked, typed record of a checkpoint's ``segscale`` entry ``meta``.
 
-
-def network_from_metadata(model_cfg: dict[str, Any], path: Path, key: str) -> nn.Module:
-    """The network a checkpoint's ``model`` config describes, built without Hydra.
-
-    Hydra's ``instantiate`` would call whatever ``_target_`` names, reached through any
-    module's attributes (``segscale.models.weights.torch.load``, say), and resolve
-    interpolations: a shared checkpoint could run code through its metadata even when
-    its pickle cannot. So the target must be ``build_network`` (what ``train.py``
-    stores) or a module class of ``torch.nn`` itself, and the arguments plain values.
+    ``path`` and ``key`` (the config key that gave it) name the file in the refusal of an
+    entry that is not what ``train.py`` writes (``check_metadata``).
     """
-    target = model_cfg.get("_target_")
-    arguments = {k: v for k, v in model_cfg.items() if k != "_target_"}
-    builder: Any = None
-    if target == BUILD_NETWORK:
-        builder = build_network
-    elif isinstance(target, str) and target.startswith("torch.nn."):
-        candidate = getattr(nn, target.removeprefix("torch.nn."), None)
-        if isinstance(candidate, type) and issubclass(candidate, nn.Module):
-            builder = candidate
-    if builder is None:
-        raise ConfigError(
-            f"{key}={str(path)!r}: its network config names _target_={target!r}; expected "
-            f"{BUILD_NETWORK} (or a torch.nn module class), as train.py writes"
-        )
-    try:
-        return builder(**arguments)
-    except (TypeError, ValueError) as error:  # arguments the builder does not take
-        raise ConfigError(
-            f"{key}={str(path)!r}: its network config does not fit: {error}"
-        ) from None
+    check_metadata(meta, path, key)
+    # Checkpoints from before label IDs were stored lack both keys (check_metadata
+    # accepts that): their masks' encoding is left unknown, not guessed.
+    mask_labels = (
+        MaskLabels(meta["label_ids"], meta["ignore_ids"])
+        if "label_ids" in meta and "ignore_ids" in meta
+        else None
+    )
+    record = meta.get("value_range")
+    return CheckpointRecord(
+        model=meta["model"],
+        class_names=tuple(str(name) for name in meta["class_names"]),
+        class_colors=meta["class_colors"],
+        ignore_index=meta["ignore_index"],
+        mean=meta["mean"],
+        std=meta["std"],
+        max_value=meta["max_value"],
+        mask_labels=mask_labels,
+        data_source=meta.get("data_source"),
+        validation_inference=meta.get("validation_inference"),
+        value_range=ValueRange.from_record(record) if record is not None else None,
+        segscale_version=meta.get("segscale_version"),
+        in_channels=int(meta["model"].get("in_channels", 3)),
+        stored=meta,
+    )
 
 
 def check_metadata(meta: Any, path: Path, key: str) -> None:
@@ -287,24 +345,3 @@ def _rgb(value: Any) -> bool:
         and len(value) == 3
         and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value)
     )
-
-
-def read_trained_network(path: str | Path, key: str = "ckpt") -> tuple[nn.Module, dict[str, Any]]:
-    """The network of a ``train.py`` checkpoint with its weights, and its metadata.
-
-    ``key`` names the config key that gave ``path``, for error messages.
-    """
-    path = Path(path)
-    checkpoint = load_checkpoint_file(path, key)
-    meta = checkpoint.get("segscale")
-    check_metadata(meta, path, key)
-    assert isinstance(meta, dict)  # check_metadata refuses anything else
-    if not isinstance(checkpoint.get("state_dict"), dict):
-        raise ConfigError(f"{key}={str(path)!r} has no state_dict; expected a .ckpt from train.py")
-    network = network_from_metadata(meta["model"], path, key)
-    prefix = "network."
-    weights = {
-        k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)
-    }
-    load_network_weights(network, weights, path, key)
-    return network, meta

@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from segscale.data.folder import FolderTiles
 from segscale.data.synthetic import SyntheticTiles
 from segscale.errors import ConfigError
-from segscale.inference.trained import TrainedModel
-from segscale.training.run.builders import data_source_record
+from segscale.models.checkpoint.record import data_source_record
+from segscale.models.checkpoint.trained import TrainedModel
 
 log = logging.getLogger(__name__)
 

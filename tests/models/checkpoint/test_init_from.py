@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from segscale.errors import ConfigError
-from segscale.models.checkpoint_io import save_checkpoint_file
-from segscale.models.network_init import check_one_initialisation, load_whole_network
+from segscale.models.checkpoint.files import save_checkpoint_file
+from segscale.models.checkpoint.init_from import check_one_initialisation, load_whole_network
 from segscale.models.networks import build_network
 from tests.conftest import TINY_ENCODER
 
