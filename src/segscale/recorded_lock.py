@@ -1,14 +1,14 @@
-"""A lock file with a record of its holder: one process at a time, the others told whom.
+"""A lock file that names its holder: one process at a time, the others told whom.
 
-The lock itself is filelock's: ``FileLock`` (``flock``, which the kernel releases when
-the holder dies, however it dies) where the file system has ``flock``, else
-``SoftFileLock`` (Lustre mounted without ``-o flock``: the file's existence is the
-lock; filelock takes over one whose holder is dead on this host, and leaves one from
-another host, which cannot be checked, to be deleted by hand). Ours is the record
-beside it: the holder's pid, host and start time, written once the lock is held and
-deleted before it is released, so that a process refused (or waiting) can name the
-holder, and one that finds a record left behind knows that its holder ended without
-releasing the lock.
+The lock itself is filelock's. Where the file system has ``flock``, a ``FileLock``
+(the kernel releases it when the holder dies, however it dies), and the file holds our
+record of the holder: its pid, host and start time, written once the lock is held. A
+record found there on taking the lock was left by a holder that died without releasing
+it. Where the file system has no ``flock`` (Lustre mounted without ``-o flock``, NFS
+without its lock daemon), a ``SoftFileLock``: the file's existence is the lock and it
+holds filelock's record (pid and host); filelock takes over one whose holder is dead on
+this host and leaves one from another host, which cannot be checked, to be deleted by
+hand.
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ from pathlib import Path
 
 from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
 
-from segscale.atomic_files import NO_FLOCK, write_text_atomically
+from segscale.atomic_files import NO_FLOCK
 
-SOFT_WAIT = 0.1
-"""Seconds a soft lock is retried before it counts as held: a dead holder's file is
-taken over in one try where the file system can swap two names, in two elsewhere."""
+REFUSE_AFTER = 0.1
+"""Seconds a lock that is not waited for is retried before it counts as held: a soft
+lock's dead holder is taken over in one try where the file system can swap two names,
+in two elsewhere; a ``flock`` file deleted by its holder as this one opened it, in two."""
 RECORD_WAIT = 1.0
 """Seconds a holder is given to write its record, once it holds the lock."""
+MAX_RECORD = 4096
+"""Bytes of a lock file read for its record (ours or filelock's: well under 1 KiB)."""
 
 
 class LockHeldError(Exception):
@@ -44,63 +47,87 @@ class LockHeldError(Exception):
 
 
 class RecordedLock:
-    """The exclusive hold of ``lock_file`` (filelock's), with its holder in ``record``."""
+    """The exclusive hold of ``lock_file`` by this process, its holder recorded inside."""
 
-    def __init__(self, lock_file: str | Path, record: str | Path) -> None:
+    def __init__(self, lock_file: str | Path) -> None:
         self.lock_file = Path(lock_file)
-        self.record = Path(record)
         self.soft = False
         self._lock: BaseFileLock | None = None
+        self._left: str | None = None
 
     def acquire(self, wait: bool = False) -> str | None:
         """Hold the lock (``wait``: until its holder lets go), or raise ``LockHeldError``.
 
-        Returns the holder, in words, that a record left behind names (a process that
-        ended without releasing the lock), or None. ``OSError`` (a folder that cannot be
+        Returns the holder, in words, of a lock this one took over (one that ended
+        without releasing it), or None; of a soft lock only when not waited for (after a
+        wait, its holder most likely released it). ``OSError`` (a folder that cannot be
         written) passes through.
         """
         self.lock_file.parent.mkdir(parents=True, exist_ok=True)
         self.soft = not flock_works(self.lock_file.parent)
-        lock = SoftFileLock(self.lock_file) if self.soft else FileLock(self.lock_file)
+        lock: BaseFileLock
+        if self.soft:
+            before = _read_or_empty(self.lock_file)  # filelock takes a dead holder's over unsaid
+            lock = SoftFileLock(self.lock_file)
+        else:
+            lock = FileLock(self.lock_file, on_acquired=self._record)
         try:
-            lock.acquire(timeout=-1 if wait else SOFT_WAIT if self.soft else 0)
+            lock.acquire(timeout=-1 if wait else REFUSE_AFTER)
         except Timeout:
             raise LockHeldError(self, self.holder()) from None
-        try:
-            left = _read_or_empty(self.record)
-            write_text_atomically(self.record, json.dumps(_this_process()))
-        except BaseException:
-            lock.release()
-            raise
         self._lock = lock
-        return in_words(left) if left.strip() else None
+        if self.soft:
+            self._left = in_words(before) if before.strip() and not wait else None
+        return self._left
+
+    def _record(self, fd: int) -> None:
+        """Note the record a dead holder left in the ``flock`` file, and write ours."""
+        left = os.pread(fd, MAX_RECORD, 0)
+        self._left = in_words(left) if left.strip() else None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(_this_process()).encode(), 0)
 
     def holder(self) -> str:
-        """The holder the record names, in words (``holder unknown`` without one).
+        """The holder the lock file names, in words (``holder unknown`` without a record).
 
         A holder that has just taken the lock writes its record a moment later: a record
         missing is waited for, briefly.
         """
         deadline = time.monotonic() + RECORD_WAIT
-        while not (record := _read_or_empty(self.record)).strip() and time.monotonic() < deadline:
+        while not (record := _read_or_empty(self.lock_file)).strip():
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.01)
         return in_words(record)
 
     def release(self) -> None:
-        """Delete the record, then let go of the lock."""
+        """Let go of the lock, deleting its file.
+
+        filelock keeps a ``flock`` file; deleting it while it is still held leaves the
+        folder as it was, and a process that opened it meanwhile finds it gone once it
+        gets the ``flock`` (filelock checks the link count) and tries again. A soft lock's
+        file filelock deletes itself, once it has checked that it is still its own.
+        """
         if self._lock is None:
             return
-        self.record.unlink(missing_ok=True)
+        if not self.soft:
+            self.lock_file.unlink(missing_ok=True)
         self._lock.release()
         self._lock = None
 
 
 def in_words(record: bytes) -> str:
-    """The holder a record names: ``pid <pid> on host <host>, started <time>``."""
+    """The holder a lock file names: ``pid <pid> on host <host>, started <time>``.
+
+    Ours is JSON; filelock's soft lock has the pid and the host on two lines, no time.
+    """
+    text = record.decode(errors="replace")
     try:
-        facts = json.loads(record.decode() or "{}")
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        facts = {}
+        facts = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        pid, _, rest = text.partition("\n")
+        host = rest.partition("\n")[0]
+        return f"pid {pid} on host {host}" if pid.isdigit() and host else "holder unknown"
     if not isinstance(facts, dict) or "pid" not in facts:
         return "holder unknown"
     return f"pid {facts['pid']} on host {facts.get('host')}, started {facts.get('started')}"
@@ -137,6 +164,7 @@ def _this_process() -> dict[str, object]:
 
 def _read_or_empty(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as stream:
+            return stream.read(MAX_RECORD)
     except FileNotFoundError:
         return b""

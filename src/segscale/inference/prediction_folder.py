@@ -31,7 +31,7 @@ from segscale.training.run_folder.launch_record import (
     launch_record,
     write_launch_record,
 )
-from segscale.training.run_folder.lock import LOCK_FILES, RunFolderLock, stop_logging_into
+from segscale.training.run_folder.lock import LOCK_FILE, RunFolderLock, stop_logging_into
 
 KEY = "hydra.run.dir, or output_dir"
 """The settings that pick a prediction's folder (output_dir is hydra.run.dir unless set)."""
@@ -93,10 +93,10 @@ def unexpected_entries(folder: Path) -> list[str]:
 def _left_before_masks(entry: os.DirEntry[str]) -> bool:
     """Whether ``entry`` is of the forms a prediction writes before its first mask.
 
-    The lock's files and the launch records' folder as themselves (not links to
-    something else), and Hydra's ``*.log`` files.
+    The lock file and the launch records' folder as themselves (not links to something
+    else), and Hydra's ``*.log`` files.
     """
-    if entry.name in LOCK_FILES:
+    if entry.name == LOCK_FILE:
         return entry.is_file(follow_symlinks=False)
     if entry.name == RECORD_DIR:
         return entry.is_dir(follow_symlinks=False)

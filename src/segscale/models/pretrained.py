@@ -212,10 +212,10 @@ def _fetch_lock(weights: NamedWeights) -> Iterator[None]:
     """Hold the lock file of ``weights`` in its cache folder (waiting for its holder).
 
     ``segscale.recorded_lock``: filelock's lock (``flock``, or where the file system has
-    none a ``SoftFileLock``, the file's existence), its holder named beside it.
+    none a ``SoftFileLock``, the file's existence), naming its holder inside.
     """
     files = weights.files
-    lock = RecordedLock(files.lock_file, files.lock_file.with_suffix(".holder"))
+    lock = RecordedLock(files.lock_file)
     try:
         try:
             left = lock.acquire()

@@ -1,11 +1,11 @@
 """One run, one folder: the run folder's lock, held by one live run at a time.
 
-Rank 0 holds ``<run>/.lock.filelock`` (``segscale.recorded_lock``: filelock's lock,
-``flock`` where the file system has it) with the holder's pid, host and start time in
-``<run>/.lock``, so that a second run started into the same folder is refused with the
-holder named, and the lock of a run that died is taken over with a warning (without
-``flock``, one left by a run on another host must be deleted by hand). A sweep holds its
-sweep folder, a prediction its output folder, the same way.
+Rank 0 holds ``<run>/.lock`` (``segscale.recorded_lock``: filelock's lock, ``flock``
+where the file system has it, and the holder's pid, host and start time inside), so
+that a second run started into the same folder is refused with the holder named, and
+the lock of a run that died is taken over with a warning (without ``flock``, one left
+by a run on another host must be deleted by hand). A sweep holds its sweep folder, a
+prediction its output folder, the same way.
 """
 
 from __future__ import annotations
@@ -20,11 +20,7 @@ from segscale.recorded_lock import LockHeldError, RecordedLock
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
-"""The record of the folder's holder (pid, host, start time), there while it is held."""
-FILELOCK_FILE = ".lock.filelock"
-"""The lock itself (filelock's); with ``flock`` it stays once released, empty."""
-LOCK_FILES = (LOCK_FILE, FILELOCK_FILE)
-"""The files of a folder's lock."""
+"""The lock file in a run folder, with its holder's pid, host and start time."""
 
 
 class RunFolderBusyError(ConfigError):
@@ -43,7 +39,7 @@ class RunFolderLock:
         self.folder = Path(folder)
         self.what = what
         self.key = key
-        self._lock = RecordedLock(self.folder / FILELOCK_FILE, self.folder / LOCK_FILE)
+        self._lock = RecordedLock(self.folder / LOCK_FILE)
 
     def __enter__(self) -> RunFolderLock:
         self.acquire()
@@ -93,7 +89,7 @@ class RunFolderLock:
         )
 
     def release(self) -> None:
-        """Give the folder up: delete the holder record, then let go of the lock."""
+        """Give the folder up: let go of the lock, deleting its file."""
         self._lock.release()
 
 
