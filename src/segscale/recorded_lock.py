@@ -25,10 +25,12 @@ from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
 
 from segscale.atomic_files import NO_FLOCK
 
-REFUSE_AFTER = 0.1
-"""Seconds a lock that is not waited for is retried before it counts as held: a soft
-lock's dead holder is taken over in one try where the file system can swap two names,
-in two elsewhere; a ``flock`` file deleted by its holder as this one opened it, in two."""
+REFUSE_AFTER = 0.05
+"""Seconds a lock that is not waited for is tried (every ``RETRY``) before it counts as
+held: a soft lock's dead holder is taken over in one try where the file system can swap
+two names, in two elsewhere; a ``flock`` file deleted by its holder as this one opened
+it, in two."""
+RETRY = 0.02
 RECORD_WAIT = 1.0
 """Seconds a holder is given to write its record, once it holds the lock."""
 MAX_RECORD = 4096
@@ -72,7 +74,7 @@ class RecordedLock:
         else:
             lock = FileLock(self.lock_file, on_acquired=self._record)
         try:
-            lock.acquire(timeout=-1 if wait else REFUSE_AFTER)
+            lock.acquire(timeout=-1 if wait else REFUSE_AFTER, poll_interval=RETRY)
         except Timeout:
             raise LockHeldError(self, self.holder()) from None
         self._lock = lock

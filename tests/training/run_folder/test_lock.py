@@ -24,13 +24,10 @@ HOLD = (
     "print('held', flush=True)\n"
     "time.sleep(120)\n"
 )
-KILLED_WITHOUT_FLOCK = (
-    "import errno, fcntl, os, sys\n"
-    "def flock(fd, operation):\n"
-    "    raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))\n"
-    "fcntl.flock = flock\n"
-    "from segscale.training.run_folder.lock import RunFolderLock\n"
-    "lock = RunFolderLock(sys.argv[1])\n"
+KILLED_WITHOUT_FLOCK = (  # what a run's lock is without flock: filelock's soft lock
+    "import os, sys\n"
+    "from filelock import SoftFileLock\n"
+    "lock = SoftFileLock(os.path.join(sys.argv[1], '.lock'))\n"
     "lock.acquire()\n"
     "print(os.getpid(), flush=True)\n"
     "os._exit(0)\n"  # killed: nothing released
