@@ -74,7 +74,10 @@ class RecordedLock:
         else:
             lock = FileLock(self.lock_file, on_acquired=self._record)
         try:
-            lock.acquire(timeout=-1 if wait else REFUSE_AFTER, poll_interval=RETRY)
+            if wait:
+                lock.acquire()  # tried every 50 ms (filelock's default)
+            else:
+                lock.acquire(timeout=REFUSE_AFTER, poll_interval=RETRY)
         except Timeout:
             raise LockHeldError(self, self.holder()) from None
         self._lock = lock
