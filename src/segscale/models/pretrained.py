@@ -32,13 +32,13 @@ from urllib.parse import urlparse
 import segmentation_models_pytorch as smp
 import timm
 import torch
-from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.errors import LocalEntryNotFoundError
 from timm.models import PretrainedCfg
 
 from segscale.errors import ConfigError
+from segscale.recorded_lock import LockHeldError, RecordedLock
 
 log = logging.getLogger(__name__)
 
@@ -211,41 +211,30 @@ def _building(weights: NamedWeights, build: Callable[[], T]) -> T:
 def _fetch_lock(weights: NamedWeights) -> Iterator[None]:
     """Hold the lock file of ``weights`` in its cache folder (waiting for its holder).
 
-    On a file system without ``flock`` (Lustre without ``-o flock``), where filelock
-    releases without a fallback of their own raise ``NotImplementedError``, a
-    ``SoftFileLock`` beside it: the file's existence is the lock.
+    ``segscale.recorded_lock``: filelock's lock (``flock``, or where the file system has
+    none a ``SoftFileLock``, the file's existence), naming its holder inside.
     """
     files = weights.files
-    lock: BaseFileLock = FileLock(str(files.lock_file))
+    lock = RecordedLock(files.lock_file)
     try:
-        files.lock_file.parent.mkdir(parents=True, exist_ok=True)
         try:
-            _take(lock, files)
-        except NotImplementedError:
-            lock = SoftFileLock(str(files.lock_file.with_suffix(".soft.lock")))
-            _take(lock, files)
+            left = lock.acquire()
+        except LockHeldError as held:
+            hint = f" (if it has ended, delete {held.lock_file})" if held.soft else ""
+            log.info("Waiting for %s to fetch %s%s", held.holder, files, hint)
+            left = lock.acquire(wait=True)
     except PermissionError:
         raise ConfigError(
             f"{KEY}={weights.name!r}: the weights are not in the cache folder {files.folder}, "
             "which this user may not write to; point HF_HOME (or TORCH_HOME) at a writable "
             f"folder, {LOCAL_FILE_HINT}"
         ) from None
+    if left is not None:
+        log.warning("A process fetching %s ended without releasing its lock (%s)", files, left)
     try:
         yield
     finally:
         lock.release()
-
-
-def _take(lock: BaseFileLock, files: object) -> None:
-    """Acquire ``lock``, saying why when another process holds it."""
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        hint = ""
-        if isinstance(lock, SoftFileLock):  # left by a killed process, it stays
-            hint = f" (if no process is fetching, delete {lock.lock_file})"
-        log.info("Waiting for another process to fetch %s%s", files, hint)
-        lock.acquire()
 
 
 def normalization(weights: NamedWeights) -> tuple[list[float], list[float]]:

@@ -10,20 +10,27 @@ import sys
 
 import pytest
 
-from segscale.errors import ConfigError
 from segscale.training.run_folder.lock import (
     LOCK_FILE,
     RunFolderBusyError,
     RunFolderLock,
-    check_fresh_folder,
 )
 
 HOLD = (
     "import sys, time\n"
     "from segscale.training.run_folder.lock import RunFolderLock\n"
-    "RunFolderLock(sys.argv[1]).acquire()\n"
+    "lock = RunFolderLock(sys.argv[1])\n"  # kept: filelock releases a lock collected
+    "lock.acquire()\n"
     "print('held', flush=True)\n"
     "time.sleep(120)\n"
+)
+KILLED_WITHOUT_FLOCK = (  # what a run's lock is without flock: filelock's soft lock
+    "import os, sys\n"
+    "from filelock import SoftFileLock\n"
+    "lock = SoftFileLock(os.path.join(sys.argv[1], '.lock'))\n"
+    "lock.acquire()\n"
+    "print(os.getpid(), flush=True)\n"
+    "os._exit(0)\n"  # killed: nothing released
 )
 
 
@@ -55,16 +62,6 @@ def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
         pass
 
 
-def test_a_fresh_run_is_refused_a_folder_with_results(tmp_path):
-    check_fresh_folder(tmp_path)
-    (tmp_path / "train.log").write_text("a run that failed its checks\n")
-    check_fresh_folder(tmp_path)  # nothing trained there
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
-    with pytest.raises(ConfigError, match=r"already holds a run \(checkpoints/\); continue it"):
-        check_fresh_folder(tmp_path)
-
-
 @pytest.fixture
 def no_flock(monkeypatch):
     """A file system without flock, as Lustre mounted without ``-o flock``."""
@@ -77,22 +74,23 @@ def no_flock(monkeypatch):
 
 def test_without_flock_the_lock_file_itself_is_the_lock(tmp_path, caplog, no_flock):
     with RunFolderLock(tmp_path):
-        facts = json.loads((tmp_path / LOCK_FILE).read_text())
-        assert facts["pid"] == os.getpid()
+        # filelock's soft lock, its own record inside: the pid and the host.
+        assert (tmp_path / LOCK_FILE).read_text().startswith(f"{os.getpid()}\n")
         with pytest.raises(RunFolderBusyError, match=rf"pid {os.getpid()} on host"):
             RunFolderLock(tmp_path).acquire()
     assert not (tmp_path / LOCK_FILE).exists()
-    # A run killed on this host: its pid is gone, so its lock is taken over.
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    # A run killed on this host (no flock there either): its pid is gone, so its lock
+    # is taken over.
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WITHOUT_FLOCK, str(tmp_path)], capture_output=True, text=True
     )
-    left = {"pid": int(dead.stdout), "host": socket.gethostname(), "started": "earlier"}
-    (tmp_path / LOCK_FILE).write_text(json.dumps(left))
+    left = {"pid": int(killed.stdout)}
+    assert (tmp_path / LOCK_FILE).read_text().startswith(f"{left['pid']}\n")
     with caplog.at_level(logging.WARNING), RunFolderLock(tmp_path):
-        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+        assert (tmp_path / LOCK_FILE).read_text().startswith(f"{os.getpid()}\n")
     assert f"ended without releasing it (pid {left['pid']}" in caplog.text
     # One from another host cannot be checked: refused, saying what to do.
-    (tmp_path / LOCK_FILE).write_text(json.dumps({**left, "host": "elsewhere"}))
+    (tmp_path / LOCK_FILE).write_text(f"{left['pid']}\nelsewhere\n")  # filelock's record
     with pytest.raises(RunFolderBusyError, match=r"has no flock.*if that run has ended, delete"):
         RunFolderLock(tmp_path).acquire()
 

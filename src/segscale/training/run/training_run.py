@@ -48,15 +48,13 @@ from segscale.training.run.builders import (
     trainer_devices,
 )
 from segscale.training.run.prepare import prepare
+from segscale.training.run_folder.fresh_folder import check_fresh_folder
 from segscale.training.run_folder.launch_record import (
     has_launch_record,
     launch_record,
     write_launch_record,
 )
-from segscale.training.run_folder.lock import (
-    RunFolderLock,
-    check_fresh_folder,
-)
+from segscale.training.run_folder.lock import RunFolderLock
 from segscale.training.run_folder.relaunch import check_relaunch
 from segscale.training.run_folder.resume import (
     check_resumable,
