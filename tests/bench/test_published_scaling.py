@@ -46,8 +46,8 @@ from segscale.bench.arrival_spread import (
     ArrivalSpread,
 )
 from segscale.bench.interconnects import Interconnect, find_interconnect
-from segscale.bench.step_model import (
-    STEP_TERMS,
+from segscale.bench.step_model import STEP_TERMS
+from segscale.bench.step_profile import (
     SYNC_BATCHNORM_COLLECTIVES,
     BatchNormSync,
     Gradients,

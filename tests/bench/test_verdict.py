@@ -5,13 +5,8 @@ import pytest
 
 from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread
 from segscale.bench.interconnects import find_interconnect
-from segscale.bench.step_model import (
-    BatchNormSync,
-    Collectives,
-    Gradients,
-    StepProfile,
-    predict,
-)
+from segscale.bench.step_model import predict
+from segscale.bench.step_profile import BatchNormSync, Collectives, Gradients, StepProfile
 from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, findings_from, verdict
 from tests.conftest import REPO
 

@@ -10,7 +10,7 @@ import pytest
 
 from segscale.cli.export import export, main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.export import load_exported
+from segscale.inference.export_formats import load_exported
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
 from tests.in_process import run_in_process
 

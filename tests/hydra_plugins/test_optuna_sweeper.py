@@ -5,12 +5,10 @@ import time
 
 import optuna
 import pytest
-from hydra.core.utils import JobReturn
 from optuna.trial import TrialState
 
-from hydra_plugins.segscale_plugins.optuna_sweeper import OptunaSweeper, was_pruned
+from hydra_plugins.segscale_plugins.optuna_sweeper import OptunaSweeper
 from segscale.errors import ConfigError
-from segscale.training.callbacks.trial_pruning import TrialPruned
 from tests.cli.test_sweeps import job_folders, jobs_run_train_py, multirun
 from tests.conftest import compose_for_plugins
 from tests.hydra_plugins.test_parallel_launcher import timed_jobs
@@ -93,22 +91,6 @@ def test_with_the_parallel_launcher_a_freed_slot_takes_the_next_trial_at_once(
     # Trial n's folder has trial n's value: the sweeper told each result to its own trial.
     values = {t.number: t.value for t in study_of(tmp_path, "search").get_trials()}
     assert values == pytest.approx({n: 0.1 * n for n in range(5)})
-
-
-def test_a_pruned_job_is_known_by_its_exception_or_its_summary(tmp_path):
-    def job(value, summary=None):
-        (tmp_path / "0").mkdir(exist_ok=True)
-        if summary:
-            (tmp_path / "0" / "summary.json").write_text(json.dumps(summary))
-        result = JobReturn()
-        result.return_value = value
-        return result
-
-    assert was_pruned(job(TrialPruned("pruned after epoch 0")), tmp_path / "0")
-    assert not was_pruned(job(RuntimeError("exit code 1")), tmp_path / "0")
-    assert was_pruned(job(0.3, {"status": "pruned"}), tmp_path / "0")
-    assert not was_pruned(job(0.3, {"status": "failed", "error": "boom"}), tmp_path / "0")
-    assert not was_pruned(job(0.3, {"status": "finished"}), tmp_path / "0")
 
 
 @pytest.mark.slow

@@ -3,23 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import pytest
 import torch
 
-import segscale.inference.export as export_module
-from segscale.errors import ConfigError
-from segscale.inference.export import (
-    ExportMismatchError,
-    ExportSettings,
-    check_exported,
-    check_settings,
-    export_network,
-    exportable,
-    load_exported,
-    read_metadata,
-    resolve_dtype,
-)
+from segscale.inference.export import export_network
+from segscale.inference.export_formats import load_exported, read_metadata
+from segscale.inference.export_settings import ExportSettings, resolve_dtype
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import build_network
@@ -77,34 +66,6 @@ def test_returns_mask_is_the_argmax(tmp_path: Path, fmt: str):
     np.testing.assert_array_equal(mask, truth)
 
 
-def test_onnx_declares_the_input_type_and_dynamic_axes(tmp_path: Path):
-    trained = load_trained(oracle_checkpoint(tmp_path / "oracle.ckpt"))
-    path = _export(trained, tmp_path / "net.onnx", "onnx", dtype="float32", returns="mask")
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (given,), (returned,) = session.get_inputs(), session.get_outputs()
-    assert given.name == "image" and given.type == "tensor(float)"
-    assert given.shape[1] == 3 and all(isinstance(side, str) for side in given.shape[::2])
-    assert returned.name == "mask" and returned.type == "tensor(int64)"
-    assert len(returned.shape) == 3
-
-
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
-def test_the_file_carries_classes_and_input_conventions(tmp_path: Path, fmt: str):
-    colours = [[255, 0, 0], [0, 255, 0], [0, 0, 255]]
-    trained = load_trained(oracle_checkpoint(tmp_path / "oracle.ckpt", colours=colours))
-    path = _export(trained, tmp_path / f"net{SUFFIX[fmt]}", fmt, returns="mask")
-    meta = read_metadata(path, fmt)
-    assert meta["class_names"] == ["class0", "class1", "class2"]
-    assert meta["class_colors"] == colours and meta["returns"] == "mask"
-    assert meta["input"] == {
-        "layout": "NCHW",
-        "dtype": "uint8",
-        "channels": 3,
-        "max_value": 255.0,
-        "side_multiple": 1,
-    }
-
-
 def _deeplab_checkpoint(path: Path) -> Path:
     """A small DeepLabV3+ (ResNet-18 encoder, output stride 16), randomly initialised."""
     model = {
@@ -156,77 +117,3 @@ def test_a_16_bit_checkpoint_takes_uint16_images(tmp_path: Path):
     (image,) = _raw_images("uint16", [(1, 3, 20, 30)], max_value=65535)
     got = load_exported(path, "onnx")(image)
     np.testing.assert_allclose(got, _pytorch(trained, image), atol=1e-4, rtol=0)
-
-
-def test_an_opset_below_18_uses_the_legacy_exporter(tmp_path: Path):
-    import onnx
-
-    trained = load_trained(oracle_checkpoint(tmp_path / "oracle.ckpt"))
-    path = _export(trained, tmp_path / "net.onnx", "onnx", opset=13)
-    opsets = {o.domain: o.version for o in onnx.load(str(path)).opset_import}
-    assert opsets.get("", opsets.get("ai.onnx")) == 13
-    for image in _raw_images("uint8", [(2, 3, 37, 90), (1, 3, 70, 41)]):
-        got = load_exported(path, "onnx")(image)
-        np.testing.assert_allclose(got, _pytorch(trained, image), atol=1e-4, rtol=0)
-
-
-def test_an_opset_the_exporter_cannot_reach_is_refused_and_nothing_written(tmp_path: Path):
-    trained = load_trained(oracle_checkpoint(tmp_path / "oracle.ckpt"))
-    out = tmp_path / "out"
-    out.mkdir()
-    with pytest.raises(ConfigError, match="opset=99 could not be written"):
-        _export(trained, out / "net.onnx", "onnx", opset=99)
-    assert not list(out.iterdir())
-
-
-def test_the_built_in_check_passes_and_reports_the_difference(tmp_path: Path):
-    trained = load_trained(oracle_checkpoint(tmp_path / "oracle.ckpt"))
-    settings = ExportSettings("onnx", "float32", "mask")
-    written = export_network(trained, tmp_path / "net.onnx", settings)
-    assert written.max_difference is not None and written.max_difference <= 1e-4
-
-
-def test_a_file_that_differs_from_pytorch_is_refused_and_not_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    trained = load_trained(oracle_checkpoint(tmp_path / "oracle.ckpt"))
-    path = _export(trained, tmp_path / "net.pt", "torchscript")
-    other = exportable(trained, "scores")
-    other.mean += 1  # a reference the file cannot match
-    image = torch.full((1, 3, 8, 8), 100, dtype=torch.uint8)
-    with pytest.raises(ExportMismatchError, match=r"differs from PyTorch by .* on a 1×3×8×8"):
-        check_exported(path, ExportSettings("torchscript"), other, [image])
-
-    def refuse(*args, **kwargs):
-        raise ExportMismatchError("refused")
-
-    monkeypatch.setattr(export_module, "check_exported", refuse)
-    out = tmp_path / "out"
-    with pytest.raises(ExportMismatchError):
-        export_network(trained, out / "net.pt", ExportSettings("torchscript"))
-    assert not list(out.iterdir())  # neither the file nor its temporary
-
-
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        (("tflite", "auto", "scores", None), "format='tflite' is not allowed"),
-        (("onnx", "int8", "scores", None), "dtype='int8' is not allowed"),
-        (("onnx", "auto", "probabilities", None), "returns='probabilities' is not allowed"),
-        (("onnx", "auto", "scores", 5), "opset=5 is not allowed"),
-        (("onnx", "auto", "scores", True), "opset=True is not allowed"),
-        (("onnx", "auto", "scores", "18"), "opset='18' is not allowed"),
-    ],
-)
-def test_bad_settings_name_the_key(settings: tuple, message: str):
-    with pytest.raises(ConfigError, match=message):
-        check_settings(*settings)
-
-
-def test_dtype_auto_follows_the_checkpoint_and_a_narrow_type_is_refused():
-    assert resolve_dtype("auto", 255.0) == "uint8"
-    assert resolve_dtype("auto", 65535.0) == "uint16"
-    assert resolve_dtype("auto", 1.0) == "float32"
-    assert resolve_dtype("uint16", 255.0) == "uint16"
-    with pytest.raises(ConfigError, match=r"dtype='uint8' cannot hold .* max_value=65535"):
-        resolve_dtype("uint8", 65535.0)

@@ -1,7 +1,7 @@
 """How far apart GPU ranks reach a sync point: the one assumption of the step model fitted.
 
 A sync point costs its all-reduce plus the wait for the latest rank, E[max of N standard
-normals] × the spread (std) of the ranks' arrival (``segscale.bench.step_model``). On CPU
+normals] × the spread (std) of the ranks' arrival (``segscale.bench.collective_timing``). On CPU
 ranks bench measures that spread; on GPUs it has nothing to measure it with, so it takes
 one of two models, each with two constants fitted to the same two published rows
 (tests/bench/test_published_scaling.py: the spread at a collective to PaddlePaddle's
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from segscale.bench.step_model import BatchNormSync, Collectives, Host, StepProfile
+from segscale.bench.step_profile import BatchNormSync, Collectives, Host, StepProfile
 
 NO_COLLECTIVES = Collectives()
 """A step with no blocking collective besides synchronized batch norm's."""

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from segscale.bench.compute import forward_loss
-from segscale.bench.step_model import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, Gradients
+from segscale.bench.step_profile import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, Gradients
 from segscale.bench.timing import synchronize
 
 

@@ -8,20 +8,20 @@ from typing import Any
 from omegaconf import DictConfig
 
 from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread, segment_s
+from segscale.bench.collective_timing import expected_max_standard_normal
 from segscale.bench.compute import (
     BareLoopResult,
 )
 from segscale.bench.interconnects import INTERCONNECTS, Interconnect
 from segscale.bench.sharing import Sharing
-from segscale.bench.step_model import (
+from segscale.bench.step_model import predict
+from segscale.bench.step_profile import (
     SYNC_BATCHNORM_COLLECTIVES,
     BatchNormSync,
     Collectives,
     Gradients,
     Host,
     StepProfile,
-    expected_max_standard_normal,
-    predict,
 )
 from segscale.bench.timing import Timing
 

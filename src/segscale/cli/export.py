@@ -21,15 +21,10 @@ from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.export import (
-    FORMATS,
-    ExportedNetwork,
-    ExportMismatchError,
-    ExportSettings,
-    check_settings,
-    export_network,
-    resolve_dtype,
-)
+from segscale.inference.export import ExportedNetwork, export_network
+from segscale.inference.export_check import ExportMismatchError
+from segscale.inference.export_formats import FORMATS
+from segscale.inference.export_settings import ExportSettings, check_settings, resolve_dtype
 from segscale.models.checkpoint.trained import load_trained
 
 log = logging.getLogger(__name__)
