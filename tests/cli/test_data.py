@@ -1,12 +1,12 @@
 """``python data.py``: the dataset's classes, ignored values and checks, without training."""
 
 import json
+import runpy
 import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pytest
 from omegaconf import OmegaConf
 
 from segscale.cli import data as data_cli
@@ -92,19 +92,21 @@ def test_a_missing_root_is_named(tmp_path):
     assert "datamodule.source.root is not set" in done.stdout + done.stderr
 
 
-@pytest.mark.slow
 def test_data_py_inspects_the_synthetic_dataset(tiny_data_root, tmp_path):
+    # The data.py file itself run as __main__, in this process: a process of its own
+    # would spend ~9 s importing (the shims' exit statuses end to end: train.py's,
+    # predict.py's, evaluate.py's and export.py's process tests).
     out = tmp_path / "out"
-    command = [
-        sys.executable,
-        str(REPO / "data.py"),
+    done = run_in_process(
+        partial(runpy.run_path, str(REPO / "data.py"), run_name="__main__"),
         f"datamodule.source.root={tiny_data_root}",
         "datamodule.source.num_train=2",
         "datamodule.source.num_val=1",
         "datamodule.source.image_size=192",
         f"hydra.run.dir={out}",
-    ]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        cwd=tmp_path,
+        program="data.py",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "classes (of the classes file), in the training masks (grey levels):" in done.stdout
     assert "impervious_surface" in done.stdout and "unknown mask values: none" in done.stdout

@@ -66,10 +66,19 @@ def test_predict_writes_palette_masks_and_overlays(tmp_path: Path):
     assert not list((tmp_path / "out").glob(".*partial"))
 
 
-@pytest.mark.slow
-def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Path):
+@pytest.fixture(scope="module")
+def two_process_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One prediction on two processes (~10 s of spawned ranks), read by the tests below:
+    its output folder, the true labels, the cut JPEGs and its ``PredictionRun``.
+
+    Its list names two JPEGs cut short (they fail only when decoded) and two good images:
+    the ranks take images 0, 2 and 1, 3, so each skips one and predicts one.
+    """
+    tmp_path = tmp_path_factory.mktemp("two_processes")
     truths = _images(tmp_path / "in")
-    (tmp_path / "list.txt").write_text("in/wide.png\n# a comment\nin/tall.png\n")
+    jpegs = [_truncated_jpeg(tmp_path / "in" / f"{name}.jpg") for name in ("cut1", "cut2")]
+    listed = "in/cut1.jpg\nin/cut2.jpg\nin/wide.png\n# a comment\nin/tall.png\n"
+    (tmp_path / "list.txt").write_text(listed)
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     cfg = _config(
         f"ckpt={ckpt}",
@@ -77,13 +86,20 @@ def test_predict_splits_images_across_two_processes_and_writes_tiff(tmp_path: Pa
         "devices=2",
         "format=tif",
         "overlay=false",
+        "skip_unreadable=true",
         f"output_dir={tmp_path / 'out'}",
         "inference.tile_size=32",
     )
-    predict(cfg)
-    for name, truth in truths.items():
-        np.testing.assert_array_equal(tifffile.imread(tmp_path / "out" / f"{name}.tif"), truth)
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tall.tif", "wide.tif"]
+    run = run_prediction(cfg)
+    return {"out": tmp_path / "out", "truths": truths, "jpegs": jpegs, "run": run}
+
+
+@pytest.mark.slow
+def test_predict_splits_images_across_two_processes_and_writes_tiff(two_process_prediction):
+    out = two_process_prediction["out"]
+    for name, truth in two_process_prediction["truths"].items():
+        np.testing.assert_array_equal(tifffile.imread(out / f"{name}.tif"), truth)
+    assert sorted(p.name for p in out.iterdir()) == ["tall.tif", "wide.tif"]
 
 
 @pytest.mark.parametrize(
@@ -196,22 +212,10 @@ def test_an_image_that_fails_while_decoding_is_named_and_can_be_skipped(tmp_path
 
 
 @pytest.mark.slow
-def test_two_processes_report_the_images_skipped_on_every_rank(tmp_path: Path):
-    _images(tmp_path / "in")
-    jpegs = [_truncated_jpeg(tmp_path / "in" / f"{name}.jpg") for name in ("cut1", "cut2")]
-    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
-    cfg = _config(
-        f"ckpt={ckpt}",
-        f"input={tmp_path / 'in'}",
-        f"output_dir={tmp_path / 'out'}",
-        "inference.tile_size=32",
-        "devices=2",
-        "overlay=false",
-        "skip_unreadable=true",
-    )
-    run = run_prediction(cfg)  # ranks take images 0, 2 and 1, 3 of cut1, cut2, tall, wide
-    assert sorted(p.name for p in run.written) == ["tall.png", "wide.png"]
-    assert sorted(p.path for p in run.skipped) == jpegs
+def test_two_processes_report_the_images_skipped_on_every_rank(two_process_prediction):
+    run = two_process_prediction["run"]
+    assert sorted(p.name for p in run.written) == ["tall.tif", "wide.tif"]
+    assert sorted(p.path for p in run.skipped) == two_process_prediction["jpegs"]
 
 
 def test_header_problems_name_the_limit_and_the_channels(tmp_path: Path):

@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pytest
 
@@ -96,8 +97,10 @@ def test_the_running_objects_get_what_the_rules_say(
     assert summary["global_batch_size"] == global_batch
     assert summary["learning_rate"] == pytest.approx(lr)
     assert summary["scaling"]["warmup_epochs"] == (1.0 if lr > 0.03 else 0.0)
-    # One epoch of 16 patches is split into steps of the global batch.
-    assert summary["steps"] == 16 // global_batch
+    # One epoch of 16 patches is split into steps of the global batch: on two ranks,
+    # each draws its half of the epoch (tests/cli/test_train.py runs train.py's DDP).
+    assert summary["train_patches"] == 16 and summary["steps"] == 16 // global_batch
+    assert Path(summary["last_checkpoint"]).is_file()
 
 
 @pytest.mark.slow
