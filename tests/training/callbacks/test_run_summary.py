@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.callbacks import Timer
 
 from segscale.training.callbacks.learning_rate_monitor import LearningRateMonitor
 from segscale.training.callbacks.run_summary import RunSummary
@@ -63,6 +64,18 @@ def test_the_summary_reports_the_rate_of_the_last_step_and_keeps_rates_out_of_me
     logged = (tmp_path / "metrics.csv").read_text()
     assert "lr-SGD" in logged and "lr-SGD" in trainer.callback_metrics
     assert set(summary["metrics"]) == {"train/loss", "val/loss"}
+
+
+def test_the_training_time_is_lightnings_timer_less_the_validations(tmp_path):
+    run_summary = RunSummary(str(tmp_path))
+    scheduled_fit(tmp_path, run_summary)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert isinstance(run_summary, Timer)  # the training stage is Lightning's to time
+    stage = run_summary.end_time("train") - run_summary.start_time("train")
+    validation = summary["time_split_s"]["validation"]
+    assert validation > 0
+    assert summary["train_time_s"] == pytest.approx(stage - validation, abs=2e-3)
+    assert run_summary.state_dict() == {}  # checkpoints carry no times
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 import time
 
 import pytest
+from lightning.pytorch.callbacks import Timer
 
 from segscale.training.reporting.run_clock import PROCESS_START, TRAIN_CALL, RunClock, process_age
 from segscale.training.reporting.run_times import RunTimes, warmup_steps
@@ -23,7 +24,9 @@ def test_the_warm_up_is_a_tenth_of_the_steps_and_at_least_one():
 
 
 def test_the_steady_rate_leaves_out_the_slow_first_step_and_validation():
-    times = RunTimes()
+    timer = Timer()
+    times = RunTimes(timer)
+    timer.on_train_start(None, None)  # Lightning's Timer times the training stage
     times.batch_start()
     time.sleep(0.3)  # a first step that compiles, searches kernels, starts workers
     times.step_end(1, 8)
@@ -37,7 +40,7 @@ def test_the_steady_rate_leaves_out_the_slow_first_step_and_validation():
             continue
         times.step_end(step, 8 * step)
     times.batch_start()
-    times.train_end()
+    timer.on_train_end(None, None)
     split = times.split()
     steady, overall = split["steady_patches_per_s"], 8 * 21 / split["time_split_s"]["training"]
     assert steady == pytest.approx(8 / 0.01, rel=0.5)  # sleep overshoots on a busy machine
@@ -50,7 +53,7 @@ def test_the_steady_rate_leaves_out_the_slow_first_step_and_validation():
 
 
 def test_a_launch_of_few_steps_has_no_steady_rate():
-    times = RunTimes()
+    times = RunTimes(Timer())
     for step in range(1, 4):
         times.batch_start()
         times.step_end(step, 4 * step)
@@ -58,7 +61,7 @@ def test_a_launch_of_few_steps_has_no_steady_rate():
 
 
 def test_accumulated_batches_count_at_their_optimizer_step():
-    times = RunTimes()
+    times = RunTimes(Timer())
     for batch, steps in enumerate((0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6)):
         times.batch_start()
         times.step_end(steps, 4 * (batch + 1))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, Timer
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
@@ -23,7 +22,7 @@ from segscale.training.run_folder.summary_file import write_summary
 log = logging.getLogger(__name__)
 
 
-class RunSummary(L.Callback):
+class RunSummary(Timer):
     """Measures training throughput and writes ``summary.json`` into the run folder.
 
     Throughput counts the training patches of all ranks over the training time alone:
@@ -34,8 +33,10 @@ class RunSummary(L.Callback):
     Time (``RunTimes``): the time to the first optimizer step and where it went (logged
     at that step too), the wall time split into start-up, training, validation and the
     end, and the steady rate: patches/s after the first tenth of the steps. ``clock``
-    holds the start-up phases ``train`` marked before the trainer existed. Put first
-    among the callbacks, so that the end starts before the others' end-of-training work.
+    holds the start-up phases ``train`` marked before the trainer existed. The training
+    stage itself is timed by Lightning's ``Timer``, which this callback is (without a
+    duration: it stops nothing). Put first among the callbacks, so that the end starts
+    before the others' end-of-training work.
 
     Learning rates: ``learning_rate`` is the base rate the schedule multiplies and
     ``final_learning_rate`` the rate the last optimizer step of this launch used (of the
@@ -60,17 +61,26 @@ class RunSummary(L.Callback):
                 f"training.output_network={output_network!r} is unknown: expected "
                 "last-iteration or best-validation"
             )
+        super().__init__(duration=None, verbose=False)
         self.output_dir = Path(output_dir)
         self.output_network = output_network
         self.scaling = dict(scaling or {})
         self.fine_tuning = dict(fine_tuning or {})
         self.patches = 0
-        self.train_s = 0.0
-        self._train_start = self._val_start = 0.0
-        self._val_s = 0.0
         self._started_at = ""
         self.last_step_rate: float | None = None  # the learning rate of the last optimizer step
-        self.times = RunTimes(clock)
+        self.times = RunTimes(self, clock)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing: a launch's times are its own.
+
+        ``Timer`` would carry the training time of the launches before a resume, which
+        the summary does not report; checkpoints stay as they were.
+        """
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore (``state_dict``)."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Close the start-up phase that built the trainer and set up the data."""
@@ -78,13 +88,13 @@ class RunSummary(L.Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Note the time of day the fit starts; close the start-up phase before it."""
+        super().on_fit_start(trainer, pl_module)
         self._started_at = _now()
         self.times.clock.mark("model to device, optimizer")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the training clock (after the sanity check) and log the effective values."""
-        self._train_start = time.perf_counter()
-        self._val_s = 0.0
+        super().on_train_start(trainer, pl_module)
         self.times.clock.mark("sanity validation, loaders")
         if trainer.is_global_zero:
             values = self.effective_values(trainer)
@@ -105,6 +115,7 @@ class RunSummary(L.Callback):
         batch_idx: int,
     ) -> None:
         """Count this batch's patches on every rank."""
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         self.patches += batch["image"].shape[0] * trainer.world_size
         first = self.times.first_step_s is None
         self.times.step_end(trainer.global_step, self.patches)
@@ -118,20 +129,10 @@ class RunSummary(L.Callback):
         self.last_step_rate = float(optimizer.param_groups[0]["lr"])
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Pause the training clock."""
-        self._val_start = time.perf_counter()
+        """Pause the training clock (the next training batch resumes it)."""
+        super().on_validation_start(trainer, pl_module)
         if not trainer.sanity_checking:
             self.times.validation_start()
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Resume the training clock."""
-        if self._train_start:
-            self._val_s += time.perf_counter() - self._val_start
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Stop the training clock: the end of the run starts."""
-        self.train_s = time.perf_counter() - self._train_start - self._val_s
-        self.times.train_end()
 
     @rank_zero_only
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -160,9 +161,8 @@ class RunSummary(L.Callback):
         A launch that failed before its first step (a resume refused by Lightning, say)
         leaves the summary of the run it tried to continue as it was.
         """
-        if not self._train_start:
+        if self.start_time("train") is None:
             return
-        self.train_s = time.perf_counter() - self._train_start - self._val_s
         summary = self.summary(trainer, pl_module)
         if isinstance(exception, RunStopped):  # on purpose: preempted, pruned
             ended = {"status": exception.status, "stop": exception.details}
@@ -205,6 +205,7 @@ class RunSummary(L.Callback):
         last = getattr(checkpoint, "last_model_path", None) or None
         rates = monitored_rates(trainer)
         metrics = trainer.callback_metrics.items()
+        train_s = self.times.training_s()  # Timer's training stage, less the validations
         return {
             "status": "finished",
             "error": None,
@@ -235,12 +236,10 @@ class RunSummary(L.Callback):
             # Steps skipped for a non-finite loss or gradient (training.on_nonfinite=skip).
             "skipped_steps": getattr(pl_module, "skipped_steps", 0),
             "train_patches": self.patches,
-            "train_time_s": round(self.train_s, 3),
+            "train_time_s": round(train_s, 3),
             # From the process's start (or the train() call): time_measured_from says which.
             "wall_time_s": round(self.times.clock.elapsed(), 3),
-            "throughput_patches_per_s": round(self.patches / self.train_s, 3)
-            if self.train_s > 0
-            else None,
+            "throughput_patches_per_s": round(self.patches / train_s, 3) if train_s > 0 else None,
             **self.times.split(),
             "started_at": self._started_at,
             "finished_at": _now(),

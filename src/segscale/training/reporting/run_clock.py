@@ -34,14 +34,15 @@ class RunClock:
     """The start-up of one run: its origin and the phases ``mark`` closes, in order.
 
     ``mark(name)`` attributes the time since the previous mark (or the origin) to the
-    phase ``name``. Times are ``time.perf_counter`` seconds.
+    phase ``name``. Times are ``time.monotonic`` seconds, the clock of Lightning's
+    ``Timer`` (whose training-stage times ``RunTimes`` reads).
     """
 
     # The first run of a process counts the process's start; later ones their own call.
     _process_start_counted = False
 
     def __init__(self) -> None:
-        now = time.perf_counter()
+        now = time.monotonic()
         age = None if RunClock._process_start_counted else process_age()
         RunClock._process_start_counted = True
         self.since = TRAIN_CALL if age is None else PROCESS_START
@@ -53,10 +54,10 @@ class RunClock:
 
     def mark(self, phase: str) -> None:
         """Close ``phase`` now: the time since the previous mark is its (added to any)."""
-        now = time.perf_counter()
+        now = time.monotonic()
         self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
         self._last = now
 
     def elapsed(self) -> float:
         """Seconds since the origin."""
-        return time.perf_counter() - self.origin
+        return time.monotonic() - self.origin

@@ -1,5 +1,11 @@
 """A run's wall time split into start-up, training, validation and the end; its steady rate.
 
+Lightning's ``Timer`` measures the training stage (from the start of the train loop to
+its end); what it does not measure is ours: the start-up's phases (``RunClock``), the
+time to the first optimizer step, the validations summed (``Timer`` keeps only the
+last one's), and the rate of each step. One clock for all: ``time.monotonic``, the
+``Timer``'s.
+
 Host clocks: on a GPU a step's end is the host's view of it, which for a rate over many
 steps is the device's too (the host runs at most about a step ahead: the non-finite
 check reads the previous step's verdict every step).
@@ -11,6 +17,8 @@ import math
 import time
 from array import array
 from typing import Any
+
+from lightning.pytorch.callbacks import Timer
 
 from segscale.training.reporting.run_clock import RunClock
 
@@ -29,17 +37,18 @@ class RunTimes:
     """The clocks of one launch, driven by the trainer's hooks in the order they run.
 
     Start-up runs from ``clock``'s origin until the first training batch is in hand;
-    training from then until training ends, less the validations; a validation from
-    its start until training resumes (so the checkpoints written after it count with
-    it); the end from the end of training until ``split`` is asked (the evaluation
-    report, figures and ``summary.json``).
+    training from then until the training stage ends (``timer``'s end), less the
+    validations; a validation from its start until training resumes (so the
+    checkpoints written after it count with it); the end from the end of training until
+    ``split`` is asked (the evaluation report, figures and ``summary.json``). ``timer``
+    is the Lightning ``Timer`` the trainer calls (``RunSummary`` is one).
     """
 
-    def __init__(self, clock: RunClock | None = None) -> None:
+    def __init__(self, timer: Timer, clock: RunClock | None = None) -> None:
+        self.timer = timer
         self.clock = clock or RunClock()
         self.first_batch_at: float | None = None
         self.first_step_s: float | None = None  # time to the first step, from the origin
-        self.train_end_at: float | None = None
         self.validation_s = 0.0
         self._paused_at: float | None = None  # a validation's start
         # Per optimizer step: training seconds (validations excluded) and patches so far.
@@ -48,7 +57,7 @@ class RunTimes:
 
     def batch_start(self) -> None:
         """A training batch starts: close the start-up, or the validation before it."""
-        now = time.perf_counter()
+        now = time.monotonic()
         if self.first_batch_at is None:
             self.clock.mark("workers and first batch")
             self.first_batch_at = now
@@ -58,7 +67,7 @@ class RunTimes:
         """A training batch ended with ``steps`` optimizer steps and ``patches`` trained."""
         if steps <= len(self._step_s) or self.first_batch_at is None:
             return  # accumulating gradients: no optimizer step yet
-        now = time.perf_counter()
+        now = time.monotonic()
         if self.first_step_s is None:
             self.clock.mark("first step")
             self.first_step_s = now - self.clock.origin
@@ -68,13 +77,32 @@ class RunTimes:
     def validation_start(self) -> None:
         """A validation (not the sanity check) starts: pause the training clock."""
         if self.first_batch_at is not None and self._paused_at is None:
-            self._paused_at = time.perf_counter()
+            self._paused_at = time.monotonic()
 
-    def train_end(self) -> None:
-        """Training ended (its last validation and checkpoint included): the end starts."""
-        now = time.perf_counter()
-        self._resume(now)
-        self.train_end_at = now
+    def train_end_at(self) -> float | None:
+        """When the training stage ended (its last validation and checkpoint included).
+
+        ``None`` while it runs (or a launch that failed in it).
+        """
+        return self.timer.end_time("train")
+
+    def training_s(self) -> float:
+        """The training stage of this launch (``Timer``'s), less the validations; 0 before it.
+
+        From the start of the train loop (its workers' start included) to its end, or
+        until now if it has not ended.
+        """
+        start = self.timer.start_time("train")
+        if start is None:
+            return 0.0
+        end = self.train_end_at()
+        return (end if end is not None else time.monotonic()) - start - self._validations(end)
+
+    def _validations(self, end: float | None) -> float:
+        """The validations so far, one still open counted until ``end`` (or now)."""
+        if self._paused_at is None:
+            return self.validation_s
+        return self.validation_s + (end if end is not None else time.monotonic()) - self._paused_at
 
     def _resume(self, now: float) -> None:
         if self._paused_at is not None:
@@ -99,11 +127,13 @@ class RunTimes:
 
     def split(self) -> dict[str, Any]:
         """The summary's timing keys, with the end measured until now."""
-        now = time.perf_counter()
+        now = time.monotonic()
         origin, first_batch = self.clock.origin, self.first_batch_at
-        ended = self.train_end_at if self.train_end_at is not None else now
+        end = self.train_end_at()
+        ended = end if end is not None else now
+        validation = self._validations(end)
         startup = (first_batch if first_batch is not None else ended) - origin
-        training = ended - first_batch - self.validation_s if first_batch is not None else 0.0
+        training = ended - first_batch - validation if first_batch is not None else 0.0
         rate = self.steady_rate()
         return {
             "time_to_first_step_s": _seconds(self.first_step_s),
@@ -112,7 +142,7 @@ class RunTimes:
             "time_split_s": {
                 "startup": round(startup, 3),
                 "training": round(training, 3),
-                "validation": round(self.validation_s, 3),
+                "validation": round(validation, 3),
                 "end": round(now - ended, 3),
             },
             "steady_patches_per_s": None if rate is None else round(rate, 3),
