@@ -87,6 +87,7 @@ def test_an_epoch_without_a_full_batch_is_refused(tiny_data_root, tmp_path):
         *tiny_overrides(tiny_data_root, tmp_path / "run"),
         "datamodule.patches_per_image=1",
         "datamodule.batch_size=4",
+        cwd=tmp_path,  # Hydra's run folder, which the refusal leaves, is under the cwd
     )
     output = done.stdout + done.stderr  # the log's ERROR line
     assert done.returncode == 2, output[-3000:]
