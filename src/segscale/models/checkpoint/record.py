@@ -70,10 +70,13 @@ class CheckpointRecord:
     value_range: ValueRange | None
     """The training images' raw values per channel, which inputs must not be far outside."""
     segscale_version: str | None
-    in_channels: int
-    """The network's input channels (``model.in_channels``; 3 where it is not given)."""
     stored: dict[str, Any]
     """The entry as the file holds it (what a loaded module carries on to its own saves)."""
+
+    @property
+    def in_channels(self) -> int:
+        """The network's input channels (``model.in_channels``; 3 where it is not given)."""
+        return int(self.model.get("in_channels", 3))
 
 
 def run_record(
@@ -133,7 +136,7 @@ METADATA: dict[str, type | tuple[type, ...]] = {
     "std": list,
     "max_value": (int, float),
 }
-"""What ``inference_metadata`` holds, by type: a checkpoint's is checked against it."""
+"""What ``run_record`` writes, by type: a checkpoint's entry is checked against it."""
 
 LATER_METADATA: dict[str, type | tuple[type, ...]] = {
     "label_ids": (list, type(None)),
@@ -199,7 +202,6 @@ def parse_record(meta: Any, path: Path, key: str) -> CheckpointRecord:
         validation_inference=meta.get("validation_inference"),
         value_range=ValueRange.from_record(record) if record is not None else None,
         segscale_version=meta.get("segscale_version"),
-        in_channels=int(meta["model"].get("in_channels", 3)),
         stored=meta,
     )
 
