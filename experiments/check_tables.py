@@ -50,6 +50,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/presets/results.json",
     ],
+    "sync-batchnorm": [
+        "experiments/sync-batchnorm/measure.py",
+        "--table",
+        "experiments/sync-batchnorm/cpu.json",
+    ],
     "class-balance": EXPERIMENTS / "class-balance" / "results.md",
     "linear-scaling": EXPERIMENTS / "linear-scaling" / "results.md",
 }

@@ -159,11 +159,45 @@ def _channels_last_and_half(rank: int) -> dict[str, Any]:
     }
 
 
+HALF_TYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def mixed_step(norm: nn.Module, part: slice, dtype: torch.dtype, reduce_grads: bool) -> dict:
+    """One step of ``norm`` (float32 parameters) on rows ``part`` in ``dtype``: mixed precision.
+
+    ``norm`` takes the input in ``dtype`` (the ranks) or the same numbers in float32
+    (the reference), and the same gradient.
+    """
+    norm.weight.data = torch.tensor([1.0, 2.0, 0.5])
+    norm.bias.data = torch.tensor([0.1, -0.2, 0.3])
+    x = uneven_batch(torch.float32).to(dtype)[part]
+    x = (x if reduce_grads else x.float()).requires_grad_()
+    y = norm(x)
+    (y * upstream().to(dtype)[part].to(y.dtype)).sum().backward()
+    if reduce_grads:
+        dist.all_reduce(norm.weight.grad)
+        dist.all_reduce(norm.bias.grad)
+    # numpy (which carries the results between processes) has no bfloat16: the types apart
+    return {
+        "types": [str(y.dtype), str(x.grad.dtype), str(norm.weight.grad.dtype)],
+        "output": y.detach().float(),
+        "input_grad": x.grad.float(),
+        "weight_grad": norm.weight.grad,
+        "bias_grad": norm.bias.grad,
+        "running_mean": norm.running_mean,
+        "running_var": norm.running_var,
+    }
+
+
 def _every_check(rank: int) -> dict[str, Any]:
     results: dict[str, Any] = {"halves": _halves(rank)}
     for case, (share, momentum) in CASES.items():
         norm = GlobalBatchNorm(3, momentum=momentum).double()
         results[case] = two_steps(norm, rows(share, rank), reduce_grads=True)
+    for share in SHARES:
+        for name, dtype in HALF_TYPES.items():
+            part = rows(share, rank)
+            results[f"mixed {share} {name}"] = mixed_step(GlobalBatchNorm(3), part, dtype, True)
     results["layer"] = _collectives_and_syncs(rank)
     results["formats"] = _channels_last_and_half(rank)
     return by_value(results)
@@ -200,6 +234,28 @@ def test_uneven_and_empty_ranks_match_batch_norm_on_the_whole_batch(ranks, case)
                 torch.testing.assert_close(got[key], want[key][part], rtol=1e-9, atol=1e-9)
             for key in ("weight_grad", "bias_grad", "running_mean", "running_var"):
                 torch.testing.assert_close(got[key], want[key], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", list(HALF_TYPES))
+@pytest.mark.parametrize("share", list(SHARES))
+def test_half_precision_inputs_match_batch_norm_on_the_whole_batch(ranks, share, dtype):
+    """Mixed precision, uneven and empty ranks: outputs, all gradients, running statistics.
+
+    The reference is float32 batch norm on the same numbers; the ranks' output and input
+    gradient are in the half type (rounded once), everything else in float32.
+    """
+    expected = mixed_step(nn.BatchNorm2d(3), slice(None), HALF_TYPES[dtype], False)
+    # A half type's rounding of values up to about 6 (the output) and 40 (the gradient).
+    close = {"bfloat16": 2**-8, "float16": 2**-11}[dtype]
+    for rank in range(2):
+        got, part = ranks[rank][f"mixed {share} {dtype}"], rows(share, rank)
+        assert got["types"] == [str(HALF_TYPES[dtype])] * 2 + ["torch.float32"]
+        assert got["running_mean"].dtype == torch.float32
+        for key in ("output", "input_grad"):
+            want = expected[key][part]
+            torch.testing.assert_close(got[key], want, rtol=close, atol=close)
+        for key in ("weight_grad", "bias_grad", "running_mean", "running_var"):
+            torch.testing.assert_close(got[key], expected[key], rtol=1e-5, atol=1e-5)
 
 
 def test_one_collective_each_way_and_no_host_sync_per_layer(ranks):

@@ -16,7 +16,6 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as collectives
 from timm.layers import BatchNormAct2d, SyncBatchNormAct
 from torch import nn
 
@@ -35,11 +34,10 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
     in one process with the whole batch. A rank with no samples contributes zeros;
     nothing is masked and nothing is read on the host.
 
-    float32 and float64 inputs go through ``_GlobalNorm``, on PyTorch's fused batch-norm
-    kernels; half-precision inputs through autograd over the same arithmetic (a
-    differentiable functional all-reduce), with float32 statistics and an output in
-    their own type, as ``nn.SyncBatchNorm`` gives them. Outside training, or in a single
-    process, it is plain batch norm.
+    The layer is ``_GlobalNorm``, on PyTorch's fused batch-norm kernels, for inputs of
+    every floating type: half-precision ones (mixed precision) with float32 statistics
+    and an output in their own type, as ``nn.SyncBatchNorm`` gives them. Outside
+    training, or in a single process, it is plain batch norm.
     """
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
@@ -52,64 +50,12 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
         if not (self.training and distributed):
             return super().forward(input)
         self._check_input_dim(input)
-        # Every rank takes the same path (the collectives must match): never by batch size.
-        if input.dtype in _FUSED_DTYPES and input.device.type != "mps":
-            return self._fused(input)
-        mean, var, unbiased_var = self._global_statistics(input)
-        if self.track_running_stats:
-            self._update_running_stats(mean.detach(), unbiased_var.detach())
-        shape = [1, input.size(1)] + [1] * (input.dim() - 2)
-        scale = torch.rsqrt(var + self.eps)
-        if self.affine:
-            scale = scale * self.weight
-        shift = -mean * scale
-        if self.affine:
-            shift = shift + self.bias
-        # One elementwise pass, which keeps the input's memory format (channels_last).
-        output = torch.addcmul(shift.view(shape), input, scale.view(shape))
-        return output.to(input.dtype)
-
-    def _fused(self, input: torch.Tensor) -> torch.Tensor:
-        """The same layer through PyTorch's own batch-norm kernels (``_GlobalNorm``)."""
         weight = self.weight if self.affine else None
         bias = self.bias if self.affine else None
         output, mean, unbiased_var = _GlobalNorm.apply(input, weight, bias, self.eps)
         if self.track_running_stats:
             self._update_running_stats(mean, unbiased_var)
         return output
-
-    def _global_statistics(
-        self, input: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Mean, biased and unbiased variance per channel over every rank's batch."""
-        stats_dtype = torch.promote_types(input.dtype, torch.float32)
-        # MPS has no float64; float32 sums there are still per-channel numbers.
-        sums_dtype = torch.float32 if input.device.type == "mps" else torch.float64
-        dims = [0, *range(2, input.dim())]
-        count = input.numel() // max(1, input.size(1))  # from the shape: no host sync
-        x = input.to(stats_dtype)
-        if count:
-            local_var, local_mean = torch.var_mean(x, dims, correction=0)
-        else:  # an empty batch: zeros that still carry the autograd graph to the all-reduce
-            local_mean = local_var = x.sum(dims)
-        local_mean, local_m2 = local_mean.to(sums_dtype), local_var.to(sums_dtype) * count
-        local = [
-            local_mean * count,
-            local_m2 + local_mean * local_mean * count,
-            local_mean.new_full((1,), count),
-        ]
-        # Functional collectives: differentiable (the backward is an all-reduce of the
-        # gradient), and traceable by torch.compile, unlike torch.distributed.nn.
-        # forward calls this only once the default group is initialized (world size > 1).
-        world = cast("dist.ProcessGroup", dist.group.WORLD)
-        sums = collectives.all_reduce(torch.cat(local), "sum", world)
-        channels = input.size(1)
-        total = sums[-1]
-        mean = sums[:channels] / total.clamp(min=1)
-        m2 = (sums[channels:-1] - mean * mean * total).clamp(min=0)
-        var = m2 / total.clamp(min=1)
-        unbiased_var = m2 / (total - 1).clamp(min=1)
-        return mean.to(stats_dtype), var.to(stats_dtype), unbiased_var.to(stats_dtype)
 
     @torch.no_grad()
     def _update_running_stats(self, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:
@@ -129,10 +75,6 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
         self.running_var.mul_(1 - factor).add_(factor * unbiased_var.to(self.running_var.dtype))
 
 
-_FUSED_DTYPES = (torch.float32, torch.float64)
-"""Inputs ``_GlobalNorm`` takes; half precision goes through autograd in float32 statistics."""
-
-
 def _global_sums(local: list[torch.Tensor]) -> torch.Tensor:
     """``local`` concatenated in float64 and summed over the ranks (in place, one all-reduce)."""
     sums = torch.cat([part.to(torch.float64) for part in local])
@@ -143,13 +85,16 @@ def _global_sums(local: list[torch.Tensor]) -> torch.Tensor:
 class _GlobalNorm(torch.autograd.Function):
     """Batch norm over every rank's batch, forward and backward by PyTorch's fused kernels.
 
-    The autograd path of ``GlobalBatchNorm`` is 5× a plain batch-norm layer on a CPU:
-    every elementwise op of the statistics and of their gradient is its own pass over
-    the activations. Here the local statistics come from ``batch_norm_update_stats``,
+    Autograd over the same arithmetic (segscale's earlier half-precision path) is 5×
+    a plain batch-norm layer on a CPU: every elementwise op of the statistics and of
+    their gradient is its own pass over the activations. Here the local statistics come from ``batch_norm_update_stats``,
     the output from ``batch_norm`` with the global statistics, the local gradient sums
     from ``native_batch_norm_backward`` (weight and bias gradients only), and the input
     gradient from two fused multiply-adds: the formula of batch norm's backward pass
     with the sums taken over every rank (one all-reduce, as ``nn.SyncBatchNorm`` does).
+
+    Half-precision inputs (mixed precision) get statistics, and the input gradient's
+    arithmetic, in float32; the output and the input gradient are in the input's type.
     """
 
     @staticmethod
@@ -163,22 +108,30 @@ class _GlobalNorm(torch.autograd.Function):
         """Output, global mean and unbiased variance (the last two for the running stats)."""
         channels = input.size(1)
         count = input.numel() // channels
+        stats_dtype = torch.promote_types(input.dtype, torch.float32)
         if count:
-            local_mean, local_var = torch.batch_norm_update_stats(input, None, None, 0.0)
+            # Running buffers in the statistics' type (left as they are: momentum 0) make
+            # the kernel return its statistics in that type, also for half-precision input.
+            scratch = input.new_zeros(2, channels, dtype=stats_dtype)
+            local_mean, local_var = torch.batch_norm_update_stats(
+                input, scratch[0], scratch[1], 0.0
+            )
         else:  # a rank with no samples adds nothing
-            local_mean = local_var = input.new_zeros(channels)
+            local_mean = local_var = input.new_zeros(channels, dtype=stats_dtype)
         mean64 = local_mean.to(torch.float64)
         local = [mean64 * count, local_var.to(torch.float64) * count + mean64 * mean64 * count]
         sums = _global_sums([*local, mean64.new_full((1,), float(count))])
         total = sums[-1:].clamp(min=1)  # every rank empty: zeros, not NaN
         mean = sums[:channels] / total
         m2 = (sums[channels:-1] - mean * mean * total).clamp(min=0)
-        mean_t, var_t = mean.to(input.dtype), (m2 / total).to(input.dtype)
-        output = torch.batch_norm(input, weight, bias, mean_t, var_t, False, 0.0, eps, False)
+        mean_t, var_t = mean.to(stats_dtype), (m2 / total).to(stats_dtype)
+        # The kernels take parameters in the statistics' type (bf16-true has bf16 weights).
+        w, b = (None if t is None else t.to(stats_dtype) for t in (weight, bias))
+        output = torch.batch_norm(input, w, b, mean_t, var_t, False, 0.0, eps, False)
         invstd = torch.rsqrt(var_t + eps)
         ctx.save_for_backward(input, weight, mean_t, invstd, total)
         ctx.mark_non_differentiable(mean_t)
-        unbiased = (m2 / (total - 1).clamp(min=1)).to(input.dtype)
+        unbiased = (m2 / (total - 1).clamp(min=1)).to(stats_dtype)
         ctx.mark_non_differentiable(unbiased)
         return output, mean_t, unbiased
 
@@ -190,7 +143,7 @@ class _GlobalNorm(torch.autograd.Function):
         if input.numel():
             # A weight of ones when there is none: the weight gradient does not depend on
             # it, and CUDA's kernel needs one to size its outputs.
-            ones = torch.ones_like(mean) if weight is None else weight
+            ones = torch.ones_like(mean) if weight is None else weight.to(mean.dtype)
             _, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
                 grad_output, input, ones, None, None, mean, invstd, True, 0.0, [False, True, True]
             )
@@ -200,20 +153,22 @@ class _GlobalNorm(torch.autograd.Function):
         sum_dy, sum_dy_xmu = grad_bias, grad_weight / invstd
         sums = _global_sums([sum_dy, sum_dy_xmu])
         channels = input.size(1)
-        mean_dy = (sums[:channels] / total).to(input.dtype)
-        mean_dy_xmu = (sums[channels:] / total).to(input.dtype)
-        scale = invstd if weight is None else weight * invstd
+        mean_dy = (sums[:channels] / total).to(mean.dtype)
+        mean_dy_xmu = (sums[channels:] / total).to(mean.dtype)
+        scale = invstd if weight is None else weight.to(mean.dtype) * invstd
         # dx = scale · (dy - mean_dy - (x - mean) · invstd² · mean_dy_xmu)
         x_coefficient = -scale * invstd * invstd * mean_dy_xmu
         constant = -scale * mean_dy - x_coefficient * mean
         shape = [1, channels] + [1] * (input.dim() - 2)
+        # In the statistics' type (float32 for half-precision input, where the two terms
+        # in x nearly cancel), then in the input's.
         grad_input = torch.addcmul(constant.view(shape), grad_output, scale.view(shape))
         grad_input.addcmul_(input, x_coefficient.view(shape))
         needs = ctx.needs_input_grad
         return (
-            grad_input if needs[0] else None,
-            grad_weight if weight is not None and needs[1] else None,
-            grad_bias if weight is not None and needs[2] else None,
+            grad_input.to(input.dtype) if needs[0] else None,
+            grad_weight.to(weight.dtype) if weight is not None and needs[1] else None,
+            grad_bias.to(weight.dtype) if weight is not None and needs[2] else None,
             None,
         )
 
