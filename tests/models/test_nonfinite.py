@@ -8,7 +8,7 @@ import torch
 
 from segscale.cli.train import main
 from segscale.errors import ConfigError
-from segscale.models.nonfinite import check_policy, describe
+from segscale.models.nonfinite import any_nonfinite, check_policy, describe
 from segscale.training.run.training_run import train
 from tests.conftest import tiny_overrides, train_command
 from tests.in_process import run_in_process
@@ -112,6 +112,34 @@ def test_an_infinite_gradient_stops_the_run_naming_its_step(tiny_data_root, tmp_
     assert summary["status"] == "failed" and summary["steps"] == 5
     good = torch.load(summary["output_checkpoint"], weights_only=True)
     assert good["global_step"] == 4
+
+
+def gradients(bad: float | None = None, at: int = 0, dtype=torch.float32) -> list[torch.Tensor]:
+    """Three gradients (one empty, one channels_last), ``bad`` put into one element."""
+    tensors = [
+        torch.randn(64, 3, 3, 3).contiguous(memory_format=torch.channels_last),
+        torch.empty(0),
+        torch.randn(100_003).to(dtype) * 1e30,  # large but finite: a norm would overflow
+    ]
+    if bad is not None and at == 0:
+        tensors[0][5, 1, 2, 0] = bad
+    elif bad is not None:
+        tensors[2][77_777] = bad
+    return tensors
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("at", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_nonfinite_element_anywhere_is_found_and_large_finite_ones_are_not(bad, at, dtype):
+    flag = any_nonfinite(gradients(bad, at, dtype))
+    assert flag.dtype == torch.bool and flag.dim() == 0
+    assert bool(flag) is (bad is not None)
+
+
+def test_no_gradients_are_finite():
+    assert not any_nonfinite([])
+    assert not any_nonfinite([torch.empty(0)])
 
 
 def test_policy_and_message():

@@ -16,7 +16,13 @@ import lightning as L
 import torch
 from torch import nn
 
-from segscale.models.nonfinite import NonFiniteError, PendingVerdict, check_policy, describe
+from segscale.models.nonfinite import (
+    NonFiniteError,
+    PendingVerdict,
+    any_nonfinite,
+    check_policy,
+    describe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +86,7 @@ class NonFiniteSteps(L.LightningModule):
         if self.trainer.precision != "16-mixed":
             gradients = [p.grad for p in parameters if p.grad is not None]
             if gradients:
-                # The largest magnitude: finite exactly when every element is (an L2
-                # norm of large finite gradients could overflow).
-                largest = torch.nn.utils.get_total_norm(gradients, norm_type=math.inf)
-                gradient = ~torch.isfinite(largest.to(loss.device))
+                gradient = any_nonfinite(gradients).to(loss.device)
         return torch.stack([loss, gradient])
 
     def _raise_if_pending(self) -> None:
