@@ -1,6 +1,6 @@
 """The GPU measurements of experiments/gpu/README.md, in one process tree.
 
-    python3 experiments/gpu/measure.py OUT [--baseline SRC] [--steps N]
+    python3 experiments/gpu/measure.py OUT [--baseline SRC] [--steps N] [--sections LIST]
     python3 experiments/gpu/measure.py results/<file>.json --table
 
 For each source tree (this checkout's ``src``, and with ``--baseline`` another version's,
@@ -10,7 +10,12 @@ configuration of the issue that found bf16 slower than fp16) is clocked step by 
 with CUDA events (steady_clock.py); the steady step is the mean after the first
 ``--warmup`` steps. Then ``bench.py`` (this checkout) measures the same bf16 config's
 step in its compute section and its own one-device train.py run, and the table compares
-them. Results: OUT/measure.json and a table on stdout.
+them. The options section runs ``speed=max`` less one option at a time; the loop section
+``handwritten_loop.py``, the same training written by hand. The DDP section runs the
+bf16 config on one device as a single-device run and as one-rank ``strategy=ddp`` runs
+with each of DDP's options, its last steps profiled (``profile.txt`` in each run's
+folder). ``--sections`` picks among them.
+Results: OUT/measure.json and a table on stdout.
 """
 
 from __future__ import annotations
@@ -45,17 +50,58 @@ def environment(source: Path) -> dict[str, str]:
     return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
-def steady_run(source: Path, variant: str, steps: int, warmup: int, out: Path) -> dict:
+DDP_VARIANTS = {
+    "single": [],
+    "ddp": ["strategy=ddp"],
+    "ddp gradient_as_bucket_view": ["strategy=ddp", "+strategy.gradient_as_bucket_view=true"],
+    "ddp static_graph": ["strategy=ddp", "+strategy.static_graph=true"],
+    "ddp broadcast_buffers=false": ["strategy=ddp", "+strategy.broadcast_buffers=false"],
+}
+"""Issue 39's one-rank DDP step against the single-device one: the same bf16 config,
+clocked alike, then DDP's options one at a time (each a keyword of
+``DistributedDataParallel``, which Lightning's ``DDPStrategy`` passes on)."""
+
+SPEED_OPTIONS = {
+    "speed=max": [],
+    "less channels_last": ["training.channels_last=false"],
+    "less the fused optimizer": ["optimizer.fused=false"],
+    "less cuDNN's search": ["trainer.benchmark=false"],
+    "with training.compile": ["training.compile=true"],
+}
+"""Issue 39's table of what each option of ``speed=max`` contributes: the preset, then the
+preset less one option at a time (compile added, as the preset leaves it out)."""
+
+SECTIONS = ("precisions", "options", "loop", "ddp", "bench")
+
+
+def steady_run(
+    source: Path,
+    variant: str | list[str],
+    steps: int,
+    warmup: int,
+    out: Path,
+    profile_steps: int = 0,
+) -> dict:
     """One clocked train.py run; its steady step, rate and time to the first step.
 
-    ``variant`` is a precision (``bf16-mixed``) or a preset override (``speed=max``).
+    ``variant`` is a precision (``bf16-mixed``), a preset override (``speed=max``) or a
+    list of overrides. ``profile_steps``: that many steps after the warm-up run under
+    torch.profiler, its table written to ``out/profile.txt``.
     """
     record = out / "steps.json"
+    if isinstance(variant, str):
+        variant = [variant if "=" in variant else f"trainer.precision={variant}"]
+    # The profiled steps are the last ones, left out of the steady step.
+    profile_from = steps - profile_steps
+    profiled = [
+        f"+callbacks.clock.profile_from={profile_from}",
+        f"+callbacks.clock.profile_steps={profile_steps}",
+    ]
     command = [
         sys.executable,
         str(REPO / "train.py"),
         *CONFIG,
-        variant if "=" in variant else f"trainer.precision={variant}",
+        *variant,
         f"++trainer.max_steps={steps}",
         "++trainer.max_epochs=-1",
         "++trainer.limit_val_batches=0",
@@ -65,6 +111,7 @@ def steady_run(source: Path, variant: str, steps: int, warmup: int, out: Path) -
         "logger=none",
         "+callbacks.clock._target_=steady_clock.SteadyClock",
         f"+callbacks.clock.path={record}",
+        *(profiled if profile_steps else []),
         f"hydra.run.dir={out}",
     ]
     start = time.perf_counter()
@@ -73,12 +120,18 @@ def steady_run(source: Path, variant: str, steps: int, warmup: int, out: Path) -
     if done.returncode or not record.is_file():
         return {"error": (done.stderr or done.stdout)[-1500:]}
     clocked = json.loads(record.read_text())
-    steady = statistics.fmean(clocked["durations_s"][warmup:])
+    summary = out / "summary.json"  # segscale's own start-up phases, from process start
+    phases = json.loads(summary.read_text()) if summary.is_file() else {}
+    # durations_s[i] ends at step i + 1: the profiled steps' durations start at profile_from - 1
+    timed = clocked["durations_s"][warmup : profile_from - 1 if profile_steps else None]
+    steady = statistics.fmean(timed)
     return {
         "step_ms": 1000 * steady,
         "patches_per_s": BATCH / steady,
         "first_step_s": clocked["first_step_s"],
         "wall_s": wall,
+        "time_to_first_step_s": phases.get("time_to_first_step_s"),
+        "startup_phases_s": phases.get("startup_phases_s"),
     }
 
 
@@ -133,7 +186,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=70)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each, alternating")
-    parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"which of {','.join(SECTIONS)} to run"
+    )
+    parser.add_argument(
+        "--profile-steps", type=int, default=5, help="steps of each DDP-section run profiled"
+    )
     parser.add_argument(
         "--set", nargs="*", default=[], help="overrides after the config's (a CPU dry run)"
     )
@@ -142,12 +200,36 @@ def main() -> None:
     if args.table:
         print_table(json.loads(args.out.read_text()))
         return
+    sections = args.sections.split(",")
+    if unknown := set(sections) - set(SECTIONS):
+        parser.error(f"--sections: {sorted(unknown)} are not among {','.join(SECTIONS)}")
     CONFIG.extend(args.set)
     args.out.mkdir(parents=True, exist_ok=True)
     sources = {"this": REPO / "src"}
     if args.baseline:
         sources = {"baseline": args.baseline.resolve(), **sources}
     results: dict = {"config": CONFIG, "runs": {}}
+    for section in sections:  # in the order asked, the results saved after each
+        if section == "precisions":
+            results["runs"] |= precision_runs(args, sources)
+        elif section == "options":  # the fast path in one switch, and each of its options
+            results["options"] = options_comparison(args)
+            results["runs"]["this speed=max"] = results["options"]["speed=max"]
+        elif section == "loop":
+            results["loop"] = handwritten_loop(args.out / "loop", args.steps, args.warmup)
+            print("hand-written loop", results["loop"], flush=True)
+        elif section == "ddp":
+            results["ddp"] = ddp_comparison(args)
+        elif section == "bench":
+            results["bench"] = bench_comparison(args.out)
+            print("bench", results["bench"], flush=True)
+        (args.out / "measure.json").write_text(json.dumps(results, indent=2))
+    print_table(results)
+
+
+def precision_runs(args: argparse.Namespace, sources: dict[str, Path]) -> dict[str, dict]:
+    """Each source in each of ``PRECISIONS``: the median of ``--repeats`` runs."""
+    runs: dict[str, dict] = {}
     for precision in PRECISIONS:
         samples: dict[str, list[dict]] = {name: [] for name in sources}
         for repeat in range(args.repeats):
@@ -159,26 +241,82 @@ def main() -> None:
                 run = steady_run(sources[name], precision, args.steps, args.warmup, folder)
                 samples[name].append(run)
                 print(f"{name} {precision} #{repeat}", run, flush=True)
-        for name, runs in samples.items():
-            results["runs"][f"{name} {precision}"] = median_run(runs)
-    # The fast path in one switch (this version's preset), against the rows above.
-    samples = []
+        for name, finished in samples.items():
+            runs[f"{name} {precision}"] = median_run(finished)
+    return runs
+
+
+def folder_name(name: str) -> str:
+    """``name`` with only letters, digits, ``_`` and ``-``: a run folder's name.
+
+    Hydra's override grammar takes no ``=`` in ``hydra.run.dir``.
+    """
+    return "".join(c if c.isalnum() or c == "_" else "-" for c in name)
+
+
+def options_comparison(args: argparse.Namespace) -> dict[str, dict]:
+    """``speed=max`` and each of ``SPEED_OPTIONS`` (one run each per repeat)."""
+    samples: dict[str, list[dict]] = {name: [] for name in SPEED_OPTIONS}
     for repeat in range(args.repeats):
-        folder = args.out / f"this-speed-max-{repeat}"
-        samples.append(steady_run(REPO / "src", "speed=max", args.steps, args.warmup, folder))
-        print(f"this speed=max #{repeat}", samples[-1], flush=True)
-    results["runs"]["this speed=max"] = median_run(samples)
-    if not args.no_bench:
-        results["bench"] = bench_comparison(args.out)
-        print("bench", results["bench"], flush=True)
-    (args.out / "measure.json").write_text(json.dumps(results, indent=2))
-    print_table(results)
+        for name, overrides in SPEED_OPTIONS.items():
+            folder = args.out / f"options-{folder_name(name)}-{repeat}"
+            run = steady_run(
+                REPO / "src", ["speed=max", *overrides], args.steps, args.warmup, folder
+            )
+            samples[name].append(run)
+            print(f"speed options: {name} #{repeat}", run, flush=True)
+    return {name: median_run(runs) for name, runs in samples.items()}
+
+
+def handwritten_loop(out: Path, steps: int, warmup: int) -> dict:
+    """handwritten_loop.py in bf16 with the runs' network, patches, batch and workers."""
+    option = {item.split("=")[0]: item.split("=", 1)[1] for item in CONFIG if "=" in item}
+    command = [
+        sys.executable,
+        str(HERE / "handwritten_loop.py"),
+        str(out / "loop.json"),
+        "--precision=bf16",
+        f"--steps={steps}",
+        f"--warmup={warmup}",
+        f"--encoder={option['model.encoder']}",
+        f"--size={option['datamodule.patch_size']}",
+        f"--batch={option['datamodule.batch_size']}",
+        f"--workers={option['datamodule.num_workers']}",
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    (out / "loop.log").write_text(done.stdout + done.stderr)
+    if done.returncode:
+        return {"error": (done.stderr or done.stdout)[-1500:]}
+    return json.loads((out / "loop.json").read_text())
+
+
+def ddp_comparison(args: argparse.Namespace) -> dict[str, dict]:
+    """Each of ``DDP_VARIANTS`` in bf16-mixed, alternating their order per repeat.
+
+    Every run profiles its last ``--profile-steps`` steps (``<folder>/profile.txt``, the
+    ops by their own time on the device), left out of its steady step.
+    """
+    samples: dict[str, list[dict]] = {name: [] for name in DDP_VARIANTS}
+    for repeat in range(args.repeats):
+        order = list(DDP_VARIANTS) if repeat % 2 == 0 else list(reversed(DDP_VARIANTS))
+        for name in order:
+            folder = args.out / f"ddp-{folder_name(name)}-{repeat}"
+            overrides = ["trainer.precision=bf16-mixed", *DDP_VARIANTS[name]]
+            steps = args.steps + args.profile_steps
+            run = steady_run(
+                REPO / "src", overrides, steps, args.warmup, folder, args.profile_steps
+            )
+            samples[name].append(run | {"folder": str(folder)})
+            print(f"ddp comparison: {name} #{repeat}", run, flush=True)
+    return {name: median_run(runs) for name, runs in samples.items()}
 
 
 def print_table(results: dict) -> None:
     """The table of a measure.json (or a results/*.json of the same shape)."""
-    print("\n| source | precision | steady step (ms) | patches/s | first step (s) |")
-    print("|---|---|---|---|---|")
+    if results["runs"]:
+        print("\n| source | precision | steady step (ms) | patches/s | first step (s) |")
+        print("|---|---|---|---|---|")
     sources = []
     for key, run in results["runs"].items():
         name, precision = key.split(" ")
@@ -209,6 +347,40 @@ def print_table(results: dict) -> None:
             print(f"bench's Lightning step / this bf16-mixed run's steady step = {ratio:.3f}")
     elif bench:
         print("bench failed:", bench["error"][-500:])
+    loop, options = results.get("loop"), results.get("options")
+    if options:
+        base = loop.get("step_ms") if loop else None
+        print("\n| speed=max, one option at a time | steady step (ms) | speed-up over the loop |")
+        print("|---|---|---|")
+        for name, run in options.items():
+            if "step_ms" not in run:
+                print(f"| {name} | failed: {run.get('error', '')[-200:]!r} | |")
+                continue
+            ratio = f"{base / run['step_ms']:.3f}" if base else ""
+            print(f"| {name} | {run['step_ms']:.1f} | {ratio} |")
+    if loop and "step_ms" in loop:
+        print(
+            f"hand-written eager bf16 loop: {loop['step_ms']:.1f} ms per step, "
+            f"{loop['patches_per_s']:.0f} patches/s, first step after "
+            f"{loop['time_to_first_step_s']:.1f} s: {loop['startup_phases_s']}"
+        )
+    elif loop:
+        print("hand-written loop failed:", loop["error"][-500:])
+    for key, run in results["runs"].items():
+        if run.get("startup_phases_s"):
+            phases = ", ".join(f"{k} {v:.1f}" for k, v in run["startup_phases_s"].items())
+            print(f"{key}: first step after {run['time_to_first_step_s']:.1f} s: {phases}")
+    ddp = results.get("ddp")
+    if ddp:
+        single = ddp.get("single", {}).get("step_ms")
+        print("\n| one rank, bf16-mixed | steady step (ms) | / single device |")
+        print("|---|---|---|")
+        for name, run in ddp.items():
+            if "step_ms" not in run:
+                print(f"| {name} | failed: {run.get('error', '')[-200:]!r} | |")
+                continue
+            ratio = f"{run['step_ms'] / single:.3f}" if single else ""
+            print(f"| {name} | {run['step_ms']:.1f} | {ratio} |")
 
 
 if __name__ == "__main__":

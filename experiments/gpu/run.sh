@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Every GPU check of segscale in one go, on a CUDA machine, offline:
 #
-#   bash experiments/gpu/run.sh [OUT]        # from the repository root
+#   bash experiments/gpu/run.sh [OUT]                 # from the repository root
+#   PARTS="tier" bash experiments/gpu/run.sh OUT      # some parts only (one call each)
 #
 # 1. Installs the wheels in ./.whl (experiments/gpu/collect-wheels.sh gathers them on a
 #    machine with package access) into a private folder, if there are any: a GPU image
 #    often has torch, Lightning and torchmetrics but not Hydra, smp or albumentations.
 #    The source runs from this tree (PYTHONPATH), so the image's own torch is used,
 #    whatever version pyproject pins.
-# 2. The GPU test tier: pytest -m gpu over the files that hold gpu-marked tests.
-# 3. measure.py: bf16-mixed, 16-mixed and 32-true steady steps of a real train.py run,
-#    and bench's step against a real run's; with .baseline/src present (another
-#    version's source: git archive <commit> src | tar -x -C .baseline), that version
-#    is measured in the same call, for before/after tables.
-# Prints the tier's summary and one table last; logs and JSON go to OUT.
+# 2. PARTS (default "tier measure syncbn"), in that order:
+#    tier     the GPU test tier: pytest -m gpu over the files that hold gpu-marked tests,
+#             each test's result in OUT/gpu-tier.log as it ends;
+#    measure  measure.py: bf16-mixed, 16-mixed and 32-true steady steps of a real
+#             train.py run, speed=max, a one-rank DDP step against a single-device one
+#             (each DDP option, profiled), and bench's step against a real run's
+#             (MEASURE_ARGS="--sections ddp" for one section);
+#    syncbn   experiments/sync-batchnorm/measure.py: synchronized batch norm per step,
+#             two ranks sharing the GPU, bf16 and fp32, plain / GlobalBatchNorm /
+#             nn.SyncBatchNorm.
+#    With .baseline/src present (another version's source: git archive <commit> src |
+#    tar -x -C .baseline), measure and syncbn measure that version in the same call.
+# Prints the tier's summary and the tables last; logs and JSON go to OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-${OUT:-experiments/gpu/out}}
@@ -32,21 +40,32 @@ print("torch", torch.__version__, "lightning", lightning.__version__,
 PY
 baseline=()
 [ -d .baseline/src ] && baseline=(--baseline .baseline/src)
-if [ "${SKIP_MEASURE:-0}" = 1 ]; then
-  measured=0
-else
+PARTS=${PARTS:-tier measure syncbn}
+measured=0 tier=0 syncbn=0
+if [[ " $PARTS " == *" tier "* ]]; then
+  # The test files that hold gpu-marked tests (collecting the whole suite would import
+  # what only the CPU suite needs, mlflow or rasterio).
+  # -o addopts=: one process, not pyproject's -n auto (the tier's tests share one GPU and
+  # time it; the image may lack pytest-xdist). -v: each test's result as it ends.
+  mapfile -t files < <(grep -rlE --include='*.py' 'pytest\.mark\.gpu' tests | sort)
+  python3 -m pytest -o addopts= -m gpu "${files[@]}" -p no:cacheprovider -v -rfEs \
+    --durations=15 --junitxml="$OUT/gpu-tier.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tier.log"
+  tier=${PIPESTATUS[0]}
+fi
+if [[ " $PARTS " == *" measure "* ]]; then
   python3 experiments/gpu/measure.py "$OUT/measure" "${baseline[@]}" ${MEASURE_ARGS:-} \
     2>&1 | tee "$OUT/measure.log"
-  measured=$?
+  measured=${PIPESTATUS[0]}
 fi
-# The test files that hold gpu-marked tests (collecting the whole suite would import
-# what only the CPU suite needs, mlflow or rasterio).
-# -o addopts=: one process, not pyproject's -n auto (the tier's tests share one GPU and
-# time it; the image may lack pytest-xdist).
-mapfile -t files < <(grep -rlE --include='*.py' 'pytest\.mark\.gpu' tests | sort)
-python3 -m pytest -o addopts= -m gpu "${files[@]}" -p no:cacheprovider -q -rfEs --durations=15 \
-  --junitxml="$OUT/gpu-tier.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tier.log"
-tier=$?
-echo "== measure.py exit $measured; GPU tier exit $tier"
+if [[ " $PARTS " == *" syncbn "* ]]; then
+  sync=(experiments/sync-batchnorm/measure.py "$OUT/sync-batchnorm.json")
+  if [ -d .baseline/src ]; then
+    PYTHONPATH=$PWD/.baseline/src:${PYTHONPATH#$PWD/src:} python3 "${sync[@]}" --label before ${SYNCBN_ARGS:-} \
+      2>&1 | tee "$OUT/sync-batchnorm.log"
+  fi
+  python3 "${sync[@]}" --label after ${SYNCBN_ARGS:-} 2>&1 | tee -a "$OUT/sync-batchnorm.log"
+  syncbn=${PIPESTATUS[0]}
+fi
+echo "== parts: $PARTS; GPU tier exit $tier; measure.py exit $measured; sync-batchnorm exit $syncbn"
 [ -f "$OUT/measure.log" ] && sed -n '/^| source/,$p' "$OUT/measure.log"
-exit $(( measured || tier ))
+exit $(( tier || measured || syncbn ))
