@@ -13,8 +13,9 @@ step in its compute section and its own one-device train.py run, and the table c
 them. The options section runs ``speed=max`` less one option at a time; the loop section
 ``handwritten_loop.py``, the same training written by hand. The DDP section runs the
 bf16 config on one device as a single-device run and as one-rank ``strategy=ddp`` runs
-with each of DDP's options, its last steps profiled (``profile.txt`` in each run's
-folder). ``--sections`` picks among them.
+with each of DDP's options. Every run's last ``--profile-steps`` steps (after the timed
+ones) run under torch.profiler (``profile.txt`` in its folder). ``--sections`` picks
+among the sections and orders them.
 Results: OUT/measure.json and a table on stdout.
 """
 
@@ -85,8 +86,9 @@ def steady_run(
     """One clocked train.py run; its steady step, rate and time to the first step.
 
     ``variant`` is a precision (``bf16-mixed``), a preset override (``speed=max``) or a
-    list of overrides. ``profile_steps``: that many steps after the warm-up run under
-    torch.profiler, its table written to ``out/profile.txt``.
+    list of overrides. ``profile_steps``: the last that many steps run under
+    torch.profiler, its table written to ``out/profile.txt``, and are left out of the
+    steady step.
     """
     record = out / "steps.json"
     if isinstance(variant, str):
@@ -190,7 +192,7 @@ def main() -> None:
         "--sections", default=",".join(SECTIONS), help=f"which of {','.join(SECTIONS)} to run"
     )
     parser.add_argument(
-        "--profile-steps", type=int, default=5, help="steps of each DDP-section run profiled"
+        "--profile-steps", type=int, default=5, help="steps after the timed ones, profiled"
     )
     parser.add_argument(
         "--set", nargs="*", default=[], help="overrides after the config's (a CPU dry run)"
@@ -238,7 +240,14 @@ def precision_runs(args: argparse.Namespace, sources: dict[str, Path]) -> dict[s
             order = list(sources) if repeat % 2 == 0 else list(reversed(sources))
             for name in order:
                 folder = args.out / f"{name}-{precision}-{repeat}"
-                run = steady_run(sources[name], precision, args.steps, args.warmup, folder)
+                run = steady_run(
+                    sources[name],
+                    precision,
+                    args.steps + args.profile_steps,
+                    args.warmup,
+                    folder,
+                    args.profile_steps,
+                )
                 samples[name].append(run)
                 print(f"{name} {precision} #{repeat}", run, flush=True)
         for name, finished in samples.items():
@@ -261,7 +270,12 @@ def options_comparison(args: argparse.Namespace) -> dict[str, dict]:
         for name, overrides in SPEED_OPTIONS.items():
             folder = args.out / f"options-{folder_name(name)}-{repeat}"
             run = steady_run(
-                REPO / "src", ["speed=max", *overrides], args.steps, args.warmup, folder
+                REPO / "src",
+                ["speed=max", *overrides],
+                args.steps + args.profile_steps,
+                args.warmup,
+                folder,
+                args.profile_steps,
             )
             samples[name].append(run)
             print(f"speed options: {name} #{repeat}", run, flush=True)
