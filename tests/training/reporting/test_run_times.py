@@ -3,6 +3,7 @@ import time
 import pytest
 from lightning.pytorch.callbacks import Timer
 
+from segscale.training.reporting import run_clock
 from segscale.training.reporting.run_clock import PROCESS_START, TRAIN_CALL, RunClock, process_age
 from segscale.training.reporting.run_times import RunTimes, warmup_steps
 
@@ -14,9 +15,24 @@ def test_the_process_age_comes_from_the_operating_system():
 
 def test_only_the_first_clock_of_a_process_counts_from_its_start(monkeypatch):
     monkeypatch.setattr(RunClock, "_process_start_counted", False)
+    monkeypatch.setattr(run_clock, "_imports_done", None)
     first, second = RunClock(), RunClock()
-    assert first.since == PROCESS_START and "python, imports, config" in first.phases
+    assert first.since == PROCESS_START and list(first.phases) == ["python, imports, config"]
     assert second.since == TRAIN_CALL and second.phases == {}
+
+
+def test_the_end_of_the_imports_splits_the_first_phase(monkeypatch):
+    monkeypatch.setattr(RunClock, "_process_start_counted", False)
+    monkeypatch.setattr(run_clock, "_imports_done", None)
+    run_clock.imports_done()
+    marked = run_clock._imports_done
+    time.sleep(0.05)
+    run_clock.imports_done()  # only the first call counts
+    assert run_clock._imports_done == marked
+    clock = RunClock()
+    assert list(clock.phases) == ["python, imports", "config, run folder"]
+    assert clock.phases["config, run folder"] >= 0.05
+    assert sum(clock.phases.values()) == pytest.approx(clock.elapsed(), abs=0.01)
 
 
 def test_the_warm_up_is_a_tenth_of_the_steps_and_at_least_one():

@@ -16,6 +16,20 @@ from pathlib import Path
 PROCESS_START = "process start"
 TRAIN_CALL = "train() call"
 
+_imports_done: float | None = None
+"""When the command's module finished importing (``imports_done``), ``time.monotonic``."""
+
+
+def imports_done() -> None:
+    """Mark now as the end of this process's imports; a command's module calls it once.
+
+    The first run's clock then splits its first phase in two: the interpreter's start
+    and the imports, then Hydra's config composition and run folder up to ``train``.
+    """
+    global _imports_done
+    if _imports_done is None:
+        _imports_done = time.monotonic()
+
 
 def process_age() -> float | None:
     """Seconds since this process started, from ``/proc`` (Linux); ``None`` elsewhere."""
@@ -49,7 +63,11 @@ class RunClock:
         self.origin = now - (age or 0.0)
         self.phases: dict[str, float] = {}
         self._last = self.origin
-        if age is not None:
+        if age is not None and _imports_done is not None and self.origin <= _imports_done:
+            self.phases["python, imports"] = _imports_done - self.origin
+            self._last = _imports_done
+            self.mark("config, run folder")
+        elif age is not None:
             self.mark("python, imports, config")
 
     def mark(self, phase: str) -> None:

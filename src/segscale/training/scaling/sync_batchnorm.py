@@ -87,11 +87,12 @@ class _GlobalNorm(torch.autograd.Function):
 
     Autograd over the same arithmetic (segscale's earlier half-precision path) is 5×
     a plain batch-norm layer on a CPU: every elementwise op of the statistics and of
-    their gradient is its own pass over the activations. Here the local statistics come from ``batch_norm_update_stats``,
-    the output from ``batch_norm`` with the global statistics, the local gradient sums
-    from ``native_batch_norm_backward`` (weight and bias gradients only), and the input
-    gradient from two fused multiply-adds: the formula of batch norm's backward pass
-    with the sums taken over every rank (one all-reduce, as ``nn.SyncBatchNorm`` does).
+    their gradient is its own pass over the activations. Here the local statistics come
+    from ``batch_norm_update_stats``, the output from ``batch_norm`` with the global
+    statistics, the local gradient sums from ``native_batch_norm_backward`` (weight and
+    bias gradients only), and the input gradient from two fused multiply-adds: the
+    formula of batch norm's backward pass with the sums taken over every rank (one
+    all-reduce, as ``nn.SyncBatchNorm`` does).
 
     Half-precision inputs (mixed precision) get statistics, and the input gradient's
     arithmetic, in float32; the output and the input gradient are in the input's type.
