@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +44,11 @@ CONFIG = [
     "trainer.accelerator=gpu",
     "trainer.devices=1",
 ]
+
+
+def setting(key: str) -> str:
+    """The value ``CONFIG`` gives ``key`` (its last override of it: ``--set`` comes last)."""
+    return [item.split("=", 1)[1] for item in CONFIG if item.split("=", 1)[0] == key][-1]
 
 
 def environment(source: Path) -> dict[str, str]:
@@ -129,7 +135,7 @@ def steady_run(
     steady = statistics.fmean(timed)
     return {
         "step_ms": 1000 * steady,
-        "patches_per_s": BATCH / steady,
+        "patches_per_s": int(setting("datamodule.batch_size")) / steady,
         "first_step_s": clocked["first_step_s"],
         "wall_s": wall,
         "time_to_first_step_s": phases.get("time_to_first_step_s"),
@@ -229,6 +235,14 @@ def main() -> None:
     print_table(results)
 
 
+def profiled_run(
+    args: argparse.Namespace, source: Path, variant: str | list[str], folder: Path
+) -> dict:
+    """``steady_run`` of ``--steps`` timed steps, then ``--profile-steps`` profiled ones."""
+    steps = args.steps + args.profile_steps
+    return steady_run(source, variant, steps, args.warmup, folder, args.profile_steps)
+
+
 def precision_runs(args: argparse.Namespace, sources: dict[str, Path]) -> dict[str, dict]:
     """Each source in each of ``PRECISIONS``: the median of ``--repeats`` runs."""
     runs: dict[str, dict] = {}
@@ -240,14 +254,7 @@ def precision_runs(args: argparse.Namespace, sources: dict[str, Path]) -> dict[s
             order = list(sources) if repeat % 2 == 0 else list(reversed(sources))
             for name in order:
                 folder = args.out / f"{name}-{precision}-{repeat}"
-                run = steady_run(
-                    sources[name],
-                    precision,
-                    args.steps + args.profile_steps,
-                    args.warmup,
-                    folder,
-                    args.profile_steps,
-                )
+                run = profiled_run(args, sources[name], precision, folder)
                 samples[name].append(run)
                 print(f"{name} {precision} #{repeat}", run, flush=True)
         for name, finished in samples.items():
@@ -269,14 +276,7 @@ def options_comparison(args: argparse.Namespace) -> dict[str, dict]:
     for repeat in range(args.repeats):
         for name, overrides in SPEED_OPTIONS.items():
             folder = args.out / f"options-{folder_name(name)}-{repeat}"
-            run = steady_run(
-                REPO / "src",
-                ["speed=max", *overrides],
-                args.steps + args.profile_steps,
-                args.warmup,
-                folder,
-                args.profile_steps,
-            )
+            run = profiled_run(args, REPO / "src", ["speed=max", *overrides], folder)
             samples[name].append(run)
             print(f"speed options: {name} #{repeat}", run, flush=True)
     return {name: median_run(runs) for name, runs in samples.items()}
@@ -284,7 +284,6 @@ def options_comparison(args: argparse.Namespace) -> dict[str, dict]:
 
 def handwritten_loop(out: Path, steps: int, warmup: int) -> dict:
     """handwritten_loop.py in bf16 with the runs' network, patches, batch and workers."""
-    option = {item.split("=")[0]: item.split("=", 1)[1] for item in CONFIG if "=" in item}
     command = [
         sys.executable,
         str(HERE / "handwritten_loop.py"),
@@ -292,10 +291,10 @@ def handwritten_loop(out: Path, steps: int, warmup: int) -> dict:
         "--precision=bf16",
         f"--steps={steps}",
         f"--warmup={warmup}",
-        f"--encoder={option['model.encoder']}",
-        f"--size={option['datamodule.patch_size']}",
-        f"--batch={option['datamodule.batch_size']}",
-        f"--workers={option['datamodule.num_workers']}",
+        f"--encoder={setting('model.encoder')}",
+        f"--size={setting('datamodule.patch_size')}",
+        f"--batch={setting('datamodule.batch_size')}",
+        f"--workers={setting('datamodule.num_workers')}",
     ]
     out.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
@@ -317,10 +316,7 @@ def ddp_comparison(args: argparse.Namespace) -> dict[str, dict]:
         for name in order:
             folder = args.out / f"ddp-{folder_name(name)}-{repeat}"
             overrides = ["trainer.precision=bf16-mixed", *DDP_VARIANTS[name]]
-            steps = args.steps + args.profile_steps
-            run = steady_run(
-                REPO / "src", overrides, steps, args.warmup, folder, args.profile_steps
-            )
+            run = profiled_run(args, REPO / "src", overrides, folder)
             samples[name].append(run | {"folder": str(folder)})
             print(f"ddp comparison: {name} #{repeat}", run, flush=True)
     return {name: median_run(runs) for name, runs in samples.items()}
@@ -364,14 +360,8 @@ def print_table(results: dict) -> None:
     loop, options = results.get("loop"), results.get("options")
     if options:
         base = loop.get("step_ms") if loop else None
-        print("\n| speed=max, one option at a time | steady step (ms) | speed-up over the loop |")
-        print("|---|---|---|")
-        for name, run in options.items():
-            if "step_ms" not in run:
-                print(f"| {name} | failed: {run.get('error', '')[-200:]!r} | |")
-                continue
-            ratio = f"{base / run['step_ms']:.3f}" if base else ""
-            print(f"| {name} | {run['step_ms']:.1f} | {ratio} |")
+        head = "| speed=max, one option at a time | steady step (ms) | speed-up over the loop |"
+        print_rows(head, options, lambda step: f"{base / step:.3f}" if base else "")
     if loop and "step_ms" in loop:
         print(
             f"hand-written eager bf16 loop: {loop['step_ms']:.1f} ms per step, "
@@ -387,14 +377,19 @@ def print_table(results: dict) -> None:
     ddp = results.get("ddp")
     if ddp:
         single = ddp.get("single", {}).get("step_ms")
-        print("\n| one rank, bf16-mixed | steady step (ms) | / single device |")
-        print("|---|---|---|")
-        for name, run in ddp.items():
-            if "step_ms" not in run:
-                print(f"| {name} | failed: {run.get('error', '')[-200:]!r} | |")
-                continue
-            ratio = f"{run['step_ms'] / single:.3f}" if single else ""
-            print(f"| {name} | {run['step_ms']:.1f} | {ratio} |")
+        head = "| one rank, bf16-mixed | steady step (ms) | / single device |"
+        print_rows(head, ddp, lambda step: f"{step / single:.3f}" if single else "")
+
+
+def print_rows(head: str, runs: dict[str, dict], ratio: Callable[[float], str]) -> None:
+    """A table of ``runs``' steady steps under ``head``, each with ``ratio(step)``."""
+    print("\n" + head)
+    print("|---|---|---|")
+    for name, run in runs.items():
+        if "step_ms" not in run:
+            print(f"| {name} | failed: {run.get('error', '')[-200:]!r} | |")
+            continue
+        print(f"| {name} | {run['step_ms']:.1f} | {ratio(run['step_ms'])} |")
 
 
 if __name__ == "__main__":
