@@ -111,11 +111,17 @@ class _GlobalNorm(torch.autograd.Function):
         count = input.numel() // channels
         stats_dtype = torch.promote_types(input.dtype, torch.float32)
         if count:
-            # Running buffers in the statistics' type (left as they are: momentum 0) make
-            # the kernel return its statistics in that type, also for half-precision input.
-            scratch = input.new_zeros(2, channels, dtype=stats_dtype)
+            # For half-precision input, running buffers in the statistics' type (left as
+            # they are: momentum 0) make the kernel return float32 statistics (on a CPU it
+            # returns the input's type without them); float32 and float64 need none.
+            scratch = None
+            if input.dtype != stats_dtype:
+                scratch = input.new_zeros(2, channels, dtype=stats_dtype)
             local_mean, local_var = torch.batch_norm_update_stats(
-                input, scratch[0], scratch[1], 0.0
+                input,
+                None if scratch is None else scratch[0],
+                None if scratch is None else scratch[1],
+                0.0,
             )
         else:  # a rank with no samples adds nothing
             local_mean = local_var = input.new_zeros(channels, dtype=stats_dtype)
