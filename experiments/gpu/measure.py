@@ -247,19 +247,28 @@ def precision_runs(args: argparse.Namespace, sources: dict[str, Path]) -> dict[s
     """Each source in each of ``PRECISIONS``: the median of ``--repeats`` runs."""
     runs: dict[str, dict] = {}
     for precision in PRECISIONS:
-        samples: dict[str, list[dict]] = {name: [] for name in sources}
-        for repeat in range(args.repeats):
-            # Alternate which source goes first: a fresh machine's first runs load
-            # libraries and kernels cold.
-            order = list(sources) if repeat % 2 == 0 else list(reversed(sources))
-            for name in order:
-                folder = args.out / f"{name}-{precision}-{repeat}"
-                run = profiled_run(args, sources[name], precision, folder)
-                samples[name].append(run)
-                print(f"{name} {precision} #{repeat}", run, flush=True)
-        for name, finished in samples.items():
-            runs[f"{name} {precision}"] = median_run(finished)
+        variants = {f"{name} {precision}": (source, precision) for name, source in sources.items()}
+        runs |= compared_runs(args, variants)
     return runs
+
+
+def compared_runs(
+    args: argparse.Namespace, variants: dict[str, tuple[Path, str | list[str]]], prefix: str = ""
+) -> dict[str, dict]:
+    """The median of ``--repeats`` profiled runs of each of ``variants`` (name: source, variant).
+
+    The order alternates from one repeat to the next: a fresh machine's first runs load
+    libraries and kernels cold.
+    """
+    samples: dict[str, list[dict]] = {name: [] for name in variants}
+    for repeat in range(args.repeats):
+        order = list(variants) if repeat % 2 == 0 else list(reversed(variants))
+        for name in order:
+            source, variant = variants[name]
+            folder = args.out / f"{prefix}{folder_name(name)}-{repeat}"
+            samples[name].append(run := profiled_run(args, source, variant, folder))
+            print(f"{name} #{repeat}", run, flush=True)
+    return {name: median_run(runs) for name, runs in samples.items()}
 
 
 def folder_name(name: str) -> str:
@@ -271,15 +280,9 @@ def folder_name(name: str) -> str:
 
 
 def options_comparison(args: argparse.Namespace) -> dict[str, dict]:
-    """``speed=max`` and each of ``SPEED_OPTIONS`` (one run each per repeat)."""
-    samples: dict[str, list[dict]] = {name: [] for name in SPEED_OPTIONS}
-    for repeat in range(args.repeats):
-        for name, overrides in SPEED_OPTIONS.items():
-            folder = args.out / f"options-{folder_name(name)}-{repeat}"
-            run = profiled_run(args, REPO / "src", ["speed=max", *overrides], folder)
-            samples[name].append(run)
-            print(f"speed options: {name} #{repeat}", run, flush=True)
-    return {name: median_run(runs) for name, runs in samples.items()}
+    """``speed=max`` and each of ``SPEED_OPTIONS``."""
+    variants = {name: (REPO / "src", ["speed=max", *o]) for name, o in SPEED_OPTIONS.items()}
+    return compared_runs(args, variants, "options-")
 
 
 def handwritten_loop(out: Path, steps: int, warmup: int) -> dict:
@@ -310,16 +313,12 @@ def ddp_comparison(args: argparse.Namespace) -> dict[str, dict]:
     Every run profiles its last ``--profile-steps`` steps (``<folder>/profile.txt``, the
     ops by their own time on the device), left out of its steady step.
     """
-    samples: dict[str, list[dict]] = {name: [] for name in DDP_VARIANTS}
-    for repeat in range(args.repeats):
-        order = list(DDP_VARIANTS) if repeat % 2 == 0 else list(reversed(DDP_VARIANTS))
-        for name in order:
-            folder = args.out / f"ddp-{folder_name(name)}-{repeat}"
-            overrides = ["trainer.precision=bf16-mixed", *DDP_VARIANTS[name]]
-            run = profiled_run(args, REPO / "src", overrides, folder)
-            samples[name].append(run | {"folder": str(folder)})
-            print(f"ddp comparison: {name} #{repeat}", run, flush=True)
-    return {name: median_run(runs) for name, runs in samples.items()}
+    src = REPO / "src"
+    variants = {
+        name: (src, ["trainer.precision=bf16-mixed", *overrides])
+        for name, overrides in DDP_VARIANTS.items()
+    }
+    return compared_runs(args, variants, "ddp-")
 
 
 def print_table(results: dict) -> None:
