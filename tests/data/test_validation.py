@@ -488,5 +488,9 @@ def test_the_pass_over_the_files_logs_its_progress_when_not_on_a_terminal(
     monkeypatch.setattr(progress, "QUIET_S", 0.0)  # a tiny pass is over in a moment
     _validate(_dataset(tmp_path))
     lines = [r.getMessage() for r in caplog.records if "files checked" in r.getMessage()]
-    assert lines[0].startswith("train files checked: 1/2 (50%)")
-    assert lines[-1].startswith("val files checked: 1/1 (100%)") and len(lines) == 3
+    assert lines[0].startswith("dataset files checked: 1/3 (33%)")
+    assert "left" in lines[1]  # the time left
+    assert lines[-1].startswith("dataset files checked: 3/3 (100%)") and len(lines) == 3
+    caplog.clear()
+    _validate(tmp_path)  # cached: nothing to read, no line
+    assert not [r for r in caplog.records if "files checked" in r.getMessage()]

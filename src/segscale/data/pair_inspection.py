@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from segscale.data.class_locations import LocationSampler
-from segscale.data.labels import LabelMap, mask_codes
+from segscale.data.labels import LabelMap
+from segscale.data.mask_counts import MaskCounts
 from segscale.data.rasters import Pixels
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -56,24 +58,74 @@ def inspect_pair(
     were found with. ``validity`` with ``labels`` also counts the valid pixels per cell
     (``valid_cells``, see ``ValidPixels``; ``problem`` there: a no-data tag that is no
     number), marked with the labels and the no-data setting.
+
+    The image and the mask are read side by side, chunk by chunk, once: every statistic
+    is taken from the same chunks.
     """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
-    image = None
-    try:
-        image = read_image(pair.image, max_image_pixels)
-        facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
-        facts |= {"dtype": str(image.dtype), **_pixel_statistics(image)}
+    image = _opened_image(pair, facts, max_image_pixels)
+    raw = _opened_mask(pair, facts, max_image_pixels)
+    statistics = _ImageStatistics(image) if image is not None else None
+    mask = _MaskReading(pair, facts, raw, labels, locations_per_class) if raw is not None else None
+    if mask is not None and validity is not None and labels is not None and image is not None:
+        mask.cells = _valid_pixels(pair, facts, image, labels, validity)
+    rows = max(image.shape[0] if image is not None else 0, raw.shape[0] if raw is not None else 0)
+    for start in range(0, rows, ROWS_PER_CHUNK):
+        image_rows = None
+        if statistics is not None and start < statistics.height:
+            image_rows = _chunk(image, start, pair.image, facts["image_problems"], "image")
+            if image_rows is None:
+                statistics = None  # unreadable: its problem is listed
+            else:
+                statistics.add(image_rows)
+        if mask is not None and start < mask.height:
+            mask_rows = _chunk(raw, start, pair.mask, facts["mask_problems"], "mask")
+            if mask_rows is None:
+                mask = None
+            else:
+                mask.add(mask_rows, start, image_rows)
+    if statistics is not None:
+        facts |= statistics.facts()
         if facts["nonfinite"]:
             facts["image_problems"].append(_nonfinite_problem(facts["nonfinite"]))
+    elif image is not None:
+        facts["channels"] = None  # an image whose pixels could not all be read
+    if mask is not None:
+        facts |= mask.facts()
+        if mask.cells is not None:
+            facts["valid_cells"] |= mask.cells.counter.facts()
+    return facts
+
+
+def _opened_image(
+    pair: ImageMaskPair, facts: dict[str, Any], max_image_pixels: int | None
+) -> Pixels | None:
+    """The image, its shape, channels and pixel type in ``facts``; ``None`` if unreadable."""
+    try:
+        image = read_image(pair.image, max_image_pixels)
     except READ_ERRORS as error:
         reason = describe_read_error(pair.image, error)
         facts["image_problems"].append(f"image cannot be read: {reason}")
+        return None
+    facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
+    facts["dtype"] = str(image.dtype)
+    return image
+
+
+def _opened_mask(
+    pair: ImageMaskPair, facts: dict[str, Any], max_image_pixels: int | None
+) -> Pixels | None:
+    """The mask's raw values and channels (in ``facts``); ``None`` if they are not counted.
+
+    Not counted: a mask that cannot be read, or of neither 1 nor 3 channels (a problem
+    in ``facts``). A mask of another size than its image is counted (and a problem).
+    """
     try:
         raw = read_mask_values(pair.mask, max_image_pixels)
     except READ_ERRORS as error:
         reason = describe_read_error(pair.mask, error)
         facts["mask_problems"].append(f"mask cannot be read: {reason}")
-        return facts
+        return None
     mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
     facts["mask_channels"] = mask_channels
     if mask_channels not in (1, 3):
@@ -81,28 +133,107 @@ def inspect_pair(
             f"mask has {mask_channels} channels; expected 1 (class indices or grey levels) "
             "or 3 (RGB colours)"
         )
-        return facts
+        return None
     if "shape" in facts and list(raw.shape[:2]) != facts["shape"]:
         facts["mask_problems"].append(
             f"mask is {raw.shape[1]}x{raw.shape[0]} but its image {pair.image.name} is "
             f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
         )
-    sampler = None
-    if labels is not None and locations_per_class and mask_channels == labels.channels:
-        sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
-    cells = None
-    if validity is not None and labels is not None and image is not None:
-        cells = _valid_pixels(pair, facts, image, labels, validity)
-    values, counts = _value_counts(raw, labels, sampler, cells)
-    kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
-    kept.sort()
-    facts["mask_values"] = np.stack([values[kept], counts[kept]], axis=1).tolist()
-    facts["mask_distinct"] = len(values)
-    if sampler is not None and labels is not None:
-        facts["class_locations"] = {**sampler.facts(), "labels": labels_key(labels)}
-    if cells is not None:
-        facts["valid_cells"] |= cells.counter.facts()
-    return facts
+    return raw
+
+
+def _chunk(
+    pixels: Pixels, start: int, path: Path, problems: list[str], what: str
+) -> np.ndarray | None:
+    """Rows ``start`` on of ``pixels`` (``ROWS_PER_CHUNK``); ``None``, a problem, if unreadable."""
+    try:
+        return np.asarray(pixels[start : start + ROWS_PER_CHUNK])
+    except READ_ERRORS as error:
+        problems.append(f"{what} cannot be read: {describe_read_error(path, error)}")
+        return None
+
+
+class _ImageStatistics:
+    """Per channel: sum and sum of squares, for the dataset's mean and std; the range.
+
+    The range (``value_range``: ``[low, high]`` per channel, ``None`` without a finite
+    value) goes into the checkpoint; ``nonfinite`` counts NaN and infinite values. An
+    integer image's sums come from its histogram, exactly; a float image's are summed
+    in float64, chunk by chunk.
+    """
+
+    def __init__(self, image: Pixels) -> None:
+        self.height, self.width, channels = image.shape[0], image.shape[1], image.shape[2]
+        self.histogram = ValueHistogram(channels, image.dtype)
+        self.total = np.zeros(channels)
+        self.squares = np.zeros(channels)
+
+    def add(self, rows: np.ndarray) -> None:
+        """Count a chunk of the image's rows."""
+        self.histogram.add(rows)
+        if not self.histogram.integer:
+            chunk = rows.astype(np.float64)
+            self.total += chunk.sum((0, 1))
+            self.squares += (chunk**2).sum((0, 1))
+
+    def facts(self) -> dict[str, Any]:
+        """What the pass keeps of the image's pixels."""
+        if self.histogram.integer:
+            total, squares = self.histogram.moments()
+        else:
+            total, squares = self.total.tolist(), self.squares.tolist()
+        return {
+            "pixels": self.height * self.width,
+            "sum": total,
+            "squares": squares,
+            "value_range": self.histogram.percentiles(),
+            "nonfinite": self.histogram.nonfinite(),
+        }
+
+
+class _MaskReading:
+    """What the pass counts of a mask's chunks: its values, class locations, valid cells."""
+
+    def __init__(
+        self,
+        pair: ImageMaskPair,
+        facts: dict[str, Any],
+        raw: Pixels,
+        labels: LabelMap | None,
+        locations_per_class: int,
+    ) -> None:
+        self.height = raw.shape[0]
+        self.labels = labels
+        self.counts = MaskCounts(raw.dtype, raw.ndim, labels)
+        self.sampler = None
+        if labels is not None and locations_per_class and facts["mask_channels"] == labels.channels:
+            self.sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
+        self.cells: ValidPixels | None = None
+
+    def add(self, rows: np.ndarray, start: int, image_rows: np.ndarray | None) -> None:
+        """Count a chunk of the mask's rows (``image_rows``: the image's same rows)."""
+        wanted = self.sampler is not None or self.cells is not None
+        decoded = self.counts.add(rows, classes=wanted)
+        if decoded is None:
+            return
+        classes, per_class = decoded
+        if self.sampler is not None:
+            self.sampler.add(classes, start, per_class)
+        if self.cells is not None and image_rows is not None:
+            self.cells.add(classes, start, image_rows)
+
+    def facts(self) -> dict[str, Any]:
+        """The mask's values (the ``MAX_MASK_VALUES`` with most pixels), locations, cells."""
+        values, counts = self.counts.values()
+        kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
+        kept.sort()
+        facts: dict[str, Any] = {
+            "mask_values": np.stack([values[kept], counts[kept]], axis=1).tolist(),
+            "mask_distinct": len(values),
+        }
+        if self.sampler is not None and self.labels is not None:
+            facts["class_locations"] = {**self.sampler.facts(), "labels": labels_key(self.labels)}
+        return facts
 
 
 def _valid_pixels(
@@ -124,32 +255,7 @@ def _valid_pixels(
         entry["problem"] = str(error)
         return None
     entry["nodata"] = nodata
-    return ValidPixels(image, labels.num_classes, nodata)
-
-
-def _pixel_statistics(image: Pixels) -> dict[str, Any]:
-    """Per channel: sum and sum of squares (float64), for the dataset's mean and std; range.
-
-    The range (``value_range``: ``[low, high]`` per channel, ``None`` without a finite
-    value) goes into the checkpoint; ``nonfinite`` counts NaN and infinite values.
-    """
-    total = np.zeros(image.shape[2])
-    squares = np.zeros(image.shape[2])
-    histogram = ValueHistogram(image.shape[2], image.dtype)
-    for start in range(0, image.shape[0], ROWS_PER_CHUNK):
-        rows = np.asarray(image[start : start + ROWS_PER_CHUNK])
-        histogram.add(rows)
-        chunk = rows.astype(np.float64)
-        total += chunk.sum((0, 1))
-        squares += (chunk**2).sum((0, 1))
-    pixels = image.shape[0] * image.shape[1]
-    return {
-        "pixels": pixels,
-        "sum": total.tolist(),
-        "squares": squares.tolist(),
-        "value_range": histogram.percentiles(),
-        "nonfinite": histogram.nonfinite(),
-    }
+    return ValidPixels(image.shape[0], image.shape[1], labels.num_classes, nodata)
 
 
 def _nonfinite_problem(count: int) -> str:
@@ -159,33 +265,6 @@ def _nonfinite_problem(count: int) -> str:
         "makes every patch and the mean NaN): give no-data pixels a value, and their "
         "mask the ignore index"
     )
-
-
-def _value_counts(
-    raw: Pixels,
-    labels: LabelMap | None = None,
-    sampler: LocationSampler | None = None,
-    cells: ValidPixels | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct mask values (as ``mask_codes``) and how many pixels have each.
-
-    ``sampler`` and ``cells`` are offered each chunk's class indices (decoded by
-    ``labels``) on the way.
-    """
-    totals: dict[int, int] = {}
-    listeners = [each for each in (sampler, cells) if each is not None]
-    for start in range(0, raw.shape[0], ROWS_PER_CHUNK):
-        chunk = np.asarray(raw[start : start + ROWS_PER_CHUNK])
-        codes = mask_codes(chunk)
-        if listeners and labels is not None:
-            classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
-            for listener in listeners:
-                listener.add(classes, start)
-        values, counts = np.unique(codes, return_counts=True)
-        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-            totals[value] = totals.get(value, 0) + count
-    values = np.array(sorted(totals), np.int64)
-    return values, np.array([totals[v] for v in values.tolist()], np.int64)
 
 
 def mask_holds_an_image(facts: dict[str, Any]) -> bool:

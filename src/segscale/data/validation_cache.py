@@ -70,20 +70,47 @@ class ValidationCache:
         read again (the labels are not part of the settings key, since nothing else
         depends on them).
         """
-        key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
-        stamp = [_stamp(pair.image), _stamp(pair.mask)]
-        entry = self.entries.get(key)
+        cached = self.cached(pair, labels, locations_per_class, validity)
+        if cached is not None:
+            return cached
+        return self.read(pair, labels, locations_per_class, validity)
+
+    def cached(
+        self,
+        pair: ImageMaskPair,
+        labels: LabelMap | None = None,
+        locations_per_class: int = 0,
+        validity: Validity | None = None,
+    ) -> dict[str, Any] | None:
+        """The pair's cached facts, as ``facts`` would take them; ``None`` if they must be read."""
+        entry = self.entries.get(_key(pair))
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
         if (
             entry
-            and entry["stamp"] == stamp
+            and entry["stamp"] == [_stamp(pair.image), _stamp(pair.mask)]
             and _has_locations(entry["facts"], labels, wanted)
             and _has_valid_cells(entry["facts"], labels, validity)
         ):
             return entry["facts"]
+        return None
+
+    def read(
+        self,
+        pair: ImageMaskPair,
+        labels: LabelMap | None = None,
+        locations_per_class: int = 0,
+        validity: Validity | None = None,
+    ) -> dict[str, Any]:
+        """Read the pair's facts afresh and keep them (``save`` writes them).
+
+        Threads may read pairs at once: each keeps its own entry.
+        """
+        stamp = [_stamp(pair.image), _stamp(pair.mask)]  # before reading: a change then reads again
+        wanted = locations_per_class if labels is not None else 0
+        validity = validity if labels is not None else None
         facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity)
-        self.entries[key] = {"stamp": stamp, "facts": facts}
+        self.entries[_key(pair)] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
 
@@ -127,6 +154,10 @@ def _has_valid_cells(
     counted = "counts" in kept or "problem" in kept
     same = {k: kept.get(k) for k in ("labels", "nodata_setting")} == validity_key(labels, validity)
     return counted and same and kept.get("cell") == CELL
+
+
+def _key(pair: ImageMaskPair) -> str:
+    return f"{pair.image.resolve()}|{pair.mask.resolve()}"
 
 
 def _stamp(path: Path) -> list[int]:

@@ -1,0 +1,91 @@
+"""A mask's values counted chunk by chunk, and the class index of each of its pixels.
+
+The validation pass reads each mask once, in row chunks, and needs of every chunk the
+pixels of each value (``mask_codes``'s codes) and, when it keeps class locations or
+counts valid pixels, each pixel's class. Grey masks of 8 or 16 bits are counted with
+one bin per value (``segscale.data.histograms``) and their classes looked up in a table
+of every value's class, which ``LabelMap.decode_codes`` fills once per mask; colour
+masks (and other pixel types) are counted by ``np.unique``, whose inverse gives each
+pixel's code, and only their distinct codes are decoded. Either way a pixel's class is
+``LabelMap.decode_codes`` of its code, as decoding the chunk pixel by pixel gives it.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from segscale.data.histograms import BINS, value_counts
+from segscale.data.labels import LabelMap, mask_codes
+
+
+class MaskCounts:
+    """The values of one mask (``dtype``, H×W or H×W×3), fed chunk by chunk.
+
+    ``labels``: what ``classes`` decodes with (``None``: no classes are asked for).
+    """
+
+    def __init__(self, dtype: np.dtype, ndim: int, labels: LabelMap | None = None) -> None:
+        self.labels = labels
+        self.binned = ndim == 2 and np.dtype(dtype) in BINS
+        self.bins = np.zeros(BINS[np.dtype(dtype)], np.int64) if self.binned else None
+        self.totals: dict[int, int] = {}
+        self._table: np.ndarray | None = None
+
+    def add(self, chunk: np.ndarray, classes: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+        """Count ``chunk``'s values; with ``classes``, return its pixels' class indices.
+
+        Those (H×W uint8) and the chunk's pixels of each class index (int64, 256 of them:
+        ``ignore_index`` and unknown values among them).
+        """
+        if self.bins is not None:
+            counted = value_counts(chunk)
+            self.bins += counted
+            return self._classes_of_values(chunk, counted) if classes else None
+        codes = mask_codes(chunk)
+        if classes:
+            values, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+        else:
+            values, counts = np.unique(codes, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            self.totals[value] = self.totals.get(value, 0) + count
+        if not classes:
+            return None
+        decoded = self._labels().decode_codes(values)
+        return decoded[inverse.reshape(codes.shape)], _per_class(decoded, counts)
+
+    def _classes_of_values(
+        self, chunk: np.ndarray, counted: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The class of each pixel of a grey chunk, and the chunk's pixels of each class.
+
+        Looked up in the table of every value's class; the pixels per class come from
+        the chunk's ``counted`` values.
+        """
+        labels = self._labels()
+        if self._table is None:
+            self._table = labels.decode_codes(np.arange(len(counted), dtype=np.int64))
+        per_class = _per_class(self._table, counted)
+        if labels.is_identity(chunk):  # class indices already
+            return chunk, per_class
+        if chunk.dtype == np.uint8:
+            return cv2.LUT(np.ascontiguousarray(chunk), self._table), per_class  # in C
+        return self._table[chunk], per_class
+
+    def _labels(self) -> LabelMap:
+        if self.labels is None:
+            raise ValueError("classes asked of a mask counted without labels")
+        return self.labels
+
+    def values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct values (as ``mask_codes``) and their pixels, in increasing order (int64)."""
+        if self.bins is not None:
+            present = np.flatnonzero(self.bins)
+            return present.astype(np.int64), self.bins[present]
+        values = np.array(sorted(self.totals), np.int64)
+        return values, np.array([self.totals[v] for v in values.tolist()], np.int64)
+
+
+def _per_class(classes: np.ndarray, pixels: np.ndarray) -> np.ndarray:
+    """The pixels of each class index (256), from values' ``classes`` and their ``pixels``."""
+    return np.bincount(classes, weights=pixels, minlength=256).astype(np.int64)
