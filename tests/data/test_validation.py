@@ -494,3 +494,31 @@ def test_the_pass_over_the_files_logs_its_progress_when_not_on_a_terminal(
     caplog.clear()
     _validate(tmp_path)  # cached: nothing to read, no line
     assert not [r for r in caplog.records if "files checked" in r.getMessage()]
+
+
+def _damage_a_block(path: Path) -> None:
+    """Overwrite one compressed block of a tiled TIFF: its header reads, that block does not."""
+    with tifffile.TiffFile(path) as tif:
+        page = tif.pages[0]
+        offset, count = page.dataoffsets[5], page.databytecounts[5]
+    data = bytearray(path.read_bytes())
+    data[offset : offset + count] = b"\xff" * count
+    path.write_bytes(bytes(data))
+
+
+def test_a_block_that_cannot_be_decoded_is_listed_for_images_and_masks(tmp_path: Path):
+    rng = np.random.default_rng(0)
+    for split, name in (("train", "t1"), ("train", "t2"), ("val", "v1")):
+        for folder, array in (
+            ("images", rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)),
+            ("masks", rng.integers(0, 3, (64, 64)).astype(np.uint8)),
+        ):
+            (tmp_path / split / folder).mkdir(parents=True, exist_ok=True)
+            path = tmp_path / split / folder / f"{name}.tif"
+            tifffile.imwrite(path, array, tile=(16, 16), compression="zlib")
+    _damage_a_block(tmp_path / "train/images/t1.tif")
+    _damage_a_block(tmp_path / "train/masks/t2.tif")
+    message = _problems(tmp_path)
+    assert message.startswith("2 problem(s) in the dataset")
+    assert "train/masks/t2.tif: mask cannot be read: rows 0-64, columns 0-64" in message
+    assert "train/images/t1.tif: image cannot be read: rows 0-64, columns 0-64" in message

@@ -7,7 +7,9 @@ one bin per value (``segscale.data.histograms``) and their classes looked up in 
 of every value's class, which ``LabelMap.decode_codes`` fills once per mask; colour
 masks (and other pixel types) are counted by ``np.unique``, whose inverse gives each
 pixel's code, and only their distinct codes are decoded. Either way a pixel's class is
-``LabelMap.decode_codes`` of its code, as decoding the chunk pixel by pixel gives it.
+``LabelMap.decode_codes`` of its code, as decoding the chunk pixel by pixel gives it;
+a mask of class indices is used as it is, its values that are no class left at or
+above ``num_classes`` (decoding would make them ``ignore_index``).
 """
 
 from __future__ import annotations
