@@ -23,10 +23,13 @@ BINS = {np.dtype(np.uint8): 256, np.dtype(np.uint16): 65536}
 """The pixel types counted with one bin per value, and their bins."""
 
 
-def value_counts(pixels: np.ndarray, channel: int | None = None) -> np.ndarray:
+def value_counts(
+    pixels: np.ndarray, channel: int | None = None, where: np.ndarray | None = None
+) -> np.ndarray:
     """How many pixels hold each value (int64, one bin per value of the type).
 
-    ``pixels``: H×W (``channel`` None) or H×W×C of uint8 or uint16 (``BINS``).
+    ``pixels``: H×W (``channel`` None) or H×W×C of uint8 or uint16 (``BINS``);
+    ``where``: H×W bool, the pixels counted (``None``: all).
     """
     bins = BINS[pixels.dtype]
     plane = pixels if channel is None else pixels[..., channel]
@@ -34,11 +37,12 @@ def value_counts(pixels: np.ndarray, channel: int | None = None) -> np.ndarray:
     rows = EXACT_COUNT // width
     channels = pixels.shape[2] if pixels.ndim == 3 else 1
     if rows == 0 or channels > CV_MAX_CHANNELS:
-        return np.bincount(plane.ravel(), minlength=bins)
+        return np.bincount((plane if where is None else plane[where]).ravel(), minlength=bins)
     counts = np.zeros(bins, np.int64)
     index = [0 if channel is None else channel]
     for start in range(0, pixels.shape[0], rows):
         band = pixels[start : start + rows]
-        counted = cv2.calcHist([band], index, None, [bins], [0, bins])
+        mask = None if where is None else where[start : start + rows].astype(np.uint8)
+        counted = cv2.calcHist([band], index, mask, [bins], [0, bins])
         counts += counted.ravel().astype(np.int64)
     return counts

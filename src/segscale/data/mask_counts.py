@@ -34,27 +34,56 @@ class MaskCounts:
         self.totals: dict[int, int] = {}
         self._table: np.ndarray | None = None
 
-    def add(self, chunk: np.ndarray, classes: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    def add(
+        self, chunk: np.ndarray, classes: bool = False, covered: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """Count ``chunk``'s values; with ``classes``, return its pixels' class indices.
 
         Those (H×W uint8) and the chunk's pixels of each class index (int64, 256 of them:
-        ``ignore_index`` and unknown values among them).
+        ``ignore_index`` and unknown values among them). ``covered`` (H×W bool): the
+        pixels that hold a value of the mask (a warped mask's); the others are counted
+        in no value, and are ``ignore_index`` in no class.
         """
+        if covered is not None and covered.all():
+            covered = None
         if self.bins is not None:
-            counted = value_counts(chunk)
+            counted = value_counts(chunk, where=covered)
             self.bins += counted
-            return self._classes_of_values(chunk, counted) if classes else None
-        codes = mask_codes(chunk)
-        if classes:
-            values, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+            if not classes:
+                return None
+            found, per_class = self._classes_of_values(chunk, counted)
         else:
-            values, counts = np.unique(codes, return_counts=True)
-        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-            self.totals[value] = self.totals.get(value, 0) + count
+            unique = self._unique_values(chunk, classes, covered)
+            if unique is None:
+                return None
+            found, per_class = unique
+        if covered is not None:
+            found = np.where(covered, found, np.uint8(self._labels().ignore_index))
+        return found, per_class
+
+    def _unique_values(
+        self, chunk: np.ndarray, classes: bool, covered: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Count a colour (or other) chunk's codes; with ``classes``, its classes and pixels."""
+        codes = mask_codes(chunk)
         if not classes:
+            self._count(
+                *np.unique(codes if covered is None else codes[covered], return_counts=True)
+            )
             return None
+        values, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(codes.shape)
+        if covered is not None:
+            counts = np.bincount(inverse[covered], minlength=len(values))
+        self._count(values, counts)
         decoded = self._labels().decode_codes(values)
-        return decoded[inverse.reshape(codes.shape)], _per_class(decoded, counts)
+        return decoded[inverse], _per_class(decoded, counts)
+
+    def _count(self, values: np.ndarray, pixels: np.ndarray) -> None:
+        """Add distinct values and their pixels to the totals (a value of no pixel left out)."""
+        for value, count in zip(values.tolist(), pixels.tolist(), strict=True):
+            if count:
+                self.totals[value] = self.totals.get(value, 0) + count
 
     def _classes_of_values(
         self, chunk: np.ndarray, counted: np.ndarray

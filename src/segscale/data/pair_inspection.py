@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from segscale.data.class_locations import LocationSampler
+from segscale.data.grids import Grid, pair_grids
 from segscale.data.labels import LabelMap
 from segscale.data.mask_counts import MaskCounts
 from segscale.data.rasters import Pixels
@@ -29,6 +30,7 @@ from segscale.data.sources import (
 )
 from segscale.data.valid_cells import CELL, Validity, ValidPixels
 from segscale.data.value_range import ValueHistogram
+from segscale.data.warped_masks import warped_mask
 
 ROWS_PER_CHUNK = 1024
 """Rows read at a time, so a memory-mapped tile is never loaded whole."""
@@ -44,6 +46,7 @@ def inspect_pair(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     locations_per_class: int = 0,
     validity: Validity | None = None,
+    warp_masks: bool = False,
 ) -> dict[str, Any]:
     """Read one image and mask in row chunks; return sizes, statistics and problems.
 
@@ -60,11 +63,16 @@ def inspect_pair(
     number), marked with the labels and the no-data setting.
 
     The image and the mask are read side by side, chunk by chunk, once: every statistic
-    is taken from the same chunks.
+    is taken from the same chunks. Both files' grids on the ground are kept
+    (``segscale.data.grids.pair_grids``); with ``warp_masks`` a mask on another grid than
+    its image's is read on the image's (``mask_warped``; ``mask_uncovered``: the image's
+    pixels it does not cover, counted in no value).
     """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
     image = _opened_image(pair, facts, max_image_pixels)
-    raw = _opened_mask(pair, facts, max_image_pixels)
+    facts |= pair_grids(pair.image, pair.mask)
+    onto = Grid.from_facts(facts["image_grid"]) if warp_masks and facts["grids_differ"] else None
+    raw, coverage = _opened_mask(pair, facts, max_image_pixels, onto)
     statistics = _ImageStatistics(image) if image is not None else None
     mask = _MaskReading(pair, facts, raw, labels, locations_per_class) if raw is not None else None
     if mask is not None and validity is not None and labels is not None and image is not None:
@@ -80,10 +88,14 @@ def inspect_pair(
                 statistics.add(image_rows)
         if mask is not None and start < mask.height:
             mask_rows = _chunk(raw, start, pair.mask, facts["mask_problems"], "mask")
+            covered = None
+            if coverage is not None and mask_rows is not None:
+                covered = _chunk(coverage, start, pair.mask, facts["mask_problems"], "mask")
+                mask_rows = None if covered is None else mask_rows
             if mask_rows is None:
                 mask = None
             else:
-                mask.add(mask_rows, start, image_rows)
+                mask.add(mask_rows, start, image_rows, None if covered is None else covered > 0)
     if statistics is not None:
         facts |= statistics.facts()
         if facts["nonfinite"]:
@@ -113,19 +125,26 @@ def _opened_image(
 
 
 def _opened_mask(
-    pair: ImageMaskPair, facts: dict[str, Any], max_image_pixels: int | None
-) -> Pixels | None:
+    pair: ImageMaskPair, facts: dict[str, Any], max_image_pixels: int | None, onto: Grid | None
+) -> tuple[Pixels | None, Pixels | None]:
     """The mask's raw values and channels (in ``facts``); ``None`` if they are not counted.
 
     Not counted: a mask that cannot be read, or of neither 1 nor 3 channels (a problem
     in ``facts``). A mask of another size than its image is counted (and a problem).
+    ``onto``: the mask read on this grid (its image's: ``mask_warped``), with its
+    coverage (else ``None``).
     """
+    facts["mask_warped"] = onto is not None
+    coverage = None
     try:
-        raw = read_mask_values(pair.mask, max_image_pixels)
+        if onto is None:
+            raw = read_mask_values(pair.mask, max_image_pixels)
+        else:
+            raw, coverage = warped_mask(pair.mask, onto)
     except READ_ERRORS as error:
         reason = describe_read_error(pair.mask, error)
         facts["mask_problems"].append(f"mask cannot be read: {reason}")
-        return None
+        return None, None
     mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
     facts["mask_channels"] = mask_channels
     if mask_channels not in (1, 3):
@@ -133,13 +152,15 @@ def _opened_mask(
             f"mask has {mask_channels} channels; expected 1 (class indices or grey levels) "
             "or 3 (RGB colours)"
         )
-        return None
+        return None, None
+    if facts["grids_differ"]:  # the pass says how the grids differ, or the mask is warped
+        return raw, coverage
     if "shape" in facts and list(raw.shape[:2]) != facts["shape"]:
         facts["mask_problems"].append(
             f"mask is {raw.shape[1]}x{raw.shape[0]} but its image {pair.image.name} is "
             f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
         )
-    return raw
+    return raw, coverage
 
 
 def _chunk(
@@ -206,14 +227,28 @@ class _MaskReading:
         self.labels = labels
         self.counts = MaskCounts(raw.dtype, raw.ndim, labels)
         self.sampler = None
-        if labels is not None and locations_per_class and facts["mask_channels"] == labels.channels:
+        self.warped = facts["mask_warped"]
+        self.uncovered = 0
+        counted = labels is not None and facts["mask_channels"] == labels.channels
+        if counted and labels is not None and locations_per_class and _on_image_grid(facts):
             self.sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
         self.cells: ValidPixels | None = None
 
-    def add(self, rows: np.ndarray, start: int, image_rows: np.ndarray | None) -> None:
-        """Count a chunk of the mask's rows (``image_rows``: the image's same rows)."""
+    def add(
+        self,
+        rows: np.ndarray,
+        start: int,
+        image_rows: np.ndarray | None,
+        covered: np.ndarray | None = None,
+    ) -> None:
+        """Count a chunk of the mask's rows (``image_rows``: the image's same rows).
+
+        ``covered``: where a warped mask covers its image (the rest has no label).
+        """
+        if covered is not None:
+            self.uncovered += int(covered.size - np.count_nonzero(covered))
         wanted = self.sampler is not None or self.cells is not None
-        decoded = self.counts.add(rows, classes=wanted)
+        decoded = self.counts.add(rows, classes=wanted, covered=covered)
         if decoded is None:
             return
         classes, per_class = decoded
@@ -231,6 +266,8 @@ class _MaskReading:
             "mask_values": np.stack([values[kept], counts[kept]], axis=1).tolist(),
             "mask_distinct": len(values),
         }
+        if self.warped:
+            facts["mask_uncovered"] = self.uncovered
         if self.sampler is not None and self.labels is not None:
             facts["class_locations"] = {**self.sampler.facts(), "labels": labels_key(self.labels)}
         return facts
@@ -247,6 +284,8 @@ def _valid_pixels(
     """
     if facts["mask_problems"] or facts["mask_channels"] != labels.channels:
         return None
+    if not _on_image_grid(facts):  # a problem the pass reports
+        return None
     entry: dict[str, Any] = {"cell": CELL, **validity_key(labels, validity)}
     facts["valid_cells"] = entry
     try:
@@ -256,6 +295,11 @@ def _valid_pixels(
         return None
     entry["nodata"] = nodata
     return ValidPixels(image.shape[0], image.shape[1], labels.num_classes, nodata)
+
+
+def _on_image_grid(facts: dict[str, Any]) -> bool:
+    """Whether the mask is read on its image's grid: the same grid, or warped onto it."""
+    return bool(facts["mask_warped"] or not facts["grids_differ"])
 
 
 def _nonfinite_problem(count: int) -> str:

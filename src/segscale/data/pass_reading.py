@@ -45,14 +45,18 @@ class PairRequest:
     labels: LabelMap | None = None
     locations_per_class: int = 0
     validity: Validity | None = None
+    warp_masks: bool = False
 
     def cached(self, cache: ValidationCache) -> dict[str, Any] | None:
         """The cache's facts for this request; ``None`` if they must be read."""
-        return cache.cached(self.pair, self.labels, self.locations_per_class, self.validity)
+        return cache.cached(*self._arguments())
 
     def read(self, cache: ValidationCache) -> dict[str, Any]:
         """The facts read afresh, and kept in ``cache``."""
-        return cache.read(self.pair, self.labels, self.locations_per_class, self.validity)
+        return cache.read(*self._arguments())
+
+    def _arguments(self) -> tuple[Any, ...]:
+        return self.pair, self.labels, self.locations_per_class, self.validity, self.warp_masks
 
 
 def read_pairs(

@@ -21,6 +21,7 @@ import numpy as np
 from segscale.data.class_locations import TileClassLocations
 from segscale.data.dataset_problems import InvalidDatasetError, problem_message
 from segscale.data.dataset_report import DatasetReport
+from segscale.data.grids import Grid, check_mask_alignment, grid_problem
 from segscale.data.labels import LabelMap
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pair_inspection import mask_holds_an_image, too_many_values
@@ -54,6 +55,7 @@ def validate_dataset(
     min_valid: float = 0.0,
     nodata: float | None = None,
     workers: int | None = None,
+    mask_alignment: str = "refuse",
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
@@ -81,12 +83,20 @@ def validate_dataset(
 
     The files not cached are read on ``workers`` threads (``None``: the cores this
     process may use), once per machine (``segscale.data.pass_reading``).
+
+    A GeoTIFF mask on another grid than its GeoTIFF image (CRS, transform or size,
+    ``segscale.data.grids``) is a problem naming both grids; with ``mask_alignment``
+    ``warp`` it is read on its image's grid instead (``DatasetReport.warped_masks``).
     """
+    check_mask_alignment(mask_alignment)
+    warp = mask_alignment == "warp"
     problems: list[FileProblem] = []
     unknown = MaskValueCensus(colour=labels.colour)
     scanned = {split: source.scan(split) for split in splits}
     requests = [
-        PairRequest(pair, labels, locations_per_class, _validity(split, splits, min_valid, nodata))
+        PairRequest(
+            pair, labels, locations_per_class, _validity(split, splits, min_valid, nodata), warp
+        )
         for split in splits
         for pair in scanned[split][0]
     ]
@@ -97,6 +107,7 @@ def validate_dataset(
         problems += unpaired
         facts[split] = [(pair, _with_labels(pair, next(read), labels, unknown)) for pair in pairs]
         problems += [FileProblem(p.mask, r) for p, f in facts[split] for r in f["mask_problems"]]
+        problems += _grid_problems(facts[split])
         problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]
         if min_valid and split == splits[0]:
             problems += _nodata_problems(facts[split])
@@ -133,7 +144,27 @@ def validate_dataset(
         ignore_index=labels.ignore_index,
         value_range=ValueRange.spanning([f["value_range"] for f in train]),
         valid_windows=windows,
+        warped_masks={
+            p.mask: Grid.from_facts(f["image_grid"])
+            for s in splits
+            for p, f in usable[s]
+            if f.get("mask_warped")
+        },
     )
+
+
+def _grid_problems(facts: list[tuple[ImageMaskPair, dict[str, Any]]]) -> list[FileProblem]:
+    """The masks on another grid than their image's, not read on the image's."""
+    return [
+        FileProblem(
+            pair.mask,
+            grid_problem(
+                pair.image, Grid.from_facts(f["image_grid"]), Grid.from_facts(f["mask_grid"])
+            ),
+        )
+        for pair, f in facts
+        if f.get("grids_differ") and not f.get("mask_warped")
+    ]
 
 
 def _validity(

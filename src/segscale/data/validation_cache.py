@@ -3,8 +3,8 @@
 ``$XDG_CACHE_HOME/segscale/validation/<dataset>.json`` (``segscale.data.user_cache``),
 keyed by the image's and mask's path, size and modification time, so a second run
 re-reads only files that changed. It holds what does not depend on the label settings
-(``inspect_pair``), so other classes re-read nothing either; class locations and valid
-cells are kept for the settings that found them.
+(``inspect_pair``), so other classes re-read nothing either; class locations, valid
+cells and masks read on their image's grid are kept for the settings that found them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from segscale.atomic_files import write_text_atomically
+from segscale.data.grids import pair_grids
 from segscale.data.labels import LabelMap
 from segscale.data.pair_inspection import inspect_pair, labels_key, validity_key
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource
@@ -62,6 +63,7 @@ class ValidationCache:
         labels: LabelMap | None = None,
         locations_per_class: int = 0,
         validity: Validity | None = None,
+        warp_masks: bool = False,
     ) -> dict[str, Any]:
         """The pair's facts: from the cache if both files are unchanged, else read afresh.
 
@@ -70,10 +72,10 @@ class ValidationCache:
         read again (the labels are not part of the settings key, since nothing else
         depends on them).
         """
-        cached = self.cached(pair, labels, locations_per_class, validity)
+        cached = self.cached(pair, labels, locations_per_class, validity, warp_masks)
         if cached is not None:
             return cached
-        return self.read(pair, labels, locations_per_class, validity)
+        return self.read(pair, labels, locations_per_class, validity, warp_masks)
 
     def cached(
         self,
@@ -81,18 +83,27 @@ class ValidationCache:
         labels: LabelMap | None = None,
         locations_per_class: int = 0,
         validity: Validity | None = None,
+        warp_masks: bool = False,
     ) -> dict[str, Any] | None:
-        """The pair's cached facts, as ``facts`` would take them; ``None`` if they must be read."""
+        """The pair's cached facts, as ``facts`` would take them; ``None`` if they must be read.
+
+        Facts cached before the files' grids were kept get them from the headers alone.
+        """
         entry = self.entries.get(_key(pair))
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
+        if not entry or entry["stamp"] != [_stamp(pair.image), _stamp(pair.mask)]:
+            return None
+        facts = entry["facts"]
+        if "grids_differ" not in facts:
+            facts |= pair_grids(pair.image, pair.mask)
+            self.changed = True
         if (
-            entry
-            and entry["stamp"] == [_stamp(pair.image), _stamp(pair.mask)]
-            and _has_locations(entry["facts"], labels, wanted)
-            and _has_valid_cells(entry["facts"], labels, validity)
+            _has_locations(facts, labels, wanted)
+            and _has_valid_cells(facts, labels, validity)
+            and bool(facts.get("mask_warped")) == (warp_masks and facts["grids_differ"])
         ):
-            return entry["facts"]
+            return facts
         return None
 
     def read(
@@ -101,6 +112,7 @@ class ValidationCache:
         labels: LabelMap | None = None,
         locations_per_class: int = 0,
         validity: Validity | None = None,
+        warp_masks: bool = False,
     ) -> dict[str, Any]:
         """Read the pair's facts afresh and keep them (``save`` writes them).
 
@@ -109,7 +121,7 @@ class ValidationCache:
         stamp = [_stamp(pair.image), _stamp(pair.mask)]  # before reading: a change then reads again
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
-        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity)
+        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity, warp_masks)
         self.entries[_key(pair)] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
