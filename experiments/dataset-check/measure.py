@@ -156,6 +156,8 @@ def actions_on(root: Path) -> dict[str, Callable[[], None]]:
 
 def measure(work: Path, kinds: list[str], tiles: int, side: int, repeats: int) -> dict:
     """Per kind: each measure's seconds over ``repeats`` alternating rounds."""
+    import segscale.data.validation  # noqa: F401 (imported before any timing: a run has it)
+
     results = {}
     for kind in kinds:
         root = work / f"{kind}-{tiles}x{side}"

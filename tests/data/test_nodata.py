@@ -104,3 +104,5 @@ def test_every_band_is_compared_for_each_type_and_band_count(dtype, bands):
     found = nodata_pixels(rows, 0.0)
     assert found.dtype == bool and found.shape == (9, 11) and found[0, 0]
     np.testing.assert_array_equal(found, (rows == 0).all(axis=2))
+    apart = np.moveaxis(np.ascontiguousarray(np.moveaxis(rows, 2, 0)), 0, -1)  # GDAL's bands
+    np.testing.assert_array_equal(nodata_pixels(apart, 0.0), found)

@@ -19,7 +19,7 @@ from segscale.data.class_locations import LocationSampler
 from segscale.data.grids import Grid, pair_grids
 from segscale.data.labels import LabelMap
 from segscale.data.mask_counts import MaskCounts
-from segscale.data.rasters import Pixels
+from segscale.data.rasters import Pixels, WindowedRaster
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     READ_ERRORS,
@@ -168,6 +168,10 @@ def _chunk(
 ) -> np.ndarray | None:
     """Rows ``start`` on of ``pixels`` (``ROWS_PER_CHUNK``); ``None``, a problem, if unreadable."""
     try:
+        if isinstance(pixels, WindowedRaster) and pixels.dtype.kind == "u":
+            # Integers are counted channel by channel: GDAL's bands need no interleaving
+            # (a float image's sums are taken from interleaved rows, as they always were).
+            return pixels.band_rows(start, start + ROWS_PER_CHUNK)
         return np.asarray(pixels[start : start + ROWS_PER_CHUNK])
     except READ_ERRORS as error:
         problems.append(f"{what} cannot be read: {describe_read_error(path, error)}")

@@ -152,8 +152,24 @@ class WindowedRaster:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def band_rows(self, y0: int, y1: int) -> np.ndarray:
+        """Rows ``y0`` to ``y1`` as GDAL decodes them, band after band: an H×W×C view.
+
+        The same pixels as ``self[y0:y1]`` without interleaving them (a copy of the rows
+        that reading a whole band at a time does not need): each channel is contiguous.
+        """
+        bands = self._read_bands(y0, min(y1, self.shape[0]), 0, self.shape[1])
+        return bands[0] if self.squeeze else np.moveaxis(bands, 0, -1)
+
     def _read_window(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         """The window's pixels (H×W×C, or H×W), decoded from the blocks it touches."""
+        bands = self._read_bands(y0, y1, x0, x1)
+        if self.squeeze:
+            return bands[0]
+        return interleaved(bands)
+
+    def _read_bands(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        """The window's bands (C×H×W), decoded from the blocks it touches."""
         from rasterio.windows import Window
 
         dataset = self._dataset()
@@ -165,9 +181,7 @@ class WindowedRaster:
                 f"{self.path}: rows {y0}-{y1}, columns {x0}-{x1} cannot be read ({reason})",
                 self.path,
             ) from None
-        if self.squeeze:
-            return bands[0]
-        return interleaved(bands)
+        return bands
 
     def close(self) -> None:
         """Close this process's dataset (the next read opens it again)."""
