@@ -13,9 +13,13 @@ def test_counts_are_numpys_for_planes_and_each_channel(dtype):
     top = np.iinfo(dtype).max
     image = rng.integers(0, top + 1, (37, 53, 4), dtype=dtype)
     image[0, 0] = top  # the last bin
+    planar = np.moveaxis(np.ascontiguousarray(np.moveaxis(image, 2, 0)), 0, -1)  # GDAL's
     for channel in range(4):
         expected = np.bincount(image[..., channel].ravel(), minlength=top + 1)
         np.testing.assert_array_equal(value_counts(image, channel), expected)
+        np.testing.assert_array_equal(value_counts(planar, channel), expected)
+        every_other = np.bincount(image[:, ::2, channel].ravel(), minlength=top + 1)
+        np.testing.assert_array_equal(value_counts(image[:, ::2], channel), every_other)
     plane = np.ascontiguousarray(image[..., 2])
     counts = value_counts(plane)
     assert counts.dtype == np.int64 and len(counts) == top + 1

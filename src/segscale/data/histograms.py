@@ -39,9 +39,13 @@ def value_counts(
     if rows == 0 or channels > CV_MAX_CHANNELS:
         return np.bincount((plane if where is None else plane[where]).ravel(), minlength=bins)
     counts = np.zeros(bins, np.int64)
-    index = [0 if channel is None else channel]
-    for start in range(0, pixels.shape[0], rows):
-        band = pixels[start : start + rows]
+    # OpenCV reads a channel of interleaved pixels in place, and a contiguous plane; any
+    # other layout it would copy whole, every channel: the channel alone is copied then.
+    source, index = (pixels, [0 if channel is None else channel])
+    if not pixels.flags.c_contiguous:
+        source, index = (plane if plane.flags.c_contiguous else np.ascontiguousarray(plane)), [0]
+    for start in range(0, source.shape[0], rows):
+        band = source[start : start + rows]
         mask = None if where is None else where[start : start + rows].astype(np.uint8)
         counted = cv2.calcHist([band], index, mask, [bins], [0, bins])
         counts += counted.ravel().astype(np.int64)
