@@ -55,6 +55,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/sync-batchnorm/cpu.json",
     ],
+    "dataset-check": [
+        "experiments/dataset-check/measure.py",
+        "--table",
+        "experiments/dataset-check/results.json",
+    ],
     "class-balance": EXPERIMENTS / "class-balance" / "results.md",
     "linear-scaling": EXPERIMENTS / "linear-scaling" / "results.md",
 }

@@ -32,7 +32,6 @@ from segscale.data.valid_cells import Validity
 from segscale.data.validation_cache import ValidationCache
 from segscale.devices import cpus_available
 from segscale.progress import Progress
-from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +135,9 @@ def _read_each(
 @contextmanager
 def _machine_turn(cache_file: Path) -> Iterator[bool]:
     """Hold the lock of ``cache_file``'s pass; say whether another process held it first."""
+    # Imported here: recorded_lock needs fcntl, which only POSIX systems have.
+    from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
+
     lock = RecordedLock(cache_file.with_suffix(".lock"))
     try:
         if not flock_works(_existing_folder(cache_file)):
