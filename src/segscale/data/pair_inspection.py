@@ -74,28 +74,22 @@ def inspect_pair(
     onto = Grid.from_facts(facts["image_grid"]) if warp_masks and facts["grids_differ"] else None
     raw, coverage = _opened_mask(pair, facts, max_image_pixels, onto)
     statistics = _ImageStatistics(image) if image is not None else None
-    mask = _MaskReading(pair, facts, raw, labels, locations_per_class) if raw is not None else None
-    if mask is not None and validity is not None and labels is not None and image is not None:
-        mask.cells = _valid_pixels(pair, facts, image, labels, validity)
+    mask = None
+    if raw is not None:
+        mask = _MaskReading(pair, facts, raw, coverage, labels, locations_per_class)
+        if validity is not None and labels is not None and image is not None:
+            mask.cells = _valid_pixels(pair, facts, image, labels, validity)
     rows = max(image.shape[0] if image is not None else 0, raw.shape[0] if raw is not None else 0)
     for start in range(0, rows, ROWS_PER_CHUNK):
         image_rows = None
         if statistics is not None and start < statistics.height:
-            image_rows = _chunk(image, start, pair.image, facts["image_problems"], "image")
+            image_rows = _chunk(statistics.image, start, pair.image, facts["image_problems"])
             if image_rows is None:
                 statistics = None  # unreadable: its problem is listed
             else:
                 statistics.add(image_rows)
-        if mask is not None and start < mask.height:
-            mask_rows = _chunk(raw, start, pair.mask, facts["mask_problems"], "mask")
-            covered = None
-            if coverage is not None and mask_rows is not None:
-                covered = _chunk(coverage, start, pair.mask, facts["mask_problems"], "mask")
-                mask_rows = None if covered is None else mask_rows
-            if mask_rows is None:
-                mask = None
-            else:
-                mask.add(mask_rows, start, image_rows, None if covered is None else covered > 0)
+        if mask is not None and start < mask.height and not mask.read(start, image_rows):
+            mask = None  # unreadable: its problem is listed
     if statistics is not None:
         facts |= statistics.facts()
         if facts["nonfinite"]:
@@ -164,7 +158,7 @@ def _opened_mask(
 
 
 def _chunk(
-    pixels: Pixels, start: int, path: Path, problems: list[str], what: str
+    pixels: Pixels, start: int, path: Path, problems: list[str], what: str = "image"
 ) -> np.ndarray | None:
     """Rows ``start`` on of ``pixels`` (``ROWS_PER_CHUNK``); ``None``, a problem, if unreadable."""
     try:
@@ -188,6 +182,7 @@ class _ImageStatistics:
     """
 
     def __init__(self, image: Pixels) -> None:
+        self.image = image
         self.height, self.width, channels = image.shape[0], image.shape[1], image.shape[2]
         self.histogram = ValueHistogram(channels, image.dtype)
         self.total = np.zeros(channels)
@@ -224,9 +219,12 @@ class _MaskReading:
         pair: ImageMaskPair,
         facts: dict[str, Any],
         raw: Pixels,
+        coverage: Pixels | None,
         labels: LabelMap | None,
         locations_per_class: int,
     ) -> None:
+        self.path, self.problems = pair.mask, facts["mask_problems"]
+        self.raw, self.coverage = raw, coverage
         self.height = raw.shape[0]
         self.labels = labels
         self.counts = MaskCounts(raw.dtype, raw.ndim, labels)
@@ -237,6 +235,19 @@ class _MaskReading:
         if counted and labels is not None and locations_per_class and _on_image_grid(facts):
             self.sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
         self.cells: ValidPixels | None = None
+
+    def read(self, start: int, image_rows: np.ndarray | None) -> bool:
+        """Read and count the chunk of rows from ``start``; ``False`` (a problem) if unreadable."""
+        rows = _chunk(self.raw, start, self.path, self.problems, "mask")
+        covered = None
+        if rows is not None and self.coverage is not None:
+            covered = _chunk(self.coverage, start, self.path, self.problems, "mask")
+            if covered is None:
+                return False
+        if rows is None:
+            return False
+        self.add(rows, start, image_rows, None if covered is None else covered > 0)
+        return True
 
     def add(
         self,

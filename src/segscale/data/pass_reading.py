@@ -135,9 +135,11 @@ def _read_each(
 @contextmanager
 def _machine_turn(cache_file: Path) -> Iterator[bool]:
     """Hold the lock of ``cache_file``'s pass; say whether another process held it first."""
-    # Imported here: recorded_lock needs fcntl, which only POSIX systems have.
-    from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
-
+    try:  # imported here: recorded_lock needs fcntl, which only POSIX systems have
+        from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
+    except ImportError:
+        yield False
+        return
     lock = RecordedLock(cache_file.with_suffix(".lock"))
     try:
         if not flock_works(_existing_folder(cache_file)):
