@@ -80,6 +80,7 @@ def test_the_first_error_in_the_words_the_run_gave(console, expected):
         "",
         f"{INFO.format('step 3')}\n{WARNED}\n",  # no error named: the caller says what it saw
         f"{INFO.format('Error: in an INFO record')}\n  Error: indented\n",
+        f"{INFO.format('step 3')}\n\n{HINT}\n",  # Hydra's advice is no error
     ],
 )
 def test_output_that_names_no_error_gives_none(console):
