@@ -137,6 +137,13 @@ def test_a_run_that_fails_is_the_first_error_its_output_names(tmp_path: Path):
     assert (tmp_path / "run" / "console.log").read_text() == done.stderr
 
 
+def test_a_run_past_its_time_is_stopped_and_its_output_kept(tmp_path: Path):
+    command = [sys.executable, "-c", "print('step 1', flush=True); import time; time.sleep(60)"]
+    point = run_scaling_point(command, tmp_path, 1, 1, 0, 1, timeout_s=2)
+    assert point.error == "no result within 2 s" and point.timing is None
+    assert (tmp_path / "console.log").read_text().strip() == "step 1"
+
+
 def test_a_run_that_ends_without_a_step_timing_says_so():
     assert run_error(0, "ran\n") == "exit 0: it wrote no step timing (steps.json)"
     assert run_error(-9, "") == "killed by signal 9: no output"

@@ -174,9 +174,8 @@ def run_scaling_point(
         )
     except subprocess.TimeoutExpired as late:
         partial = late.stdout or b""  # bytes whatever text=True says (the subprocess docs)
-        if isinstance(partial, bytes):
-            partial = partial.decode(errors="replace")
-        write_text_atomically(folder / "console.log", partial)
+        text = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        write_text_atomically(folder / "console.log", text)
         return ScalingPoint(devices, None, 0, f"no result within {timeout_s:.0f} s")
     write_text_atomically(folder / "console.log", done.stdout)
     steps = folder / "steps.json"

@@ -210,9 +210,9 @@ ONE_DEVICE_RUN = "ddp on 1 device"
 """The scaling run whose step the step model starts from (``failed_measurements``' name)."""
 
 
-def failed_measurements(results: dict[str, Any]) -> list[dict[str, str | None]]:
+def failed_measurements(results: dict[str, Any]) -> list[dict[str, Any]]:
     """bench.json's measurements that failed: what, its error, its output's file if any."""
-    failed: list[dict[str, str | None]] = []
+    failed: list[dict[str, Any]] = []
     for row in results["scaling"]["measured"]:
         if row["error"]:
             what = ONE_DEVICE_RUN if row["devices"] == 1 else f"ddp on {row['devices']} devices"
