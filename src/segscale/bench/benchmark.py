@@ -18,6 +18,8 @@ and two plots (``segscale.bench.report``) go into the run folder.
 from __future__ import annotations
 
 import copy
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,16 +48,20 @@ from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
 from segscale.bench.progress import Progress
 from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.storage import measure_storage
-from segscale.bench.verdict import findings_from, verdict
+from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run.prepare import prepare
 
+log = logging.getLogger(__name__)
 
-def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
+
+def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> dict[str, Any]:
     """Measure ``cfg`` on this machine, predict more devices; return ``bench.json``'s content.
 
-    ``overrides`` are the command line's, passed on to the ``train.py`` runs.
+    ``overrides`` are the command line's and ``config`` the options that load the config
+    folders bench's run loaded (``segscale.command_line.config_options``): both passed
+    on to the ``train.py`` runs. Its ``failed`` lists the measurements that failed.
     """
     prepare(cfg)  # datamodule/classes=auto resolved, the values checked
     check_bench(cfg.bench)
@@ -145,7 +151,7 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             cfg, variants, datamodule, effective.learning_rate, batch, device, options, progress
         )
         measured, here = measure_scaling(
-            cfg, overrides, counts, threads, compute, options, progress
+            cfg, overrides, list(config), counts, threads, compute, progress
         )
         shared = None
         if side_by_side_runs:
@@ -177,7 +183,12 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         progress.close()
         torch.set_num_threads(threads_before)
     results: dict[str, Any] = {
-        "config": {"overrides": overrides, "accelerator": accelerator, "cpus": cpus},
+        "config": {
+            "overrides": overrides,
+            "config_options": list(config),
+            "accelerator": accelerator,
+            "cpus": cpus,
+        },
         "pipeline": pipeline.as_dict()
         | {
             "configured_workers": configured_workers,
@@ -190,13 +201,18 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         "prediction": prediction,
         "sharing": shared.as_dict() if shared else None,
     }
+    results["failed"] = failed_measurements(results)
     results["verdict"] = verdict(findings_from(results))
     return results
 
 
 def finish(results: dict[str, Any], folder: Path) -> str:
-    """Write ``bench.json`` and the plots into ``folder``; the table to print."""
+    """Write ``bench.json`` and the plots into ``folder``; the table to print.
+
+    The scaling plot only with a measured point (``report.plot_scaling``).
+    """
     report.write_json(results, folder)
-    report.plot_scaling(results, folder / "bench_scaling.png")
+    if not report.plot_scaling(results, folder / "bench_scaling.png"):
+        log.warning("no ddp run measured a step: no scaling plot (bench_scaling.png)")
     report.plot_pipeline(results, folder / "bench_pipeline.png")
     return report.table(results)

@@ -1,4 +1,10 @@
-"""The step model fed with what bench measured: predictions per interconnect and here."""
+"""The step model fed with what bench measured: predictions per interconnect and here.
+
+The GPU predictions start from one device's step: only a GPU's measured step is a GPU's.
+Where bench measured a CPU there are none (bench has no basis for this config's step on a
+GPU: no published step time of it, and its FLOPs give a GPU's step only at a share of the
+GPU's peak that bench has not measured); this machine's N are predicted either way.
+"""
 
 from __future__ import annotations
 
@@ -59,6 +65,16 @@ class ModelInputs:
             overhead_s=overhead,
         )
 
+    def gpu_basis(self) -> dict[str, Any]:
+        """What GPU predictions start from: this GPU's step, and which of its steps."""
+        return {
+            "device": self.compute["device"],
+            "step_s": self.one_device_s or self.lightning.mean_s,
+            "step": "the 1-device train.py run's"
+            if self.one_device_s
+            else "bench's own, data in memory",
+        }
+
     def batchnorm(self, synchronized: bool, compute_s: float = 0.0) -> BatchNormSync | None:
         """Segscale's synchronized batch norm of this network (``None`` when off)."""
         layers = self.compute["batchnorm_layers"]
@@ -83,18 +99,20 @@ def prediction_rows(
 ) -> dict[str, Any]:
     """Predicted speed-up on ``bench.predict_devices`` over each interconnect (and this one).
 
-    GPU interconnects: each rank its own device, ranks meeting with the arrival spread of
-    ``GPU_SPREAD``, synchronized batch norm as the ddp runs have it; beside each row, what
-    the other spread model (``ALTERNATIVE``) predicts and, with synchronized batch norm
-    on, the prediction with it off. This machine: its measured all-reduce curve, and on
-    CPUs what the ranks measured side by side (slowdown, sync-point cost, batch norm's
-    arithmetic), with synchronized batch norm on and off, beside the measured ddp runs.
+    GPU interconnects (``on_gpu`` only: built from the step measured on this GPU, as its
+    ``gpu_basis`` says; none from a CPU's step): each rank its own device, ranks meeting
+    with the arrival spread of ``GPU_SPREAD``, synchronized batch norm as the ddp runs
+    have it; beside each row, what the other spread model (``ALTERNATIVE``) predicts
+    and, with synchronized batch norm on, the prediction with it off. This machine: its
+    measured all-reduce curve, and on CPUs what the ranks measured side by side
+    (slowdown, sync-point cost, batch norm's arithmetic), with synchronized batch norm
+    on and off, beside the measured ddp runs.
     """
     profile = inputs.profile()
     rate_1 = inputs.data_rates[1]
     batchnorm = inputs.batchnorm(inputs.sync_batchnorm)
     rows = []
-    for link in INTERCONNECTS:
+    for link in INTERCONNECTS if on_gpu else ():
         for n in options.predict_devices:
             row = _gpu_prediction(inputs, link, n, batchnorm, GPU_SPREAD)
             other = _gpu_prediction(inputs, link, n, batchnorm, ALTERNATIVE)
@@ -119,10 +137,14 @@ def prediction_rows(
         "profile": asdict(profile),
         "data_rates": {str(n): rate for n, rate in sorted(inputs.data_rates.items())},
         "one_device_throughput": min(profile.throughput, rate_1),
-        "arrival_spread": {
+        "devices": list(options.predict_devices),
+        "gpu_basis": inputs.gpu_basis() if on_gpu else None,
+        "arrival_spread": {  # of GPU ranks at their collectives
             "used": _spread(GPU_SPREAD, inputs, batchnorm),
             "alternative": _spread(ALTERNATIVE, inputs, batchnorm),
-        },
+        }
+        if on_gpu
+        else None,
         "interconnects": [
             {
                 "name": link.name,
@@ -130,7 +152,7 @@ def prediction_rows(
                 "latency": link.latency,
                 "source": link.source,
             }
-            for link in [*INTERCONNECTS, *([here] if here else [])]
+            for link in [*(INTERCONNECTS if on_gpu else ()), *([here] if here else [])]
         ],
         "rows": rows,
         "this_machine": here.name if here is not None else None,

@@ -1,22 +1,26 @@
 """The verdict: one plain paragraph from the measured and predicted numbers.
 
-The rules, in order: the data pipeline is the bottleneck when the configured workers
-deliver fewer patches/s than one device consumes; communication is, when the predicted
-efficiency on ``max(predict_devices)`` devices over PCIe falls below ``GOOD_EFFICIENCY``;
-otherwise compute is. Communication is named by the largest term of the predicted step
-(synchronized batch norm, the gradient all-reduce past the backward pass, the other
-collectives, the slowest rank, the framework's fixed cost), and what to change first
-follows that term, with the prediction it would give: ``training.sync_batchnorm=false``
-(and what it costs: statistics over each device's own batch), a larger per-device batch,
-a faster link. Data: workers; compute: the fastest measured option (precision,
-channels_last, compile). Then what limits scaling, each with its number: the FLOP/s of
-one device's step (on a GPU of the table, its share of the peak); on this machine what N
-processes lose side by side and what synchronized batch norm, the gradient all-reduce
-and the slowest rank add per step; on GPUs the largest cost beyond compute, and the
-arrival spread the GPU collectives are costed with, its source, and what the other
-spread model would predict. Warnings follow: measured scaling well below the
-prediction, synchronized batch norm that costs more than 15%, epochs too short for many
-devices, framework overhead.
+It opens with the measurements that failed, if any, each with its error: what follows is
+made without them. GPU predictions exist only where bench measured a GPU, and the
+verdict says what they are built from (the step measured on that GPU); where it measured
+a CPU it says that it has no basis for a GPU's step and predicts none, and names no
+bottleneck beyond the data pipeline. The rules, in order: the data pipeline is the
+bottleneck when the configured workers deliver fewer patches/s than one device consumes;
+communication is, when the predicted efficiency on ``max(predict_devices)`` devices over
+PCIe falls below ``GOOD_EFFICIENCY``; otherwise compute is. Communication is named by
+the largest term of the predicted step (synchronized batch norm, the gradient all-reduce
+past the backward pass, the other collectives, the slowest rank, the framework's fixed
+cost), and what to change first follows that term, with the prediction it would give:
+``training.sync_batchnorm=false`` (and what it costs: statistics over each device's own
+batch), a larger per-device batch, a faster link. Data: workers; compute: the fastest
+measured option (precision, channels_last, compile). Then what limits scaling, each with
+its number: the FLOP/s of one device's step (on a GPU of the table, its share of the
+peak); on this machine what N processes lose side by side and what synchronized batch
+norm, the gradient all-reduce and the slowest rank add per step; on GPUs the largest
+cost beyond compute, and the arrival spread the GPU collectives are costed with, its
+source, and what the other spread model would predict. Warnings follow: measured scaling
+well below the prediction, synchronized batch norm that costs more than 15%, epochs too
+short for many devices, framework overhead.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ class Findings:
     best_pipeline_rate: float
     framework_ratio: float  # Lightning step / bare-loop step
     steps_per_epoch: int  # on one device
-    predicted: dict[str, dict[int, float]]  # interconnect → devices → efficiency
+    most_devices: int  # the most devices bench predicts (bench.predict_devices)
+    # Interconnect → devices → efficiency: GPU predictions, only where bench measured a GPU
+    predicted: dict[str, dict[int, float]]
     measured: dict[int, float] = field(default_factory=dict)  # devices → efficiency (N ≥ 2)
     predicted_here: dict[int, float] = field(default_factory=dict)  # this machine's link
     best_option: tuple[str, float] | None = None  # overrides, speed-up of the step
@@ -68,12 +74,22 @@ class Findings:
     flops_per_s: float | None = None  # achieved by one device's step
     peak_fraction: float | None = None  # of the device's peak (GPUs of the table)
     device: str = ""
+    flops_per_patch: float | None = None  # forward + backward
+    # What the GPU predictions are built from (bench.json's prediction.gpu_basis)
+    gpu_basis: dict[str, Any] | None = None
+    # Measurements that failed: (what, its error, its output's file in the run folder)
+    failed: tuple[tuple[str, str, str | None], ...] = ()
 
 
-def bottleneck(findings: Findings) -> str:
-    """``data``, ``communication`` or ``compute``: what limits training (module docstring)."""
+def bottleneck(findings: Findings) -> str | None:
+    """``data``, ``communication`` or ``compute``: what limits training (module docstring).
+
+    ``None``: the data pipeline keeps up and there is no GPU prediction to tell the rest.
+    """
     if findings.pipeline_rate < findings.compute_rate:
         return "data"
+    if not findings.predicted:
+        return None
     most = max(findings.predicted[PCIE])
     if findings.predicted[PCIE][most] < GOOD_EFFICIENCY:
         return "communication"
@@ -83,10 +99,9 @@ def bottleneck(findings: Findings) -> str:
 def verdict(findings: Findings) -> str:
     """The paragraph: bottleneck, whether more devices help and by how much, what to change."""
     f = findings
-    most = max(f.predicted[PCIE])
-    nvlink, pcie = f.predicted[NVLINK][most], f.predicted[PCIE][most]
     kind = bottleneck(f)
-    sentences = [
+    sentences = [*failures(f)]
+    sentences += [
         f"One device trains {f.compute_rate:.1f} patches/s (batch {f.batch}); "
         f"{f.workers} DataLoader worker(s) deliver {f.pipeline_rate:.1f} patches/s."
     ]
@@ -104,31 +119,112 @@ def verdict(findings: Findings) -> str:
         )
     elif kind == "communication":
         sentences += communication(f)
+    elif kind is None:
+        sentences.append(f"The data pipeline keeps up with this machine's {f.device}.")
+        sentences += options_advice(f)
     else:
+        most = max(f.predicted[PCIE])
+        nvlink, pcie = f.predicted[NVLINK][most], f.predicted[PCIE][most]
         sentences.append(
             f"The bottleneck is compute, so more devices help: on {most} devices expect "
             f"{most * nvlink:.1f}× ({nvlink:.0%} efficiency) over {NVLINK} and "
             f"{most * pcie:.1f}× ({pcie:.0%}) over {PCIE}."
         )
-        if f.best_option and f.best_option[1] > 1.1:
-            sentences.append(
-                f"Change first {f.best_option[0]}: measured {f.best_option[1]:.2f}× faster "
-                f"per step on this device."
-            )
-        elif f.best_option:
-            sentences.append(
-                "No measured option (precision, channels_last, compile) gains more than "
-                "10% here; a larger per-device batch uses the device better."
-            )
-        else:
-            sentences.append(
-                "A larger per-device batch uses the device better (no speed option was "
-                "measured: bench.options=[])."
-            )
+        sentences += options_advice(f)
+    sentences += gpu_basis(f)
     sentences += limits(f, gpu=kind != "communication")
     sentences += spread_assumption(f)
     sentences += warnings(f)
     return " ".join(sentences)
+
+
+def failures(findings: Findings) -> list[str]:
+    """The measurements that failed, each with its error and where its output is."""
+    failed = findings.failed
+    if not failed:
+        return []
+    listed = "; ".join(
+        f"{what} ({error}" + (f"; its output: {output})" if output else ")")
+        for what, error, output in failed
+    )
+    them = "it" if len(failed) == 1 else "them"
+    text = (
+        f"{len(failed)} of bench's measurements failed, and what follows is made without "
+        f"{them}: {listed}."
+    )
+    if any(what == ONE_DEVICE_RUN for what, _, _ in failed):
+        text += (
+            " Without the 1-device train.py run the prediction starts from bench's own step "
+            "(data in memory)."
+        )
+    return [text]
+
+
+def options_advice(findings: Findings) -> list[str]:
+    """What to change first on this device: the fastest option measured, else the batch."""
+    f = findings
+    if f.best_option and f.best_option[1] > 1.1:
+        return [
+            f"Change first {f.best_option[0]}: measured {f.best_option[1]:.2f}× faster "
+            f"per step on this device."
+        ]
+    if f.best_option:
+        return [
+            "No measured option (precision, channels_last, compile) gains more than "
+            "10% here; a larger per-device batch uses the device better."
+        ]
+    return [
+        "A larger per-device batch uses the device better (no speed option was "
+        "measured: bench.options=[])."
+    ]
+
+
+def gpu_basis(findings: Findings) -> list[str]:
+    """What the GPU predictions are built from; where bench measured no GPU, why there are none."""
+    f = findings
+    if f.predicted:
+        basis = f.gpu_basis
+        if not basis:  # a bench.json from before the basis was recorded
+            return []
+        return [
+            f"The GPU predictions are built from the step measured here on one "
+            f"{basis['device']} ({1000 * basis['step_s']:.1f} ms for {f.batch} patches, "
+            f"{basis['step']}): each row is N of these GPUs over its interconnect; for "
+            f"another GPU, run bench.py on one."
+        ]
+    flops = (
+        f"its {f.flops_per_patch / 1e9:.2f} GFLOP per patch give"
+        if f.flops_per_patch
+        else "a step's FLOPs give"
+    )
+    return [
+        f"GPUs are not predicted: bench measured {f.device}, not a GPU, and has no basis for "
+        f"this config's step on one (it holds no published step time of this config, "
+        f"{flops} a GPU's step only at a share of that GPU's peak that bench has not "
+        f"measured, and a CPU's step is not a GPU's). To know what N GPUs give, run "
+        f"bench.py on a machine with one GPU of the kind to train on."
+    ]
+
+
+ONE_DEVICE_RUN = "ddp on 1 device"
+"""The scaling run whose step the step model starts from (``failed_measurements``' name)."""
+
+
+def failed_measurements(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """bench.json's measurements that failed: what, its error, its output's file if any."""
+    failed: list[dict[str, Any]] = []
+    for row in results["scaling"]["measured"]:
+        if row["error"]:
+            what = ONE_DEVICE_RUN if row["devices"] == 1 else f"ddp on {row['devices']} devices"
+            what += f", {row['variant']}" if row["variant"] else ""
+            failed.append(
+                {"measurement": what, "error": row["error"], "output": row.get("console")}
+            )
+    for row in results["options"]:
+        if row["error"]:
+            what = f"the bare step, {row['option']}"
+            failed.append({"measurement": what, "error": row["error"], "output": None})
+    return failed
 
 
 TERMS = {
@@ -299,7 +395,7 @@ def warnings(findings: Findings) -> list[str]:
             f"{gain:.2f}× the throughput on {devices} devices (each device's statistics then "
             f"come from its own {f.batch} patches)."
         )
-    most = max(f.predicted[PCIE])
+    most = f.most_devices
     if f.steps_per_epoch / most < MIN_STEPS_PER_EPOCH:
         notes.append(
             f"An epoch is {f.steps_per_epoch} steps on one device, {f.steps_per_epoch / most:.1f} "
@@ -321,8 +417,9 @@ def findings_from(results: dict[str, Any]) -> Findings:
     workers = pipeline["configured_workers"]
     best_workers = max(loader, key=loader.__getitem__)
     compute, prediction = results["compute"], results["prediction"]
+    gpu_rows = _gpu_rows(results)
     predicted: dict[str, dict[int, float]] = {}
-    for row in prediction["rows"]:
+    for row in gpu_rows:
         predicted.setdefault(row["interconnect"], {})[row["devices"]] = row["efficiency"]
     rows = results["scaling"]["measured"]
     configured = results["scaling"]["sync_batchnorm"]
@@ -334,12 +431,9 @@ def findings_from(results: dict[str, Any]) -> Findings:
     if here_rows and results.get("sharing"):
         here_terms = dict(max(here_rows, key=lambda row: row["devices"]))
         here_terms["slowdown"] = results["sharing"]["slowdown"]
-    most = max(predicted[NVLINK])
+    most = max(prediction.get("devices") or [row["devices"] for row in prediction["rows"]])
     gpu_terms, pcie_terms = (
-        next(
-            (r for r in prediction["rows"] if r["interconnect"] == link and r["devices"] == most),
-            None,
-        )
+        next((r for r in gpu_rows if r["interconnect"] == link and r["devices"] == most), None)
         for link in (NVLINK, PCIE)
     )
     flops = compute.get("flops") or {}
@@ -367,6 +461,7 @@ def findings_from(results: dict[str, Any]) -> Findings:
         best_pipeline_rate=loader[best_workers],
         framework_ratio=compute["framework_ratio"],
         steps_per_epoch=compute["steps_per_epoch"],
+        most_devices=most,
         predicted=predicted,
         measured=measured,
         predicted_here=predicted_here,
@@ -375,8 +470,23 @@ def findings_from(results: dict[str, Any]) -> Findings:
         here_terms=here_terms,
         gpu_terms=gpu_terms,
         pcie_terms=pcie_terms,
-        spread=prediction.get("arrival_spread"),
+        spread=prediction.get("arrival_spread") if gpu_rows else None,
         flops_per_s=flops.get("achieved_flops_per_s"),
         peak_fraction=flops.get("utilisation"),
         device=compute["device"],
+        flops_per_patch=flops.get("flops_per_patch"),
+        gpu_basis=prediction.get("gpu_basis"),
+        failed=tuple(
+            (f["measurement"], f["error"], f["output"]) for f in failed_measurements(results)
+        ),
     )
+
+
+def _gpu_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """bench.json's GPU predictions: none where bench measured no GPU.
+
+    A bench.json from before holds GPU rows scaled from a CPU's step: they are no GPU's.
+    """
+    if results["config"]["accelerator"] != "cuda":
+        return []
+    return list(results["prediction"]["rows"])
