@@ -140,11 +140,13 @@ def test_eviction_never_deletes_a_file_the_cache_did_not_write(tmp_path):
         f"{lookalike}.npy": b"not an entry's array",
         "fedcba9876543210fedcba9876543210.npy": b"an array without a record",
         "notes.txt": b"the user's notes",
+        "results.json": b"{}",  # beside an array larger than the limit: no entry, not counted
+        "results.npy": bytes(2 * size),
     }
     for name, data in inside.items():
         (cache.store / name).write_bytes(data)
     for path in sources[1:] + sources[:2]:  # each one evicts the one before it
-        cache.open(path, "image", lambda: PIXELS)
+        assert isinstance(cache.open(path, "image", lambda: PIXELS), np.memmap)
     for name, data in users.items():
         assert (scratch / name).read_bytes() == data, name
     for name, data in inside.items():
@@ -362,21 +364,29 @@ def test_a_folder_that_is_a_file_warns_once_and_says_so(tmp_path, caplog):
 
 
 def test_a_read_only_folder_warns_once_and_says_so(unprivileged):  # noqa: F811 (the fixture)
-    for name in "abc":
+    for name in "abcd":
         (unprivileged / f"{name}.png").write_bytes(name.encode())
     script = (
         "import sys, numpy as np; from pathlib import Path; "
         "from segscale.data.decode_cache import DecodeCache; "
         "cache = DecodeCache(sys.argv[1]); "
-        "[cache.open(Path(sys.argv[2]) / f'{n}.png', 'x', lambda: np.zeros(3)) for n in 'abc']"
+        "print([type(cache.open(Path(sys.argv[2]) / f'{n}.png', 'x', lambda: np.zeros(3))).__name__"
+        " for n in 'abcd'])"
     )
-    done = as_user(
-        [sys.executable, "-c", script, str(unprivileged / "read_only"), str(unprivileged)], REPO
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr.count("cannot be written") == 1, done.stderr
-    assert "Permission denied" in done.stderr and "max_gb" not in done.stderr
-    assert "datamodule.decode_cache.folder=<a writable folder>" in done.stderr
+    # A cache that cannot be written serves the entries it holds; a folder where none
+    # can be made serves none. Either says so once, not once a file.
+    filled = DecodeCache(str(unprivileged / "filled"))
+    filled.open(unprivileged / "a.png", "x", lambda: np.zeros(3))
+    filled.store.chmod(0o500)
+    for folder, served in (("filled", "memmap"), ("read_only", "ndarray")):
+        done = as_user(
+            [sys.executable, "-c", script, str(unprivileged / folder), str(unprivileged)], REPO
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == str([served, "ndarray", "ndarray", "ndarray"])
+        assert done.stderr.count("cannot be written") == 1, done.stderr
+        assert "Permission denied" in done.stderr and "max_gb" not in done.stderr
+        assert "datamodule.decode_cache.folder=<a writable folder>" in done.stderr
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "10"])

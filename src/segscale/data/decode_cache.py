@@ -228,9 +228,7 @@ class DecodeCache:
         return array
 
     def _cannot_write(self, error: OSError) -> None:
-        """Note and say, once, that the cache's folder cannot be made or written."""
-        if self._unwritable:
-            return
+        """Note and say that the cache's folder cannot be made or written (not tried again)."""
         self._unwritable = str(error)
         what = "is not a folder" if _not_a_folder(error) else "cannot be written"
         log.warning(
