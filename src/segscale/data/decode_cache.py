@@ -261,21 +261,30 @@ def _lock(store: Path, key: str) -> FileLock:
 def _claim(store: Path) -> None:
     """Mark ``store`` as the cache's own; refuse it where it holds files and no mark of ours."""
     marker = store / MARKER
-    try:
-        text = marker.read_text()
-    except FileNotFoundError:
-        text = None
-    if text is not None and text.startswith(f"{_SIGNATURE}\n{_OWNER}"):
+    if _ours(marker):
         return
     others = [p.name for p in store.iterdir() if not TEMPORARY_NAME.match(p.name)]
-    if text is not None or others:
-        raise ConfigError(
-            f"{store} is not segscale's decode cache (it holds {', '.join(sorted(others)[:3])}"
-            f"{', ...' if len(others) > 3 else ''} and no {MARKER} of segscale's), and segscale "
-            f"never deletes files it did not write: move it away, or give "
-            f"{KEY}.folder=<another folder>"
-        )
-    write_text_atomically(marker, _MARKER_TEXT)
+    if not others:
+        write_text_atomically(marker, _MARKER_TEXT)
+        return
+    # Another process of the machine may have marked it and begun since the first look:
+    # the mark comes before anything else it writes.
+    if _ours(marker):
+        return
+    shown = ", ".join(sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
+    raise ConfigError(
+        f"{store} is not segscale's decode cache (it holds {shown} and no {MARKER} of "
+        f"segscale's), and segscale never deletes files it did not write: move it away, "
+        f"or give {KEY}.folder=<another folder>"
+    )
+
+
+def _ours(marker: Path) -> bool:
+    """Whether ``marker`` is the tag segscale writes into its decode cache's folder."""
+    try:
+        return marker.read_text().startswith(f"{_SIGNATURE}\n{_OWNER}")
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _mapped(store: Path, key: str, identity: dict[str, Any]) -> tuple[np.ndarray | None, str]:
