@@ -357,7 +357,7 @@ def test_a_folder_that_is_a_file_warns_once_and_says_so(tmp_path, caplog):
             (tmp_path / f"{name}.png").write_bytes(name.encode())
             assert np.array_equal(cache.open(tmp_path / f"{name}.png", "x", lambda: PIXELS), PIXELS)
     (warning,) = caplog.records
-    assert f"the decode cache {tmp_path / 'cache' / STORE} is not a folder" in warning.message
+    assert f"the decode cache's folder {tmp_path / 'cache'} is not a folder" in warning.message
     assert "datamodule.decode_cache.folder=<a writable folder>" in warning.message
     assert "datamodule.decode_cache=null" in warning.message
     assert "max_gb" not in warning.message

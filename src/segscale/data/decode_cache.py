@@ -232,10 +232,10 @@ class DecodeCache:
         self._unwritable = str(error)
         what = "is not a folder" if _not_a_folder(error) else "cannot be written"
         log.warning(
-            "the decode cache %s %s (%s): PNG and JPEG files are decoded into each process's "
-            "memory for this run. Give %s.folder=<a writable folder>, or %s=null to decode "
-            "into memory without this warning",
-            self.store,
+            "the decode cache's folder %s %s (%s): PNG and JPEG files are decoded into each "
+            "process's memory for this run. Give %s.folder=<a writable folder>, or %s=null "
+            "to decode into memory without this warning",
+            error.filename or self.store,
             what,
             error,
             KEY,
