@@ -132,6 +132,12 @@ class DecodeCache:
             return mapped
         if self._unwritable:
             return decode()
+        return self._build(source, key, identity, decode)
+
+    def _build(
+        self, source: Path, key: str, identity: dict[str, Any], decode: Callable[[], np.ndarray]
+    ) -> np.ndarray:
+        """Build entry ``key`` of ``source`` under its lock (unless another did), and map it."""
         try:
             lock = _lock(self.store, key)
             lock.acquire()
