@@ -24,9 +24,9 @@ what is kept of it (``variant``). One process builds it while the others of the 
 wait (the entry's lock); the record (the identity, the array's shape and type, and an
 XXH3-128 digest of its pixels) is written first and the array after it, each whole or
 not at all. An entry is used only when its record matches the source and its array
-matches the record, the digest included: every mapping checks it (1.5% of decoding a
-2048² mask PNG, 0.5% of an RGB one), so an entry damaged or changed on disk is
-decoded again, with a warning naming it, never trained on. The cache keeps under
+matches the record, the digest included: every mapping checks it (mapping so costs
+2-3% of decoding a 2048² PNG, experiments/decode-cache-digest), so an entry damaged or
+changed on disk is decoded again, with a warning naming it, never trained on. The cache keeps under
 ``max_gb``: the entries used longest ago make room (each use marks its record), and a
 file that still does not fit, or meets a full disk or a folder that cannot be written,
 is decoded into memory instead, with one warning per cause (the run trains from the
