@@ -30,6 +30,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/checkpoint-integrity/results.json",
     ],
+    "decode-cache-digest": [
+        "experiments/decode-cache-digest/measure.py",
+        "--table",
+        "experiments/decode-cache-digest/results.json",
+    ],
     "preemption": [
         "experiments/preemption/measure.py",
         "--table",

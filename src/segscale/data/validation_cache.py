@@ -1,10 +1,13 @@
 """What the validation pass learnt of each file, kept in the user's cache folder.
 
-``$XDG_CACHE_HOME/segscale/validation/<dataset>.json`` (``segscale.data.user_cache``),
-keyed by the image's and mask's path, size and modification time, so a second run
-re-reads only files that changed. It holds what does not depend on the label settings
-(``inspect_pair``), so other classes re-read nothing either; class locations and valid
-cells are kept for the settings that found them.
+``$XDG_CACHE_HOME/segscale/validation/<dataset>.json`` (``segscale.data.user_cache``: a
+folder of the user's alone, refused where others can write it, since its class counts
+are reported as they are), keyed by the image's and mask's path and identity
+(``source_identity``: size, mtime, inode and change time), so a second run re-reads
+only files that changed, a replacement that keeps size and mtime included. It holds
+what does not depend on the label settings (``inspect_pair``), so other classes re-read
+nothing either; class locations and valid cells are kept for the settings that found
+them.
 """
 
 from __future__ import annotations
@@ -12,14 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from segscale.atomic_files import write_text_atomically
 from segscale.data.labels import LabelMap
 from segscale.data.pair_inspection import inspect_pair, labels_key, validity_key
+from segscale.data.source_identity import source_identity
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource
-from segscale.data.user_cache import cache_file
+from segscale.data.user_cache import app_folder, cache_file
 from segscale.data.valid_cells import CELL, Validity
 
 log = logging.getLogger(__name__)
@@ -29,10 +32,12 @@ _CACHE_VERSION = 3  # 2: facts independent of the labels, with each mask's value
 
 
 class ValidationCache:
-    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged.
+    """Per-pair facts kept on disk, valid while the files' identity is unchanged.
 
     The file is the user's (``cache_file``), named for the dataset (``TileSource.cache_key``),
     not the dataset's: a shared dataset folder stays as it is, a read-only one is cached.
+    Raises ``ConfigError`` where the cache's folder is another user's or others can
+    write it (``user_cache.private_folder``).
     """
 
     def __init__(self, source: TileSource, max_image_pixels: int | None) -> None:
@@ -48,6 +53,10 @@ class ValidationCache:
         self.max_image_pixels = max_image_pixels
         self.entries: dict[str, Any] = {}
         self.changed = False
+        try:
+            app_folder("validation")
+        except OSError:
+            return  # a home that cannot be written: nothing cached, and save() says so
         if self.path.is_file():
             try:
                 stored = json.loads(self.path.read_text())
@@ -71,7 +80,7 @@ class ValidationCache:
         depends on them).
         """
         key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
-        stamp = [_stamp(pair.image), _stamp(pair.mask)]
+        stamp = [source_identity(pair.image), source_identity(pair.mask)]
         entry = self.entries.get(key)
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
@@ -127,8 +136,3 @@ def _has_valid_cells(
     counted = "counts" in kept or "problem" in kept
     same = {k: kept.get(k) for k in ("labels", "nodata_setting")} == validity_key(labels, validity)
     return counted and same and kept.get("cell") == CELL
-
-
-def _stamp(path: Path) -> list[int]:
-    stat = path.stat()
-    return [stat.st_size, stat.st_mtime_ns]
