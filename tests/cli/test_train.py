@@ -11,7 +11,7 @@ from PIL import Image
 
 from segscale.cli.train import main
 from segscale.configs import CONFIG_DIR
-from segscale.data.sources import read_mask_values
+from segscale.data.sources import read_mask
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
 from segscale.inference.prediction import predict
@@ -255,7 +255,7 @@ def test_default_run_learns(learning_data, tmp_path):
         "callbacks=none",
     )
     summary = train(cfg)
-    masks = [read_mask_values(p.mask) for p in instantiate(cfg.datamodule.source).pairs("val")]
+    masks = [read_mask(p.mask).values for p in instantiate(cfg.datamodule.source).pairs("val")]
     counts = np.bincount(np.concatenate([m.ravel() for m in masks]), minlength=6)
     majority_miou = counts.max() / counts.sum() / np.count_nonzero(counts)
     # Measured here: mIoU 0.55 against a majority-class mIoU of 0.04.

@@ -12,7 +12,7 @@ from segscale.data.sources import (
     ImageHeader,
     read_image,
     read_image_header,
-    read_mask_values,
+    read_mask,
 )
 from tests.data.declared_size import png_declaring
 
@@ -52,7 +52,7 @@ def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ImageFile.ImageFile, "load", decode)
 
 
-@pytest.mark.parametrize("reader", [read_image, read_mask_values])
+@pytest.mark.parametrize("reader", [read_image, read_mask])
 def test_a_header_past_the_limit_is_refused_before_decoding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader
 ):
@@ -77,7 +77,7 @@ def test_a_raised_limit_lets_the_header_through(tmp_path: Path, limit: int | Non
     with pytest.raises(OSError, match="truncated"):
         read_image(path, max_image_pixels=limit)
     with pytest.raises(OSError, match="truncated"):
-        read_mask_values(path, max_image_pixels=limit)
+        read_mask(path, max_image_pixels=limit)
 
 
 def test_sizes_between_pillows_warning_and_its_limit_read_without_a_warning(tmp_path: Path):
@@ -94,7 +94,7 @@ def test_tiffs_are_exempt_from_the_limit_as_they_are_never_decoded_whole(tmp_pat
     tifffile.imwrite(tmp_path / "plain.tif", pixels)
     windowed = read_image(tmp_path / "z.tif", max_image_pixels=1000)
     assert isinstance(windowed, WindowedRaster) and windowed.shape == (30, 40, 3)
-    assert read_mask_values(tmp_path / "z.tif", max_image_pixels=1000).shape == (30, 40, 3)
+    assert read_mask(tmp_path / "z.tif", max_image_pixels=1000).values.shape == (30, 40, 3)
     assert read_image_header(tmp_path / "z.tif", 1000) == ImageHeader(40, 30, 3, "uint8")
     mapped = read_image(tmp_path / "plain.tif", max_image_pixels=1000)
     assert isinstance(mapped.base, np.memmap) or isinstance(mapped, np.memmap)
