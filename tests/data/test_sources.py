@@ -143,3 +143,30 @@ def test_the_header_check_finds_damaged_pngs_and_unsupported_types(tmp_path: Pat
             read_image(tmp_path / name)
         with pytest.raises(ValueError, match=rf"{name}: pixels of type {dtype} are not supported"):
             read_image_header(tmp_path / name)
+
+
+def test_a_palette_mask_gives_its_indices_and_its_palette_beside_them(tmp_path: Path):
+    indices = np.array([[0, 1, 2], [2, 2, 1]], np.uint8)
+    colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]
+    picture = Image.fromarray(indices)
+    picture.putpalette([v for colour in colours for v in colour])
+    picture.info["transparency"] = 0  # a tRNS chunk: alpha carries no label, as in RGBA
+    picture.save(tmp_path / "p.png")
+    mask = read_mask(tmp_path / "p.png")
+    np.testing.assert_array_equal(mask.values, indices)
+    assert mask.palette is not None and mask.palette[:3].tolist() == [list(c) for c in colours]
+    shown = np.asarray(Image.open(tmp_path / "p.png").convert("RGB"))  # what a viewer shows
+    np.testing.assert_array_equal(mask.palette[mask.values], shown)
+    # a TIFF's 16-bit colour map: the 8-bit colour x 257 (ours, GDAL's) or shifted by 8
+    for name, scale in (("x257.tif", 257), ("shifted.tif", 256)):
+        colormap = np.zeros((3, 256), np.uint16)
+        colormap[:, :3] = np.array(colours, np.uint16).T * scale
+        tifffile.imwrite(tmp_path / name, indices, photometric="palette", colormap=colormap)
+        tiff = read_mask(tmp_path / name)
+        np.testing.assert_array_equal(tiff.values, indices)
+        assert tiff.palette is not None and tiff.palette[:3].tolist() == [list(c) for c in colours]
+    Image.fromarray(indices).save(tmp_path / "grey.png")
+    Image.fromarray(np.zeros((2, 3, 3), np.uint8)).save(tmp_path / "rgb.png")
+    tifffile.imwrite(tmp_path / "grey.tif", indices)
+    for name in ("grey.png", "rgb.png", "grey.tif"):
+        assert read_mask(tmp_path / name).palette is None

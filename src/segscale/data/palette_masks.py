@@ -68,10 +68,12 @@ def beyond_palette(facts: dict[str, Any], colour: bool, path: Path) -> str | Non
     if not len(beyond):
         return None
     shown = ", ".join(str(i) for i in beyond[:5, 0].tolist()) + (", ..." if len(beyond) > 5 else "")
+    pixels = f"({int(beyond[:, 1].sum()):,} pixels)"
+    which = f"index {shown} {pixels} lies" if len(beyond) == 1 else f"indices {shown} {pixels} lie"
     return (
-        f"{kind_of(path)} whose indices {shown} ({int(beyond[:, 1].sum()):,} pixels) lie beyond "
-        f"its palette of {len(palette)} colours; expected a colour for each index, as the "
-        "classes are colours (datamodule.label_ids): save the mask again"
+        f"{kind_of(path)} whose {which} beyond its palette of {len(palette)} colours; expected "
+        "a colour for each index, as the classes are colours (datamodule.label_ids): save "
+        "the mask again"
     )
 
 
