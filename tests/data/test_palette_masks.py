@@ -9,11 +9,12 @@ import pytest
 import tifffile
 
 from segscale.data.class_discovery import infer_classes
-from segscale.data.dataset_problems import InvalidDatasetError
+from segscale.data.dataset_problems import InvalidDatasetError, problem_message
 from segscale.data.decode_cache import DecodeCache
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap, code_of
 from segscale.data.mask_value_scan import colour_masks, scan_mask_values
+from segscale.data.mask_values import MaskValueCensus
 from segscale.data.palette_masks import one_palette
 from segscale.data.tiles import LabelledMask, open_tiles
 from segscale.data.validation import validate_dataset
@@ -247,7 +248,7 @@ def test_a_palette_mask_s_unknown_colour_and_index_beyond_its_palette_are_said_s
     row = next(line for line in lines if line.strip().startswith("[9, 9, 9]"))
     assert row.split()[3:] == ["64", "1", "t0.png"]
     assert (
-        "1 of these masks are palette masks, read by the colours of their palettes, as the "
+        "1 of these masks is a palette mask, read by the colours of its palette, as the "
         "classes are colours: t0.png" in message
     )
     # class indices read the same palette masks by index, and say so
@@ -255,6 +256,18 @@ def test_a_palette_mask_s_unknown_colour_and_index_beyond_its_palette_are_said_s
         validate_dataset(source, LabelMap(3), NAMES[:3], 16, None)
     assert (
         "2 of these masks are palette masks, read by index, as the classes are not colours "
-        "(RGB triplets in datamodule.label_ids read them by their palettes' colours): "
+        "(RGB triplets in datamodule.label_ids read palette masks by their colours): "
         "t0.png, t1.png" in str(by_index.value)
+    )
+
+
+def test_evaluate_s_table_of_unknown_values_says_how_palette_masks_were_read():
+    census = MaskValueCensus(colour=True)
+    census.add(Path("/data/masks/a.png"), [code_of((9, 9, 9))], [4], palette=True)
+    census.add(Path("/data/masks/b.png"), [code_of((9, 9, 9))], [2])  # an RGB mask
+    message = problem_message([], census, LabelMap(5, 255, DUBAI), checkpoint="best.ckpt")
+    assert "no class of ckpt='best.ckpt' has" in message
+    assert (
+        "1 of these masks is a palette mask, read by the colours of its palette, as the "
+        "classes are colours: a.png" in message
     )

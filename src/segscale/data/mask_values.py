@@ -48,27 +48,30 @@ class MaskValueCensus:
         if palette:
             self.palette_files[path] = None
 
+    @property
     def kind(self) -> str:
         """The masks' kind in words: ``RGB colours``, ``grey levels``, with their palette masks."""
         return masks_kind(self.colour, len(self.palette_files))
 
-    def palette_line(self, indent: int = 2) -> str:
-        """How the palette masks among the files were read, naming a few; "" without any."""
+    def palette_lines(self, indent: int = 2) -> list[str]:
+        """How the palette masks among the files were read, naming a few (none: no line)."""
         if not self.palette_files:
-            return ""
+            return []
         base = _common_folder(self.all_files)
         names = [_relative(p, base) for p in list(self.palette_files)[:MAX_EXAMPLES]]
         more = ", ..." if len(self.palette_files) > MAX_EXAMPLES else ""
+        count = len(self.palette_files)
+        which = f"{count} of these masks are palette masks"
+        its = "their palettes"
+        if count == 1:
+            which, its = "1 of these masks is a palette mask", "its palette"
         how = (
-            "by the colours of their palettes, as the classes are colours"
+            f"by the colours of {its}, as the classes are colours"
             if self.colour
             else "by index, as the classes are not colours (RGB triplets in "
-            "datamodule.label_ids read them by their palettes' colours)"
+            "datamodule.label_ids read palette masks by their colours)"
         )
-        return (
-            f"{' ' * indent}{len(self.palette_files)} of these masks are palette masks, read "
-            f"{how}: {', '.join(names)}{more}"
-        )
+        return [f"{' ' * indent}{which}, read {how}: {', '.join(names)}{more}"]
 
     @property
     def codes(self) -> list[int]:

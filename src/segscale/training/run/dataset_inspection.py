@@ -45,7 +45,7 @@ def inspect_dataset(cfg: DictConfig) -> DatasetReport:
     source, limit = datamodule.source, datamodule.max_image_pixels
     census = scan_mask_values(source, "train", limit, labels.colour)
     rows = class_rows(census, labels, datamodule.class_names)
-    kind = census.kind()
+    kind = census.kind
     how = "found by datamodule/classes=auto" if found else "of the classes file"
     lines = [_images_line(report), f"classes ({how}), in the training masks ({kind}):"]
     lines.append(class_table(rows))
