@@ -86,6 +86,36 @@ def test_a_classes_file_that_does_not_fit_is_refused_as_training_refuses_it(tmp_
     assert not (out / "classes.yaml").exists()
 
 
+def test_palette_masks_are_counted_by_their_colours_under_colour_classes(tmp_path):
+    from tests.data.palette_files import write_palette_mask
+
+    colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]
+    root, out = tmp_path / "data", tmp_path / "out"
+    for split, name in (("train", "a"), ("train", "b"), ("val", "c")):
+        mask = np.zeros((32, 32), np.uint8)
+        mask[8:16], mask[16:20] = 1, 2
+        write_pair(root, split, name, np.zeros((32, 32, 3), np.uint8), mask)
+        # one palette for all (classes=auto would read them by index), but colour classes
+        write_palette_mask(root / split / f"masks/{name}.png", mask, colours, [1, 2, 0])
+    done = _data(
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule/classes=potsdam_rgb",
+        "datamodule.num_classes=3",
+        "datamodule.class_names=[building,land,road]",
+        f"datamodule.class_colors={[list(c) for c in colours]}".replace(" ", ""),
+        "datamodule.patch_size=16",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (out / "data.log").read_text()
+    kind = "RGB colours (2 palette mask(s) read by their palettes' colours)"
+    assert f"classes (of the classes file), in the training masks ({kind}):" in log
+    table = log[log.index("  class ") :].splitlines()
+    assert table[1].split() == ["building", "[60,", "16,", "152]", "1,280", "62.50%", "2"]
+    assert table[3].split() == ["road", "[110,", "193,", "228]", "256", "12.50%", "2"]
+
+
 def test_a_missing_root_is_named(tmp_path):
     done = _data("datamodule=folder", f"hydra.run.dir={tmp_path / 'out'}")
     assert done.returncode == 2

@@ -491,6 +491,22 @@ def test_a_tiled_tiff_is_evaluated_band_by_band_never_decoded_whole(tmp_path, mo
     assert max(reads) <= 32 * 200  # a band of tiles at a time, not the image
 
 
+def test_a_palette_mask_is_scored_by_its_palette_s_colours(tmp_path):
+    from tests.data.palette_files import write_palette_mask
+
+    mask = np.random.default_rng(5).integers(0, 3, (40, 30)).astype(np.uint8)
+    colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]
+    Image.fromarray(oracle_image(mask)).save(tmp_path / "a.png")
+    write_palette_mask(tmp_path / "a_mask.png", mask, colours, order=[2, 0, 1])
+    pair = ImageMaskPair(tmp_path / "a.png", tmp_path / "a_mask.png")
+    trained = load_trained(str(oracle_checkpoint(tmp_path / "oracle.ckpt")))
+    labels = LabelMap(3, 255, colours)  # a checkpoint of colour classes
+    confusion = image_confusion(
+        pair, trained, SlidingWindow(tile_size=32), labels, torch.device("cpu")
+    )
+    assert int(confusion.trace()) == confusion.sum() == 40 * 30  # the oracle is right
+
+
 def _shifted_squares(root: Path) -> Path:
     """Two 12×12 test images, a 6×6 square of class 1 at rows 2-7, cols 2-7 in each mask.
 

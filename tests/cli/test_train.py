@@ -11,13 +11,14 @@ from PIL import Image
 
 from segscale.cli.train import main
 from segscale.configs import CONFIG_DIR
-from segscale.data.sources import read_mask_values
+from segscale.data.sources import read_mask
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
 from segscale.inference.prediction import predict
 from segscale.training.run.builders import instantiate_each
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
+from tests.data.palette_files import write_palette_mask
 from tests.in_process import run_in_process
 from tests.training.record_threads import recorded_threads
 
@@ -255,7 +256,7 @@ def test_default_run_learns(learning_data, tmp_path):
         "callbacks=none",
     )
     summary = train(cfg)
-    masks = [read_mask_values(p.mask) for p in instantiate(cfg.datamodule.source).pairs("val")]
+    masks = [read_mask(p.mask).values for p in instantiate(cfg.datamodule.source).pairs("val")]
     counts = np.bincount(np.concatenate([m.ravel() for m in masks]), minlength=6)
     majority_miou = counts.max() / counts.sum() / np.count_nonzero(counts)
     # Measured here: mIoU 0.55 against a majority-class mIoU of 0.04.
@@ -326,10 +327,16 @@ def _folder_overrides(root: Path, output_dir: Path) -> list[str]:
 
 def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
     colours = np.array(compose_classes("potsdam").class_colors, np.uint8)
+    masks = {}
     for split, count in (("train", 2), ("val", 1)):
         for i in range(count):
             image, mask = draw_tile(64, seed=0, index=i + 10 * (split == "val"))
             write_pair(tmp_path / "data", split, f"t{i}", image, colours[mask])
+            masks[split, i] = mask
+            if (split, i) != ("train", 0):  # palette PNGs, each its palette in its own order
+                order = [5, 2, 0, 4, 1, 3] if split == "train" else [1, 3, 5, 0, 2, 4]
+                path = tmp_path / "data" / split / "masks" / f"t{i}.png"
+                write_palette_mask(path, mask, colours.tolist(), order)
     cfg = compose_config(
         "train",
         *_folder_overrides(tmp_path / "data", tmp_path / "run"),
@@ -339,6 +346,12 @@ def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
     assert summary["epochs"] == 1
     frequencies = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
     assert frequencies[0].startswith("class,train_pixels") and len(frequencies) == 8
+    train_pixels = np.bincount(np.concatenate([masks["train", 0], masks["train", 1]]).ravel())
+    counted = [int(row.split(",")[1]) for row in frequencies[1:7]]
+    assert counted == np.pad(train_pixels, (0, 6 - len(train_pixels))).tolist()
+    confusion = (tmp_path / "run/evaluation/confusion_matrix.csv").read_text().splitlines()
+    scored = sum(int(float(v)) for row in confusion[1:] for v in row.split(",")[1:])
+    assert scored == 64 * 64  # the val palette mask's every pixel has its class
     predict_cfg = compose_config(
         "predict",
         f"ckpt={tmp_path / 'run/checkpoints/last.ckpt'}",

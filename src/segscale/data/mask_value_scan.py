@@ -5,14 +5,13 @@ Read through the validation cache: a dataset validated before is not read again.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from segscale.data.dataset_problems import InvalidDatasetError, problem_message
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pair_inspection import mask_holds_an_image, too_many_values
+from segscale.data.palette_masks import channels_as_read, is_palette, one_palette, values_as_read
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, FileProblem, TileSource
 from segscale.data.validation_cache import ValidationCache
 
@@ -21,14 +20,16 @@ def scan_mask_values(
     source: TileSource,
     split: str = "train",
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    colour: bool | None = None,
 ) -> MaskValueCensus:
     """The values of ``split``'s masks: pixels and files per grey level or RGB colour.
 
     Read through the validation cache (a dataset validated before is not read again).
-    The masks' kind is that of most of them (grey on a tie); masks of the other kind,
-    and masks that cannot be read, are left out here and reported by
-    ``validate_dataset``. Raises ``InvalidDatasetError`` when no mask of ``split`` can
-    be read at all, listing why.
+    ``colour``: whether the classes are colours, which read palette masks by their
+    colours (else by index); ``None`` (``datamodule/classes=auto``) decides it from the
+    masks (``colour_masks``). Masks of the other kind, and masks that cannot be read,
+    are left out here and reported by ``validate_dataset``. Raises
+    ``InvalidDatasetError`` when no mask of ``split`` can be read at all, listing why.
     """
     cache = ValidationCache(source, max_image_pixels)
     pairs, problems = source.scan(split)
@@ -43,11 +44,28 @@ def scan_mask_values(
     if not readable:
         missing = FileProblem(Path(f"datamodule.source.splits.{split}"), "no readable mask")
         raise InvalidDatasetError(problem_message(problems or [missing]))
-    kinds = Counter(f["mask_channels"] for _, f in readable)
-    channels = 3 if kinds[3] > kinds[1] else 1
-    census = MaskValueCensus(colour=channels == 3)
+    if colour is None:
+        colour = colour_masks([f for _, f in readable])
+    census = MaskValueCensus(colour=colour)
     for pair, f in readable:
-        if f["mask_channels"] == channels:
-            values = np.asarray(f["mask_values"], np.int64).reshape(-1, 2)
-            census.add(pair.mask, values[:, 0], values[:, 1])
+        if channels_as_read(f, colour) == (3 if colour else 1):
+            codes, counts = values_as_read(f, colour)
+            census.add(pair.mask, codes, counts, is_palette(f))
     return census
+
+
+def colour_masks(facts: list[dict[str, Any]]) -> bool:
+    """Whether masks of these ``facts`` are colour masks, as ``classes=auto`` decides it.
+
+    Palette masks are read by their colours when any mask is an RGB mask (the classes
+    are then one set of colours, whichever way a file stores them) or when their
+    palettes do not pair indices and colours one to one (``one_palette``: files that
+    order their palettes each their own way); otherwise by index (Pascal VOC's one
+    palette, whose indices are the class ids). Then the kind of most masks wins, grey
+    on a tie; the masks of the other kind are the validation pass's to report.
+    """
+    rgb = sum(f["mask_channels"] == 3 for f in facts)
+    palettes = [f for f in facts if is_palette(f)]
+    palette_colours = rgb > 0 or not one_palette(palettes)
+    grey = len(facts) - rgb - (len(palettes) if palette_colours else 0)
+    return len(facts) - grey > grey

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from segscale.data.class_locations import LocationSampler
-from segscale.data.labels import LabelMap, mask_codes
+from segscale.data.labels import LabelMap, mask_codes, palette_codes
+from segscale.data.palette_masks import PALETTE, channels_as_read
 from segscale.data.rasters import Pixels
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -23,7 +24,7 @@ from segscale.data.sources import (
     ImageMaskPair,
     describe_read_error,
     read_image,
-    read_mask_values,
+    read_mask,
 )
 from segscale.data.valid_cells import CELL, Validity, ValidPixels
 from segscale.data.value_range import ValueHistogram
@@ -47,8 +48,9 @@ def inspect_pair(
 
     What it returns does not depend on ``labels``: the mask's channels and its distinct
     values (``mask_codes``) with their pixels (``mask_values``, at most
-    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all); the image's pixel sums
-    and its range per channel (``value_range``, see ``ValueHistogram``). A file whose
+    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all), a palette mask's values
+    being its indices, its palette beside them (``palette_masks.PALETTE``); the image's
+    pixel sums and its range per channel (``value_range``, see ``ValueHistogram``). A file whose
     header declares more than ``max_image_pixels``, and an image with NaN or infinite
     pixels, are problems like an unreadable one (the first found before it is decoded).
     ``locations_per_class > 0`` with ``labels`` also keeps that many pixels of each
@@ -69,13 +71,16 @@ def inspect_pair(
         reason = describe_read_error(pair.image, error)
         facts["image_problems"].append(f"image cannot be read: {reason}")
     try:
-        raw = read_mask_values(pair.mask, max_image_pixels)
+        mask = read_mask(pair.mask, max_image_pixels)
     except READ_ERRORS as error:
         reason = describe_read_error(pair.mask, error)
         facts["mask_problems"].append(f"mask cannot be read: {reason}")
         return facts
+    raw = mask.values
     mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
     facts["mask_channels"] = mask_channels
+    if mask.palette is not None:  # its values are indices: their colours go beside them
+        facts[PALETTE] = palette_codes(mask.palette).tolist()
     if mask_channels not in (1, 3):
         facts["mask_problems"].append(
             f"mask has {mask_channels} channels; expected 1 (class indices or grey levels) "
@@ -88,12 +93,14 @@ def inspect_pair(
             f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
         )
     sampler = None
-    if labels is not None and locations_per_class and mask_channels == labels.channels:
+    fits = labels is not None and channels_as_read(facts, labels.colour) == labels.channels
+    if labels is not None and locations_per_class and fits:
         sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
     cells = None
     if validity is not None and labels is not None and image is not None:
         cells = _valid_pixels(pair, facts, image, labels, validity)
-    values, counts = _value_counts(raw, labels, sampler, cells)
+    table = labels.palette_table(mask.palette) if labels is not None else None
+    values, counts = _value_counts(raw, labels, sampler, cells, table)
     kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
     kept.sort()
     facts["mask_values"] = np.stack([values[kept], counts[kept]], axis=1).tolist()
@@ -114,7 +121,7 @@ def _valid_pixels(
     value, or the problem of its tag). Nothing is counted in a mask of another size or
     kind (a problem the pass reports).
     """
-    if facts["mask_problems"] or facts["mask_channels"] != labels.channels:
+    if facts["mask_problems"] or channels_as_read(facts, labels.colour) != labels.channels:
         return None
     entry: dict[str, Any] = {"cell": CELL, **validity_key(labels, validity)}
     facts["valid_cells"] = entry
@@ -166,11 +173,12 @@ def _value_counts(
     labels: LabelMap | None = None,
     sampler: LocationSampler | None = None,
     cells: ValidPixels | None = None,
+    palette_table: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct mask values (as ``mask_codes``) and how many pixels have each.
 
     ``sampler`` and ``cells`` are offered each chunk's class indices (decoded by
-    ``labels``) on the way.
+    ``labels``, a palette mask's through its ``palette_table``) on the way.
     """
     totals: dict[int, int] = {}
     listeners = [each for each in (sampler, cells) if each is not None]
@@ -178,7 +186,10 @@ def _value_counts(
         chunk = np.asarray(raw[start : start + ROWS_PER_CHUNK])
         codes = mask_codes(chunk)
         if listeners and labels is not None:
-            classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
+            if palette_table is not None:
+                classes = palette_table[chunk]
+            else:
+                classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
             for listener in listeners:
                 listener.add(classes, start)
         values, counts = np.unique(codes, return_counts=True)

@@ -20,6 +20,7 @@ from typing import Any
 from segscale.atomic_files import write_text_atomically
 from segscale.data.labels import LabelMap
 from segscale.data.pair_inspection import inspect_pair, labels_key, validity_key
+from segscale.data.palette_masks import channels_as_read
 from segscale.data.source_identity import source_identity
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource
 from segscale.data.user_cache import app_folder, cache_file
@@ -27,8 +28,8 @@ from segscale.data.valid_cells import CELL, Validity
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 3  # 2: facts independent of the labels, with each mask's value counts;
-# 3: each image's value range and its non-finite values
+_CACHE_VERSION = 4  # 2: facts independent of the labels, with each mask's value counts;
+# 3: each image's value range and its non-finite values; 4: each palette mask's palette
 
 
 class ValidationCache:
@@ -111,7 +112,7 @@ def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: in
     """Whether ``facts`` hold the class locations asked for (or none are asked for)."""
     if not per_class or labels is None or "mask_values" not in facts:
         return True  # a mask that could not be read has none to keep
-    if facts["mask_channels"] != labels.channels:
+    if channels_as_read(facts, labels.colour) != labels.channels:
         return True  # nor has one of the wrong kind (a problem the pass reports)
     kept = facts.get("class_locations") or {}
     return kept.get("per_class") == per_class and kept.get("labels") == labels_key(labels)
@@ -126,7 +127,7 @@ def _has_valid_cells(
     """
     if validity is None or labels is None or "mask_values" not in facts:
         return True
-    if facts["mask_channels"] != labels.channels or "shape" not in facts:
+    if channels_as_read(facts, labels.colour) != labels.channels or "shape" not in facts:
         return True
     if facts["mask_problems"]:
         return True

@@ -34,7 +34,7 @@ from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     ImageMaskPair,
     read_image,
-    read_mask_values,
+    read_mask,
 )
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
@@ -291,14 +291,15 @@ def image_confusion(
     ``maps``: a list that receives the true and the predicted class maps (the ignore
     index and unknown values as ``num_classes``), where the caller needs them whole.
     """
-    raw = read_mask_values(pair.mask, max_image_pixels)
+    mask = read_mask(pair.mask, max_image_pixels)
+    raw, table = mask.values, labels.palette_table(mask.palette)  # a palette mask as trained
     classes = trained.num_classes
     counts = np.zeros(classes * classes, np.int64)
     if maps is not None:
         maps += [np.empty(raw.shape[:2], np.uint16), np.empty(raw.shape[:2], np.uint16)]
 
     def count(y0: int, predicted: np.ndarray) -> None:
-        truth = labels.decode(np.asarray(raw[y0 : y0 + len(predicted)]))
+        truth = labels.decode(np.asarray(raw[y0 : y0 + len(predicted)]), table)
         labelled = truth < classes  # the ignore index (and unknown values) are not counted
         if maps is not None:
             maps[0][y0 : y0 + len(predicted)] = np.where(labelled, truth, classes)

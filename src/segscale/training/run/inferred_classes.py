@@ -79,7 +79,7 @@ def resolve_inferred_classes(
             "%s: %d classes found in the training masks (%s):\n%s",
             OPTION,
             found.num_classes,
-            "RGB colours" if found.colour else "grey levels",
+            found.kind,
             found.table(),
         )
     if run_folder is not None:
