@@ -118,7 +118,7 @@ def test_one_palette_file_read_by_colour_and_by_index_is_two_cache_entries(tmp_p
     by_index = open_tiles([pair], LabelMap(5), cache=cache)[0].mask
     np.testing.assert_array_equal(by_colour, classes)
     np.testing.assert_array_equal(by_index, np.argsort(order)[classes])  # the stored indices
-    records = [json.loads(r.read_text()) for r in (tmp_path / "cache").glob("*.json")]
+    records = [json.loads(r.read_text()) for r in cache.store.glob("*.json")]
     variants = [r["identity"]["variant"] for r in records]
     assert len([v for v in variants if v.startswith("mask ")]) == 2  # and the image's
     in_memory = open_tiles([pair], LabelMap(5, 255, DUBAI), cache=None)[0].mask
