@@ -2,6 +2,7 @@
 
 import json
 
+import albumentations as A
 import numpy as np
 import pytest
 import torch
@@ -67,6 +68,33 @@ def test_skip_unreadable_leaves_the_tile_out_with_one_warning(caplog):
     assert torch.equal(substitute["image"], data[(0, 2 + len(data))]["image"])
     with pytest.raises(UnreadableTileError, match=r"broken\.tif: rows 0-1 cannot be read"):
         RandomPatchDataset(tiles, 32, 4, Augmentation())[(0, 1)]
+
+
+def with_a_broken_tile(augmentation: Augmentation) -> RandomPatchDataset:
+    """Patches of 3 tiles (4 each), tile 1 unreadable and skipped, seed 3."""
+    tiles = [Tile(*draw_tile(96, seed=0, index=i)) for i in range(3)]
+    image = tiles[1].image
+    tiles[1] = Tile(BrokenRaster(image.shape, image.dtype), tiles[1].mask)
+    return RandomPatchDataset(tiles, 32, 4, augmentation, seed=3, unreadable=UnreadableTiles(True))
+
+
+def test_a_replacement_patch_is_drawn_from_seed_epoch_and_index_albumentations_too():
+    # "Randomness addressed by index": the patch standing in for an unreadable tile's is
+    # the same whichever process draws it, and whatever it drew before.
+    transforms = [A.HorizontalFlip(), A.RandomBrightnessContrast(p=1.0), A.GaussNoise(p=1.0)]
+    first, second = (with_a_broken_tile(Augmentation(transforms=transforms)) for _ in range(2))
+    key = (1, 4)  # tile 1's, in epoch 1
+    drawn = first[key]["image"]
+    for index in range(len(first)):  # other patches move albumentations' own generator
+        first[(1, index)]
+    assert torch.equal(first[key]["image"], drawn)
+    assert torch.equal(second[key]["image"], drawn)
+    # The transforms act (they are not what keeps the patch the same) ...
+    plain = with_a_broken_tile(Augmentation())[key]["image"]
+    assert not torch.equal(plain, drawn)
+    # ... and the replacement is the next tile's fresh patch, transforms and all.
+    assert first.draw(1, 4 + 1 + len(first)).tile == 2
+    assert torch.equal(second[(1, 4 + 1 + len(second))]["image"], drawn)
 
 
 def test_a_workers_error_comes_back_as_its_own_line():
