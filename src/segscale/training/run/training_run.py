@@ -35,6 +35,7 @@ from segscale.training.ranks.preemption import (
     without_lightning_signal_handlers,
 )
 from segscale.training.ranks.threads import process_threads, resolve_threads
+from segscale.training.reporting.logger_folders import check_logger_folders
 from segscale.training.reporting.run_clock import RunClock
 from segscale.training.reporting.third_party_noise import (
     third_party_noise_filtered,
@@ -105,6 +106,7 @@ def _train_in_folder(
         if leader and not relaunch and not has_launch_record(cfg.output_dir):
             write_launch_record(cfg.output_dir, launch_record(cfg))
     check_relaunch(cfg)  # a change the run cannot take mid-run is refused
+    check_logger_folders(cfg.get("logger"))  # opened only as training starts
     clock.mark("config checks")
     L.seed_everything(cfg.seed, workers=True)
     strategy = build(cfg.strategy)
