@@ -54,9 +54,7 @@ def any_nonfinite(tensors: list[torch.Tensor]) -> torch.Tensor:
     return ~torch.isfinite(torch.stack(extremes)).all()
 
 
-def describe(
-    what: str, step: int, epoch: int, learning_rate: float | None, precision: str
-) -> str:
+def describe(what: str, step: int, epoch: int, learning_rate: float | None, precision: str) -> str:
     """What went wrong at ``step`` and its likely causes, for the log and the summary.
 
     ``learning_rate`` is the highest rate of the optimizer steps that made the weights

@@ -10,7 +10,6 @@ gradients dropped and its batch-norm statistics restored.
 from __future__ import annotations
 
 import logging
-import math
 
 import lightning as L
 import torch
