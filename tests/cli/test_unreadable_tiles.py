@@ -45,13 +45,33 @@ def test_the_run_stops_naming_the_file_and_resumes_from_its_last_step(tiny_data_
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["last_checkpoint"].endswith("last.ckpt")
 
-    resumed = run_in_process(main, *common, cwd=tmp_path)  # the file is whole again
+    assert summary["left_out_tiles"] == []  # stopped at the tile, not left out
+
+    # Resumed as the message says, with skip_unreadable=true; the file, whole again, breaks
+    # again after step 4 (epoch 0's last): the resumed launch leaves it out from epoch 1 on.
+    skipped = [
+        "datamodule.skip_unreadable=true",
+        "+callbacks.broken._target_=tests.training.failing.BreakTileAt",
+        "+callbacks.broken.step=4",
+    ]
+    resumed = run_in_process(main, *common, *skipped, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     batches, _ = recorded(tmp_path / "record")
     # 2 epochs of 4 steps: steps 1-2 trained, then 3-8 after the resume, each batch once.
     assert [b["step"] for b in batches] == list(range(1, 9))
     keys = [tuple(k) for b in batches for k in b["keys"]]
     assert len(keys) == len(set(keys)) == 8 * 4
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished"
+    assert summary["left_out_tiles"] == [
+        {
+            "file": "tile1.tif",
+            "reason": "tile1.tif: rows 0-1 cannot be read (injected)",
+            "split": "train",
+            "epoch": 1,
+            "step": 4,  # the optimizer steps before the batch that left it out
+        }
+    ]
 
 
 def test_skip_unreadable_leaves_the_tile_out_with_one_warning(caplog):

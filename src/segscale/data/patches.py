@@ -190,9 +190,24 @@ class PatchDraw:
     centre_class: int | None
 
 
+LEFT_OUT = "left_out"
+"""A sample's field: the file of a tile it left out (``skip_unreadable``), or ``""``."""
+LEFT_OUT_REASON = "left_out_reason"
+"""A sample's field: why that file was left out (what could not be read), or ``""``."""
+
+
 def _as_sample(
-    image: np.ndarray, mask: np.ndarray, key: tuple[int, ...]
-) -> dict[str, torch.Tensor]:
+    image: np.ndarray,
+    mask: np.ndarray,
+    key: tuple[int, ...],
+    left_out: UnreadableWindowError | None = None,
+) -> dict[str, Any]:
+    """A sample as the DataLoader collates it: tensors, and the tile it left out if any.
+
+    The left-out tile travels with the sample because a DataLoader worker's own record
+    of it never reaches the training process, which lists it in ``summary.json``
+    (``LeftOutTiles``); two strings a sample, empty almost always.
+    """
     # Images and masks stay in their file's types (uint8 masks, uint8/uint16 images) on
     # their way through the DataLoader: 4× (images) and 8× (masks) less to copy between
     # processes than float32 and int64. The LightningModule converts them on the device.
@@ -200,6 +215,8 @@ def _as_sample(
         "image": torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))),
         "mask": torch.from_numpy(np.ascontiguousarray(mask)),
         "key": torch.tensor(key, dtype=torch.long),
+        LEFT_OUT: "" if left_out is None else str(left_out.path),
+        LEFT_OUT_REASON: "" if left_out is None else str(left_out),
     }
 
 
@@ -265,19 +282,23 @@ class RandomPatchDataset(Dataset):
         """The tile, window and centre class of patch ``(epoch, index)``."""
         return self._draw(epoch, index)[1]
 
-    def __getitem__(self, key: PatchKey | int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, key: PatchKey | int) -> dict[str, Any]:
         epoch, index = (0, key) if isinstance(key, int) else key
         # A tile that cannot be read (``unreadable.skip``): the patch is one fresh patch
         # of the next tile instead (index past the epoch's, of tile ``index + attempt``).
+        # The sample names the first tile left out: its own (every broken tile is the
+        # first for its own patches).
+        left_out = None
         for attempt in range(2 * len(self.tiles)):
             substitute = index if attempt == 0 else index + attempt + len(self)
             try:
                 rng, image, mask = self._cut(epoch, substitute)
             except UnreadableWindowError as error:
                 self.unreadable.handle(error)
+                left_out = left_out or error
                 continue
             image, mask = self.augmentation.transform(image, mask, rng)
-            return _as_sample(image, mask, (epoch, index))
+            return _as_sample(image, mask, (epoch, index), left_out)
         raise UnreadableTileError(f"no tile of the training set can be read ({SKIP_KEY})")
 
     def _cut(self, epoch: int, index: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
@@ -363,19 +384,21 @@ class GridPatchDataset(Dataset):
     def __len__(self) -> int:
         return len(self.windows)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, index: int) -> dict[str, Any]:
         t, y, x, skip_y, skip_x = self.windows[index]
         size, tile = self.patch_size, self.tiles[t]
+        left_out = None
         try:
             image = tile.image[y : y + size, x : x + size]
             mask = tile.mask[y : y + size, x : x + size].copy()
         except UnreadableWindowError as error:
             self.unreadable.handle(error)  # skipped: a window whose pixels all count for nothing
+            left_out = error
             image = np.zeros((size, size, tile.image.shape[2]), tile.image.dtype)
             mask = np.full((size, size), self.ignore_index, np.uint8)
         mask[:skip_y, :] = self.ignore_index
         mask[:, :skip_x] = self.ignore_index
-        return _as_sample(image, mask, (t, y, x))
+        return _as_sample(image, mask, (t, y, x), left_out)
 
 
 def grid_inference(patch_size: int) -> dict[str, Any]:

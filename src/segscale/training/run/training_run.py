@@ -22,6 +22,7 @@ from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
 from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
 from segscale.training.callbacks.launch_record import LaunchRecord
+from segscale.training.callbacks.left_out_tiles import LeftOutTiles
 from segscale.training.callbacks.periodic_checkpoint import ensure_writable
 from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.callbacks.run_summary import RunSummary
@@ -146,6 +147,7 @@ def _train_in_folder(
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
     callbacks.insert(0, UnreadableTileStop(cfg.output_dir))  # before the summary names it
+    callbacks.append(LeftOutTiles())  # skip_unreadable's, listed by the summary
     if ema := ema_callback(cfg, relaunch):  # first: the report after training sees the average
         callbacks.insert(0, ema)
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
