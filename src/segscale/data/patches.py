@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
@@ -23,6 +22,7 @@ from segscale.data.class_locations import (
 from segscale.data.class_ratio import CLASS_RATIO_TRIES, check_max_class_ratio, within_class_ratio
 from segscale.data.nodata import check_nodata
 from segscale.data.rasters import UnreadableWindowError
+from segscale.data.samples import as_sample
 from segscale.data.tiles import SKIP_KEY, Tile, UnreadableTileError, UnreadableTiles
 from segscale.data.valid_windows import MIN_VALID_KEY, TileWindows, centrable, valid_rng
 from segscale.errors import ConfigError, integer_at_least, require
@@ -190,36 +190,6 @@ class PatchDraw:
     centre_class: int | None
 
 
-LEFT_OUT = "left_out"
-"""A sample's field: the file of a tile it left out (``skip_unreadable``), or ``""``."""
-LEFT_OUT_REASON = "left_out_reason"
-"""A sample's field: why that file was left out (what could not be read), or ``""``."""
-
-
-def _as_sample(
-    image: np.ndarray,
-    mask: np.ndarray,
-    key: tuple[int, ...],
-    left_out: UnreadableWindowError | None = None,
-) -> dict[str, Any]:
-    """A sample as the DataLoader collates it: tensors, and the tile it left out if any.
-
-    The left-out tile travels with the sample because a DataLoader worker's own record
-    of it never reaches the training process, which lists it in ``summary.json``
-    (``LeftOutTiles``); two strings a sample, empty almost always.
-    """
-    # Images and masks stay in their file's types (uint8 masks, uint8/uint16 images) on
-    # their way through the DataLoader: 4× (images) and 8× (masks) less to copy between
-    # processes than float32 and int64. The LightningModule converts them on the device.
-    return {
-        "image": torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))),
-        "mask": torch.from_numpy(np.ascontiguousarray(mask)),
-        "key": torch.tensor(key, dtype=torch.long),
-        LEFT_OUT: "" if left_out is None else str(left_out.path),
-        LEFT_OUT_REASON: "" if left_out is None else str(left_out),
-    }
-
-
 class RandomPatchDataset(Dataset):
     """Random, augmented patches cut from large tiles, addressed by ``(epoch, index)``.
 
@@ -298,7 +268,7 @@ class RandomPatchDataset(Dataset):
                 left_out = left_out or error
                 continue
             image, mask = self.augmentation.transform(image, mask, rng)
-            return _as_sample(image, mask, (epoch, index), left_out)
+            return as_sample(image, mask, (epoch, index), left_out)
         raise UnreadableTileError(f"no tile of the training set can be read ({SKIP_KEY})")
 
     def _cut(self, epoch: int, index: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
@@ -398,7 +368,7 @@ class GridPatchDataset(Dataset):
             mask = np.full((size, size), self.ignore_index, np.uint8)
         mask[:skip_y, :] = self.ignore_index
         mask[:, :skip_x] = self.ignore_index
-        return _as_sample(image, mask, (t, y, x), left_out)
+        return as_sample(image, mask, (t, y, x), left_out)
 
 
 def grid_inference(patch_size: int) -> dict[str, Any]:
