@@ -111,7 +111,7 @@ def _config(name: str) -> DictConfig:
 def _groups(name: str) -> set[str]:
     """The config groups of ``conf/<name>.yaml``'s defaults list."""
     defaults = _config(name).get("defaults", [])
-    return {key for entry in defaults if isinstance(entry, DictConfig) for key in entry}
+    return {str(key) for entry in defaults if isinstance(entry, DictConfig) for key in entry}
 
 
 def _roots(name: str) -> set[str]:

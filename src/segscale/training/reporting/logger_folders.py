@@ -63,7 +63,7 @@ def logger_folders(loggers: DictConfig | None) -> list[LoggerFolder]:
     places: list[LoggerFolder] = []
     for name, node in (loggers or {}).items():
         if node is not None and "_target_" in node:
-            places += _folders(f"logger.{name}", get_class(node._target_), node)
+            places += _folders(f"logger.{name!s}", get_class(node._target_), node)
     return places
 
 
