@@ -327,7 +327,7 @@ def test_the_matlab_preset_has_the_users_settings(make_config):
             "datamodule.patches_per_image=4",
         )
     )
-    assert summary["steps"] == 2 and summary["learning_rate"] == 0.1
+    assert summary["steps"] == 2 and summary["learning_rate"] == 0.03
 
 
 def _folder_overrides(root: Path, output_dir: Path) -> list[str]:
