@@ -7,9 +7,11 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pytest
 from omegaconf import OmegaConf
 
 from segscale.cli import data as data_cli
+from segscale.errors import ConfigError
 from tests.conftest import REPO, write_pair
 from tests.in_process import run_in_process
 
@@ -179,3 +181,64 @@ def test_a_min_valid_no_window_holds_is_refused_naming_the_key(tmp_path):
     output = done.stdout + done.stderr
     assert "datamodule.sampling.min_valid=0.9 is not allowed" in output
     assert "(the best holds 0.781)" in output and "Traceback" not in output
+
+
+def test_a_setting_of_train_py_is_refused_naming_what_data_py_takes(tmp_path):
+    out = tmp_path / "out"
+    done = _data("model=unet", f"hydra.run.dir={out}")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.startswith("Error: model=unet: not a setting of data.py, which checks")
+    assert "takes datamodule=<option>, datamodule.<key>=..., datamodule/classes=<option>" in (
+        done.stderr
+    )
+    assert "python train.py model=unet trains with it" in done.stderr
+    assert "+model" not in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()  # refused before Hydra made the run folder
+
+
+def test_every_refused_override_is_listed_and_only_train_pys_suggested():
+    with pytest.raises(ConfigError) as refused:
+        data_cli.refuse_other_keys(["+model=unet", "optimizer.lr=1", "foo=2", "seed=3"])
+    message = str(refused.value)
+    assert message.startswith("+model=unet, optimizer.lr=1, foo=2: not settings of data.py")
+    assert "; model=unet, optimizer.lr=1 are train.py's: python train.py model=unet " in message
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model=unet",
+        "++model=unet",
+        "~model",
+        "datamodulex.patch_size=16",  # a longer name that starts like one data.py takes
+        "datamodule_extra=1",
+        "Datamodule=folder",
+        "model.datamodule=folder",  # the allowed name below another key
+        "hydras.run.dir=x",
+        "trainer.max_epochs=1",
+        "training=null",
+    ],
+)
+def test_an_override_outside_data_pys_keys_is_refused(override):
+    with pytest.raises(ConfigError, match=r": not a setting of data\.py"):
+        data_cli.refuse_other_keys([override])
+
+
+def test_data_pys_own_keys_and_hydras_flags_pass():
+    data_cli.refuse_other_keys(
+        [
+            "datamodule=folder",
+            "datamodule.source.root=/data/x",
+            "datamodule/classes=auto",
+            "+datamodule.extra=1",
+            "~datamodule.ignore_ids",
+            "hydra.run.dir=/tmp/x",
+            "hydra/job_logging=disabled",
+            "seed=3",
+            "task_name=look",
+            "output_dir=/tmp/y",
+            "--cfg",
+            "job",
+        ]
+    )
+    data_cli.refuse_other_keys(["datamodule.patch_size=[", "--no-such-flag"])  # Hydra's to say

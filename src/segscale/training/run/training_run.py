@@ -22,6 +22,7 @@ from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
 from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
 from segscale.training.callbacks.launch_record import LaunchRecord
+from segscale.training.callbacks.left_out_tiles import LeftOutTiles
 from segscale.training.callbacks.periodic_checkpoint import ensure_writable
 from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.callbacks.run_summary import RunSummary
@@ -35,6 +36,7 @@ from segscale.training.ranks.preemption import (
     without_lightning_signal_handlers,
 )
 from segscale.training.ranks.threads import process_threads, resolve_threads
+from segscale.training.reporting.logger_folders import check_logger_folders
 from segscale.training.reporting.run_clock import RunClock
 from segscale.training.reporting.third_party_noise import (
     third_party_noise_filtered,
@@ -105,6 +107,7 @@ def _train_in_folder(
         if leader and not relaunch and not has_launch_record(cfg.output_dir):
             write_launch_record(cfg.output_dir, launch_record(cfg))
     check_relaunch(cfg)  # a change the run cannot take mid-run is refused
+    check_logger_folders(cfg.get("logger"))  # opened only as training starts
     clock.mark("config checks")
     L.seed_everything(cfg.seed, workers=True)
     strategy = build(cfg.strategy)
@@ -144,6 +147,7 @@ def _train_in_folder(
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
     callbacks.insert(0, UnreadableTileStop(cfg.output_dir))  # before the summary names it
+    callbacks.append(LeftOutTiles())  # skip_unreadable's, listed by the summary
     if ema := ema_callback(cfg, relaunch):  # first: the report after training sees the average
         callbacks.insert(0, ema)
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
