@@ -3,15 +3,15 @@
 A file is written into a hidden temporary beside it (``.<name>.<random>.tmp``) and
 renamed over it once complete. A writer that is killed (SIGKILL, a node lost) leaves
 its temporary behind; ``remove_stale_temporaries`` deletes those of a folder that no
-live writer holds (``write_atomically`` holds an ``flock`` on its temporary while it
-writes), so a large network's half-written checkpoints do not pile up.
+live writer holds (``write_atomically`` holds a lock on its temporary while it writes:
+``flock``, ``LockFileEx`` on Windows; ``segscale.platforms.files``), so a large
+network's half-written checkpoints do not pile up.
 """
 
 from __future__ import annotations
 
 import csv
 import errno
-import fcntl
 import io
 import logging
 import os
@@ -22,13 +22,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from segscale.platforms import files
+
 log = logging.getLogger(__name__)
 
 TEMPORARY_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 """The names ``temporary_beside`` gives (``tempfile.mkstemp``'s 8 random characters)."""
 
 NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
-"""What ``flock`` raises on a file system without it (Lustre without ``-o flock``, ...)."""
+"""What a lock raises on a file system without locks (Lustre without ``-o flock``, ...)."""
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -44,7 +46,7 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
     try:
         with open(temporary, "wb") as stream:
             # Held until the file is in place: a live writer's temporary is not stale.
-            _lock_if_possible(stream.fileno(), fcntl.LOCK_EX)
+            _lock_if_possible(stream.fileno(), wait=True)
             write(stream)
             stream.flush()
             return move_into_place(temporary, path)
@@ -90,9 +92,9 @@ def move_into_place(temporary: str | Path, path: str | Path) -> Path:
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     """Delete the temporaries (``temporary_beside``'s names) that no live writer holds.
 
-    Only ``folder`` itself is searched. A temporary is stale when its ``flock`` can be
+    Only ``folder`` itself is searched. A temporary is stale when its lock can be
     taken: ``write_atomically`` holds it while writing, and the kernel releases it when
-    the writer dies, however it dies. On a file system without ``flock`` nothing is
+    the writer dies, however it dies. On a file system without locks nothing is
     deleted (a live writer could not be told from a dead one). Returns what was deleted.
     """
     removed: list[Path] = []
@@ -102,15 +104,13 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
         return removed
     for path in candidates:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = files.open_unfollowed(path)
         except OSError:  # gone already, a link, or not ours to open
             continue
         try:
-            if _lock_if_possible(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, missing=False):
+            if _lock_if_possible(fd, wait=False, missing=False):
                 path.unlink(missing_ok=True)
                 removed.append(path)
-        except BlockingIOError:
-            continue  # a live writer holds it
         finally:
             os.close(fd)
     if removed:
@@ -118,22 +118,23 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     return removed
 
 
-def _lock_if_possible(fd: int, operation: int, missing: bool = True) -> bool:
-    """``flock(fd, operation)``; on a file system without locks, return ``missing``."""
+def _lock_if_possible(fd: int, wait: bool, missing: bool = True) -> bool:
+    """Lock ``fd`` (``wait``: until it can); whether it was taken, ``missing`` without locks."""
     try:
-        fcntl.flock(fd, operation)
+        return files.lock(fd, wait)
     except OSError as error:
         if error.errno not in NO_FLOCK:
             raise
         return missing
-    return True
 
 
 def _fsync_folder(folder: Path) -> None:
     """Flush a folder's entries (a rename into it) to disk, where the system allows it."""
     try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fd = files.open_folder(folder)
     except OSError:  # a folder that cannot be opened for reading: nothing more to do
+        return
+    if fd is None:  # Windows cannot open a folder to flush it
         return
     try:
         os.fsync(fd)
