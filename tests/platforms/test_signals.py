@@ -1,3 +1,4 @@
+import re
 import signal
 import sys
 import threading
@@ -11,6 +12,7 @@ from segscale.platforms.signals import (
     stop_signal_name,
     stop_signal_names,
 )
+from tests.conftest import REPO
 
 
 @pytest.mark.parametrize(
@@ -129,3 +131,15 @@ def test_windows_has_no_sigchld_to_set_aside(monkeypatch):
     monkeypatch.setattr(signal, "signal", lambda *args: pytest.fail("no signal to set"))
     with signals.child_exits_unwatched():
         pass
+
+
+def test_the_documented_signals_are_the_platforms():
+    text = (REPO / "docs" / "clusters.md").read_text(encoding="utf-8")
+    rows = {
+        platform: next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+        for platform, name in (("linux", "Linux, macOS"), ("win32", "Windows"))
+    }
+    for platform, row in rows.items():
+        _, defaults, allowed = row.strip("|").split("|")
+        assert f"`[{', '.join(default_preemption_signals(platform))}]`" in defaults
+        assert re.findall(r"`(SIG[A-Z0-9]+)`", allowed) == list(stop_signal_names(platform))
