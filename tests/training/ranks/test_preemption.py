@@ -119,6 +119,24 @@ def test_a_preempted_run_hands_the_signal_to_the_handler_from_before():
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
 
 
+def test_ctrl_c_as_a_preemption_signal_is_not_handed_to_pythons_keyboardinterrupt():
+    # Ctrl-C (SIGINT: Windows' default, or a list's on Linux) stopped the run with its
+    # checkpoint: Python's own handler from before would raise KeyboardInterrupt now.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    signals = PreemptionSignals(["SIGINT"], deadline_s=60)
+    try:
+        with pytest.raises(Preempted) as stopped, signals:
+            signals.enter(Phase.TRAINING)
+            os.kill(os.getpid(), signal.SIGINT)
+            assert signals.received == signal.SIGINT
+            raise Preempted("stop", signal="SIGINT", step=3, epoch=0, checkpoint="x")
+        assert stopped.value.previous_handler is signal.default_int_handler
+        stopped.value.hand_over()  # no KeyboardInterrupt
+    finally:
+        signals.restore()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # Each script writes the time the deadline counts from to ``start``; the deadline is 2 s.
 STUCK = {
     # Blocked in C for good (a hung collective, a device sync): no Python handler runs,

@@ -83,10 +83,12 @@ class Preempted(RunStopped):
         """Call the handler that was installed before ours for the signal, if any.
 
         submitit's requeues the job (on global rank 0) and exits; a run without one
-        goes on to exit with ``EXIT_PREEMPTED``.
+        goes on to exit with ``EXIT_PREEMPTED``. Python's own ``SIGINT`` handler is not
+        one to call: it would raise ``KeyboardInterrupt`` where the run has stopped
+        already (Ctrl-C, a preemption signal on Windows).
         """
         handler = self.previous_handler
-        if callable(handler):
+        if callable(handler) and handler is not signal.default_int_handler:
             handler(signal.Signals[self.details["signal"]], None)
 
 
