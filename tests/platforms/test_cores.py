@@ -32,6 +32,8 @@ def test_windows_interrupt_times_are_inside_its_system_time(monkeypatch):
 
 def test_the_affinity_mask_is_psutils_and_all_cores_where_there_is_none(monkeypatch):
     assert cores.affinity() == os.sched_getaffinity(0)  # Linux: the kernel's mask
+    monkeypatch.setattr(cores.psutil.Process, "cpu_affinity", lambda self: [1, 3])  # taskset
+    assert cores.affinity() == {1, 3}
     monkeypatch.delattr(cores.psutil.Process, "cpu_affinity")  # as on macOS
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     assert cores.affinity() == set(range(64))
