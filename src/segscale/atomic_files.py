@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 
 TEMPORARY_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 """The names ``temporary_beside`` gives (``tempfile.mkstemp``'s 8 random characters)."""
+
+SETTLED_S = 60.0
+"""Seconds a temporary is unchanged before a Windows sweep takes it for stale: a writer
+renames its temporary an instant after it closes it and lets go of its lock."""
 
 NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 """What a lock raises on a file system without locks (Lustre without ``-o flock``, ...)."""
@@ -49,7 +54,11 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
             _lock_if_possible(stream.fileno(), wait=True)
             write(stream)
             stream.flush()
-            return move_into_place(temporary, path)
+            if files.renames_open_files():
+                return move_into_place(temporary, path)
+        # Windows renames no open file: moved once closed, which lets go of the lock; a
+        # temporary so recent is not stale to ``remove_stale_temporaries`` there.
+        return move_into_place(temporary, path)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
         if isinstance(error, OSError) and error.filename is None:
@@ -95,27 +104,51 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     Only ``folder`` itself is searched. A temporary is stale when its lock can be
     taken: ``write_atomically`` holds it while writing, and the kernel releases it when
     the writer dies, however it dies. On a file system without locks nothing is
-    deleted (a live writer could not be told from a dead one). Returns what was deleted.
+    deleted (a live writer could not be told from a dead one). On Windows, where a
+    writer lets go of its lock just before it renames its temporary (and no open file
+    can be deleted), a temporary must also be unchanged for ``SETTLED_S``. Returns what
+    was deleted.
     """
-    removed: list[Path] = []
     try:
         candidates = [p for p in Path(folder).iterdir() if TEMPORARY_NAME.match(p.name)]
     except (FileNotFoundError, NotADirectoryError):
-        return removed
-    for path in candidates:
-        try:
-            fd = files.open_unfollowed(path)
-        except OSError:  # gone already, a link, or not ours to open
-            continue
-        try:
-            if _lock_if_possible(fd, wait=False, missing=False):
-                path.unlink(missing_ok=True)
-                removed.append(path)
-        finally:
-            os.close(fd)
+        return []
+    removed = [path for path in candidates if _remove_if_stale(path)]
     if removed:
         log.info("removed %d temporaries of writes that never finished in %s", len(removed), folder)
     return removed
+
+
+def _remove_if_stale(path: Path) -> bool:
+    """Delete the temporary ``path`` if no live writer holds it; whether it was deleted."""
+    try:
+        fd = files.open_unfollowed(path)
+    except OSError:  # gone already, a link, or not ours to open
+        return False
+    try:
+        stale = _lock_if_possible(fd, wait=False, missing=False)
+        if stale and files.renames_open_files():
+            path.unlink(missing_ok=True)
+            return True
+    finally:
+        os.close(fd)
+    # Windows deletes no open file, and a writer lets go of its lock an instant before it
+    # renames its temporary: one unchanged for SETTLED_S is a dead writer's.
+    if not (stale and _settled(path)):
+        return False
+    try:
+        path.unlink()
+    except (FileNotFoundError, PermissionError):  # gone, or opened again meanwhile
+        return False
+    return True
+
+
+def _settled(path: Path) -> bool:
+    """Whether ``path`` has not changed for ``SETTLED_S`` (a temporary whose writer is gone)."""
+    try:
+        return time.time() - path.stat().st_mtime >= SETTLED_S
+    except FileNotFoundError:
+        return False
 
 
 def _lock_if_possible(fd: int, wait: bool, missing: bool = True) -> bool:

@@ -5,7 +5,8 @@ whole-file lock the kernel drops when its holder dies however it dies; on Window
 ``LockFileEx`` on the file's first byte, which Windows drops with the holder's handle
 too. On Windows that byte is locked against reads and writes by other processes, not
 only against their locks: what other processes read of a locked file (a lock's record
-of its holder) starts after it (``LOCKED_BYTES``).
+of its holder) starts after it (``LOCKED_BYTES``). And Windows renames and deletes no
+file that is open (``renames_open_files``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ def lock(fd: int, wait: bool) -> bool:
 def unlock(fd: int) -> None:
     """Release the lock ``lock`` took on ``fd`` (the descriptor stays open)."""
     unlock_descriptor(fd)
+
+
+def renames_open_files() -> bool:
+    """Whether a file may be renamed or deleted while a process has it open.
+
+    Not on Windows, where Python opens files without ``FILE_SHARE_DELETE``: a rename
+    or a deletion of an open file fails there (``WinError 32``).
+    """
+    return sys.platform != "win32"
 
 
 def open_unfollowed(path: str | Path) -> int:
