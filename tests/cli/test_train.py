@@ -186,6 +186,10 @@ BAD_INPUT = [
         "datamodule.patch_size=100 is not allowed: DeepLabV3Plus (resnet18, output stride 16) "
         "takes sides that are multiples of 16, such as 96 or 112",
     ),
+    (
+        ["training.preemption_signals=[SIGTERM,SIGBREAK]"],  # Windows' Ctrl-Break, not Linux's
+        "training.preemption_signals: 'SIGBREAK' does not exist on Linux; it has SIGTERM, SIGINT",
+    ),
     (["trainer.no_such_key=1"], "trainer.no_such_key"),  # refused by Hydra itself
 ]
 

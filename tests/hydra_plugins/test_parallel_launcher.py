@@ -1,6 +1,5 @@
 import csv
 import json
-import os
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -14,6 +13,7 @@ from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
 from tests.cli.test_sweeps import jobs_run_train_py, multirun
 from tests.conftest import compose_for_plugins
+from tests.fake_cpus import fake_mask
 
 
 def process_lifetime(job: Path) -> tuple[datetime, datetime]:
@@ -84,8 +84,7 @@ def test_cpu_jobs_share_the_cores_this_process_may_use(monkeypatch, tmp_path):
     from hydra_plugins.segscale_plugins import parallel_launcher
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this sweep's
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    fake_mask(monkeypatch, 8)  # of a 64-core machine
     monkeypatch.setattr(parallel_launcher.subprocess, "Popen", FakeJob)
     FakeJob.envs = []
     config, context = compose_for_plugins(

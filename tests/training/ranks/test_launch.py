@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import ClassVar
 
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 
 from segscale.command_line import config_options
 from segscale.errors import ConfigError
+from segscale.training.ranks import launch
 from segscale.training.ranks.launch import (
     job_ranks,
     must_start_ranks,
@@ -205,3 +207,21 @@ def test_torchrun_restarts_through_a_shared_store_are_warned_of(monkeypatch, cap
     monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
     warn_if_restarts_may_hang()
     assert caplog.text == ""
+
+
+def test_a_failed_rank_ends_the_others_and_then_this_process(monkeypatch, tmp_path):
+    # Rank 0 stuck in a collective with a rank that died notices nothing: the watchdog
+    # stops the other ranks and ends rank 0 (segscale.platforms.processes: SIGKILL here,
+    # TerminateProcess on Windows, for real in tests/platforms/test_processes.py).
+    ended = threading.Event()
+    monkeypatch.setattr(launch, "GRACE_S", 0.1)
+    monkeypatch.setattr(launch, "end_this_process", ended.set)
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    waiting = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ranks = launch.RankProcesses([failing, waiting], [dict(os.environ)] * 2, str(tmp_path))
+    try:
+        assert ended.wait(timeout=30), "rank 0 was not ended"
+        assert ranks.processes[0].returncode == 3
+        assert ranks.processes[1].poll() is not None, "the other rank was left running"
+    finally:
+        ranks.terminate()

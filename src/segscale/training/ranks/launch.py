@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -30,6 +29,7 @@ from segscale.command_line import config_options, program_command, quoted_overri
 from segscale.devices import slurm_task_rank
 from segscale.errors import ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
+from segscale.platforms.processes import end_this_process
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class RankProcesses:
                     return
                 log.error("rank %d exited with code %d; stopping the other ranks", rank, code)
                 self.terminate()
-                os.kill(os.getpid(), signal.SIGKILL)
+                end_this_process()
 
     def failures(self, grace_s: float = GRACE_S) -> list[tuple[int, int]]:
         """Let the ranks exit by themselves for ``grace_s``, stop the rest, list failures.

@@ -82,7 +82,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # it at once (exit 75, nothing to save), while training at the next safe point.
     training = cfg.get("training") or {}
     signals = PreemptionSignals(
-        training.get("preemption_signals", ["SIGTERM", "SIGUSR2"]),
+        training.get("preemption_signals", "auto"),
         training.get("preemption_deadline_s", 25.0),
     )
     with signals, RunFolderLock(cfg.output_dir) if leader else nullcontext():
