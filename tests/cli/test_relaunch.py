@@ -145,7 +145,7 @@ def _attacks(marker: Path) -> dict[str, tuple[str, str, str]]:
             "outside its run folder",
         ),
         "generates tiles elsewhere": (
-            "launch-2/overrides.yaml",
+            "overrides.yaml",
             f"datamodule.source.root={marker}",  # the tiles would go into a folder there
             "generate a tile set in",
         ),
