@@ -135,7 +135,8 @@ def _culprit(
         field = cast(str, _field(entry.key))
         same_key = [r for r in settings if r.key == entry.key]
         before = same_key[-2].value if len(same_key) > 1 else getattr(own, field)
-        if _harmless(replace(tiles, **{field: str(before) if field == "root" else before}), own):
+        setting: dict[str, Any] = {field: str(before) if field == "root" else before}
+        if _harmless(replace(tiles, **setting), own):
             return entry
     return None
 
