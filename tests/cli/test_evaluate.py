@@ -1,7 +1,6 @@
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +20,15 @@ from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.models.checkpoint.trained import load_trained
 from tests.conftest import (
-    REPO,
     compose_config,
     float_oracle_checkpoint,
     oracle_checkpoint,
     oracle_image,
+    oracle_process,
     write_pair,
 )
 from tests.in_process import run_in_process
+from tests.models.checkpoint.test_init_from import trained_checkpoint
 
 LABEL_IDS = [10, 20, 30]
 """Grey levels of the classes of ``_labelled``'s masks (99: void)."""
@@ -353,8 +353,8 @@ def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path
 def test_a_folder_dataset_without_its_root_names_the_key(tmp_path: Path):
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     args = (f"ckpt={ckpt}", "datamodule=folder", f"output_dir={tmp_path / 'out'}")
-    # The suite's real ``python evaluate.py``: its exit status is the process's own.
-    command = [sys.executable, str(REPO / "evaluate.py"), *args]
+    # ``python evaluate.py`` in a process of its own: its exit status is the process's.
+    command = oracle_process("evaluate.py", *args)
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
@@ -576,3 +576,25 @@ def test_a_bf_tolerance_other_than_a_fraction_is_refused_naming_the_key(tmp_path
     root = _shifted_squares(tmp_path / "data")
     with pytest.raises(ConfigError, match=r"bf_tolerance=.* expected a fraction"):
         evaluate(_config(root, ckpt, tmp_path / "out", "split=test", f"bf_tolerance={value}"))
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_tile_side_the_network_cannot_take_is_named_where_it_came_from(tmp_path, given):
+    # An edited checkpoint records a validation patch side of 63 for an FPN (multiples of
+    # 32): the user gave no tile size, so the refusal names the checkpoint's field.
+    ckpt, _ = trained_checkpoint(tmp_path / "fpn.ckpt", ["a", "b", "c"])
+    content = load_checkpoint_file(ckpt, "ckpt")
+    content["segscale"]["validation_inference"] = {"tile_size": 63, "overlap": 0.0, "blend": "none"}
+    save_checkpoint_file(content, ckpt)
+    tile = ["inference.tile_size=63"] if given else []  # else inference=validation's "checkpoint"
+    cfg = compose_config("evaluate", f"ckpt={ckpt}", f"output_dir={tmp_path / 'out'}", *tile)
+    with pytest.raises(ConfigError) as refused:
+        evaluate(cfg)
+    message = str(refused.value)
+    rule = "63 is not allowed: FPN (output stride 32) takes sides that are multiples of 32"
+    if given:
+        assert message.startswith(f"inference.tile_size={rule}")
+    else:
+        prefix = f"ckpt={str(ckpt)!r}: its segscale.validation_inference.tile_size={rule}"
+        assert message.startswith(prefix) and " inference.tile_size=63" not in message
+        assert "give inference.tile_size=<side>" in message

@@ -60,6 +60,9 @@ from segscale.training.run.config_checks import check_data_source
 
 log = logging.getLogger(__name__)
 
+RECORDED_TILE_SIZE = "segscale.validation_inference.tile_size"
+"""Where a checkpoint records its validation patch side (``inference.tile_size: checkpoint``)."""
+
 
 def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics.
@@ -76,8 +79,9 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         filled_in.append("inference.tile_size")
     check_types(cfg, filled_in=filled_in)
     trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
-    use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
-    check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
+    check_tile_side(
+        cfg.inference, trained, use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
+    )
     use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
     other_data = cfg.get("other_data", False)
     if not isinstance(other_data, bool):
@@ -161,14 +165,16 @@ def names_data(overrides: list[str]) -> bool:
     return any(key == "datamodule" or key.startswith("datamodule.source") for key in keys)
 
 
-def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> None:
+def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> str:
     """Fill ``inference.tile_size: checkpoint`` (in place) with the validation grid's side.
 
     A checkpoint written before segscale recorded it (``validation_inference``) gets
     predict.py's tile size (``conf/inference/default.yaml``), and the log says so.
+    Returns what gave the tile size, for a refusal of it: ``inference.tile_size``, or
+    the checkpoint's field (the user never gave a size then).
     """
     if inference.get("tile_size") != "checkpoint":
-        return
+        return "inference.tile_size"
     recorded = trained.validation_inference
     if recorded is None:
         default = OmegaConf.load(Path(CONFIG_DIR) / "inference" / "default.yaml")
@@ -178,8 +184,28 @@ def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str
             ckpt,
             default.tile_size,
         )
-        recorded = {"tile_size": default.tile_size}
+        inference.tile_size = default.tile_size
+        return "inference.tile_size"
     inference.tile_size = int(recorded["tile_size"])
+    return f"ckpt={ckpt!r}: its {RECORDED_TILE_SIZE}"
+
+
+def check_tile_side(inference: DictConfig, trained: TrainedModel, given_by: str) -> None:
+    """Refuse a tile side the network cannot take, naming what gave it (``given_by``).
+
+    A side the checkpoint recorded is refused as the checkpoint's (train.py records the
+    patch side it trained with, which the network takes), with how to evaluate anyway.
+    """
+    try:
+        check_input_side(inference.tile_size, given_by, trained.module.network)
+    except ConfigError as error:
+        if given_by == "inference.tile_size":
+            raise
+        raise ConfigError(
+            f"{error}; train.py records the patch side the run trained with, which its "
+            "network takes, so the checkpoint was edited or is another tool's: give "
+            "inference.tile_size=<side> to evaluate with tiles of your choice"
+        ) from None
 
 
 def inference_record(window: SlidingWindow) -> dict[str, object]:

@@ -61,6 +61,7 @@ from segscale.training.run_folder.relaunch import check_relaunch
 from segscale.training.run_folder.resume import (
     check_resumable,
     checkpoint_of_rank_zero,
+    read_resumed,
     resolve_checkpoint,
 )
 from segscale.training.run_folder.summary_file import read_summary
@@ -120,7 +121,9 @@ def _train_in_folder(
     devices = trainer_devices(cfg, num_processes, effective.included)
     # Devices are left out on one node only, so every node runs the same number.
     num_processes = effective.world_size // cfg.trainer.num_nodes
-    datamodule = build_datamodule(cfg, effective)
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
+    resumed = read_resumed(ckpt_path) if ckpt_path else None  # its normalization, kept
+    datamodule = build_datamodule(cfg, effective, resumed)
     report = datamodule.check()
     clock.mark("dataset check")
     # Each rank's threads: its share of the cores that nothing else keeps busy now,
@@ -128,7 +131,6 @@ def _train_in_folder(
     workers = datamodule.workers_per_rank(num_processes)
     thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
     threads = resolve_threads(thread_setting, num_processes, workers)
-    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
     module = build_module(
         cfg,
         datamodule,
@@ -161,8 +163,8 @@ def _train_in_folder(
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
     checkpoint_io = SafeCheckpointIO()
-    if ckpt_path:
-        verified = check_resumable(ckpt_path, module)
+    if resumed is not None:
+        verified = check_resumable(resumed, module)
     start_method = cfg.strategy.get("start_method")
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
@@ -192,7 +194,7 @@ def _train_in_folder(
         if auto:  # rank 0's choice, on every rank
             agreed = checkpoint_of_rank_zero(trainer, ckpt_path)
             if agreed and agreed != ckpt_path:
-                verified = check_resumable(agreed, module)
+                verified = check_resumable(read_resumed(agreed), module)
             ckpt_path = agreed
         if ckpt_path and trainer.strategy.launcher is None:
             # The checkpoint read and verified above, not read again by fit; only where

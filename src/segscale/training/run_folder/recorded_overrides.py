@@ -22,8 +22,9 @@ Everything else is refused, naming the file, the line and why: additions (``+``,
 ``++``), deletions (``~``), packages (``@``), Hydra's own settings (``hydra.*``,
 ``hydra/...``: Hydra records those apart, never in ``overrides.yaml``), sweeps, functions,
 dictionaries, interpolations and resolvers. ``relaunch`` adds the checks that need the
-composed config (the key exists, the run folder is the same, paths where the run writes
-lie inside it) on what this module returns, so what is checked is what is merged.
+composed config (the key exists, the run folder is the same, and ``restored_writes``: no
+write outside the run folder that the config would not make) on what this module
+returns, so what is checked is what is merged.
 
 An override the command line gives again (the same key) or deletes (``~key`` or a key
 above it) is not restored, so not checked: a run started with a callback of one's own
