@@ -196,7 +196,7 @@ class Diverging(NonFiniteSteps):
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        self.guard_step(list(self.network.parameters()))
+        self.guard_step(list(self.network.parameters()), optimizer)
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         if self.bad == "validation":

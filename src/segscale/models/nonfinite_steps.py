@@ -52,7 +52,9 @@ class NonFiniteSteps(L.LightningModule):
         # schedule's next one (0 after the last step of poly).
         self._peak_rate: float | None = None
 
-    def guard_step(self, parameters: list[nn.Parameter]) -> bool:
+    def guard_step(
+        self, parameters: list[nn.Parameter], optimizer: torch.optim.Optimizer | None
+    ) -> bool:
         """Whether the optimizer step about to be taken may go ahead (then clip first).
 
         Raises ``NonFiniteError`` for the step before under ``stop``; refuses this one
@@ -79,12 +81,14 @@ class NonFiniteSteps(L.LightningModule):
             # the next step starts afresh
             self._nonfinite = None
             self._buffers_before = []
-        self._note_rate()
+        self._note_rate(optimizer)
         return True
 
-    def _note_rate(self) -> None:
-        """Count the rate of the step about to be taken into ``_peak_rate``."""
-        rates = (self._peak_rate, highest_rate(self.trainer.optimizers))
+    def _note_rate(self, optimizer: torch.optim.Optimizer | None) -> None:
+        """Count the rate of the step ``optimizer`` is about to take into ``_peak_rate``."""
+        if optimizer is None:
+            return
+        rates = (self._peak_rate, highest_rate([optimizer]))
         self._peak_rate = highest([rate for rate in rates if rate is not None])
 
     def _step_verdict(self, parameters: list[nn.Parameter]) -> torch.Tensor:
