@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -149,3 +151,51 @@ def test_a_slurm_task_keeps_the_cores_slurm_granted_it(monkeypatch):
         assert devices.core_share(4) == devices.CoreShare(1, None, slurm_task=True)
     slurm_task(monkeypatch, 0, tasks=1, cpus="8")  # one task: it starts the ranks itself
     assert devices.core_share(4).of(32) == 8
+
+
+BACKEND_KEY = "strategy.process_group_backend"
+
+
+@pytest.mark.parametrize(
+    ("platform", "accelerator", "backend"),
+    [
+        ("linux", "gpu", "nccl"),
+        ("linux", "cuda", "nccl"),
+        ("linux", "cpu", "gloo"),
+        ("darwin", "gpu", "gloo"),
+        ("darwin", "mps", "gloo"),
+        ("darwin", "cpu", "gloo"),
+        ("win32", "gpu", "gloo"),
+        ("win32", "cpu", "gloo"),
+    ],
+)
+def test_null_is_the_platforms_backend_for_the_accelerator(
+    platform, accelerator, backend, monkeypatch
+):
+    monkeypatch.setattr(sys, "platform", platform)
+    assert devices.process_group_backend(None, accelerator, BACKEND_KEY) == backend
+
+
+@pytest.mark.parametrize(("platform", "backend"), [("linux", "nccl"), ("win32", "gloo")])
+def test_accelerator_auto_takes_the_backend_of_the_device_it_picks(platform, backend, monkeypatch):
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: True)
+    assert devices.process_group_backend(None, "auto", BACKEND_KEY) == backend
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: False)
+    assert devices.process_group_backend(None, "auto", BACKEND_KEY) == "gloo"
+
+
+def test_a_backend_the_platform_lacks_is_a_config_error_naming_key_platform_and_what_it_has(
+    monkeypatch,
+):
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(ConfigError) as refused:
+        devices.process_group_backend("nccl", "gpu", BACKEND_KEY)
+    assert str(refused.value).startswith(
+        "strategy.process_group_backend='nccl' is not allowed: Windows has no NCCL "
+    )
+    assert "have gloo (null picks gloo)" in str(refused.value)
+    monkeypatch.setattr(sys, "platform", "linux")
+    with pytest.raises(ConfigError, match=r"^process_group_backend='NCCL' is not allowed: not a"):
+        devices.process_group_backend("NCCL", "gpu", "process_group_backend")

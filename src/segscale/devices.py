@@ -1,4 +1,4 @@
-"""Devices: what ``trainer.devices`` asks for, what this machine has, and its CPU cores."""
+"""Devices: what ``trainer.devices`` asks for, what this machine has, its cores, ranks' backend."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from omegaconf import ListConfig
 
 from segscale.errors import ConfigError, require
 from segscale.platforms import cores as platform_cores
+from segscale.platforms.process_groups import BackendError
+from segscale.platforms.process_groups import process_group_backend as platform_backend
 
 
 def cpus_available() -> int:
@@ -121,6 +123,20 @@ def resolve_accelerator(accelerator: str) -> str:
             return "mps"
         return "cpu"
     return accelerator
+
+
+def process_group_backend(value: Any, accelerator: str, key: str) -> str:
+    """The process-group backend of ranks on ``accelerator``: ``value`` (``key``'s), or null's.
+
+    Null is this platform's choice for the device (``segscale.platforms.process_groups``:
+    NCCL between CUDA GPUs on Linux, gloo elsewhere). A backend the platform or the device
+    lacks, or anything but the names ``nccl`` and ``gloo``, raises ``ConfigError`` naming
+    ``key``, the platform and what it has, before any rank starts.
+    """
+    try:
+        return platform_backend(value, resolve_accelerator(accelerator))
+    except BackendError as error:
+        raise ConfigError(f"{key}={value!r} is not allowed: {error}") from None
 
 
 def available_devices(accelerator: str) -> int:

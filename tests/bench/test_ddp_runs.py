@@ -160,3 +160,33 @@ def test_this_machines_allreduce_is_a_curve_through_measured_points():
     times = [t for _, t in link.points]
     assert times == sorted(times) and times[0] > 0
     assert link.allreduce_time(2 * 2**20, 2) == times[-1]
+
+
+class _JoinedError(Exception):
+    """Raised in place of joining a process group: the rank stops there."""
+
+
+@pytest.mark.parametrize(
+    ("platform", "cuda", "backend"),
+    [
+        ("linux", True, "nccl"),
+        ("linux", False, "gloo"),
+        ("win32", True, "gloo"),  # Windows' GPUs: no NCCL there
+        ("darwin", False, "gloo"),
+    ],
+)
+def test_the_allreduce_ranks_join_the_platforms_backend(platform, cuda, backend, monkeypatch):
+    joined = []
+
+    def join(name: str, **kwargs: object) -> None:
+        joined.append(name)
+        raise _JoinedError
+
+    monkeypatch.setattr(ddp_runs.dist, "init_process_group", join)
+    monkeypatch.setattr(ddp_runs.torch.cuda, "set_device", lambda device: None)
+    for variable in ("MASTER_ADDR", "MASTER_PORT"):  # the rank sets them: restored after
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(sys, "platform", platform)
+    with pytest.raises(_JoinedError):
+        ddp_runs._allreduce_rank(0, 2, 29500, 4, 1, "unused.json", cuda)
+    assert joined == [backend]

@@ -42,6 +42,7 @@ from segscale.bench.progress import Progress
 from segscale.bench.step_model import efficiency, speedup
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.command_line import TRAIN_COMMAND
+from segscale.platforms.process_groups import default_process_group_backend
 from segscale.training.ranks.launch import free_port
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,8 @@ def _allreduce_rank(
     os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     if cuda:
         torch.cuda.set_device(rank)  # NCCL binds each rank to its current device
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    backend = default_process_group_backend("cuda" if cuda else "cpu")  # gloo on Windows
+    dist.init_process_group(backend, rank=rank, world_size=world)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     times = {}
     for size in sorted({*(s for s in ALLREDUCE_SIZES if s < nbytes), nbytes}):

@@ -38,7 +38,7 @@ from segscale.data.sources import (
 )
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
-from segscale.inference.devices import run_on_devices
+from segscale.inference.devices import inference_backend, run_on_devices
 from segscale.inference.image_metrics import (
     ImageScores,
     class_boundary_f1,
@@ -78,6 +78,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     if cfg.inference.get("tile_size") == "checkpoint":
         filled_in.append("inference.tile_size")
     check_types(cfg, filled_in=filled_in)
+    backend = inference_backend(cfg)
     trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
     check_tile_side(
         cfg.inference, trained, use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
@@ -122,6 +123,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     images: list[ImageScores] = run_on_devices(
         cfg.accelerator,
         cfg.devices,
+        backend,
         _scores_of_share,
         list(enumerate(pairs)),
         trained,

@@ -1,3 +1,4 @@
+import importlib
 import json
 import os
 import subprocess
@@ -225,3 +226,15 @@ def test_a_failed_rank_ends_the_others_and_then_this_process(monkeypatch, tmp_pa
         assert ranks.processes[1].poll() is not None, "the other rank was left running"
     finally:
         ranks.terminate()
+
+
+def test_on_windows_the_ranks_store_is_the_one_without_libuv(monkeypatch):
+    # What job_ranks leaves to torch (its comment): Windows builds have no libuv, and
+    # init_process_group's env:// store takes it there only if USE_LIBUV=1 asks for it.
+    # torch.distributed's own name "rendezvous" is the function: the module by its path
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    monkeypatch.delenv("USE_LIBUV", raising=False)
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert not rendezvous._get_use_libuv_from_query_dict({})
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert rendezvous._get_use_libuv_from_query_dict({})  # elsewhere libuv, the default

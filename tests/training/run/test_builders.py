@@ -1,7 +1,9 @@
+import sys
 from typing import Any
 
 import pytest
 import timm
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import nn
 
 from segscale.errors import ConfigError
@@ -10,6 +12,8 @@ from segscale.training.run.builders import (
     build,
     build_datamodule,
     build_module,
+    build_strategy,
+    strategy_backend,
     weights_normalization,
 )
 from segscale.training.run_folder.resume import read_resumed
@@ -121,3 +125,34 @@ def test_a_resume_builds_its_network_without_reading_encoder_weights(make_config
     assert build_module(cfg, datamodule, effective.learning_rate, init_weights=False)
     with pytest.raises(ConfigError, match=r"model\.encoder_weights='/nowhere/encoder\.pth'"):
         build_module(cfg, datamodule, effective.learning_rate)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+@pytest.mark.parametrize(
+    ("platform", "accelerator", "overrides", "backend"),
+    [
+        ("linux", "gpu", [], "nccl"),
+        ("linux", "gpu", ["strategy.process_group_backend=gloo"], "gloo"),
+        ("linux", "cpu", [], "gloo"),
+        ("darwin", "cpu", [], "gloo"),
+        ("win32", "gpu", [], "gloo"),  # Lightning's own null: NCCL, which Windows lacks
+        ("win32", "cpu", ["strategy.process_group_backend=gloo"], "gloo"),
+    ],
+)
+def test_the_built_strategy_talks_through_the_platforms_backend_or_the_one_given(
+    strategy, platform, accelerator, overrides, backend, monkeypatch
+):
+    cfg = compose_config(
+        "train", *FOLDER, f"strategy={strategy}", f"trainer.accelerator={accelerator}", *overrides
+    )
+    monkeypatch.setattr(sys, "platform", platform)
+    built = build_strategy(cfg)  # the object only: no process started, no group joined
+    assert isinstance(built, DDPStrategy)
+    assert built.process_group_backend == backend
+    assert built._get_process_group_backend() == backend  # what Lightning will init with
+
+
+def test_a_strategy_without_a_backend_is_built_as_configured():
+    cfg = compose_config("train", *FOLDER, "strategy=single", "trainer.accelerator=cpu")
+    assert strategy_backend(cfg) == {}
+    assert isinstance(build_strategy(cfg), SingleDeviceStrategy)

@@ -162,6 +162,15 @@ def job_ranks(
         return
     # The ranks inherit this process's environment, OMP_NUM_THREADS included: the
     # threads each rank computes with (training.threads, set by run.py).
+    # Nothing is added for Windows' TCPStore: torch >= 2.4 defaults the store to libuv,
+    # which its Windows builds lack ("use_libuv was requested but PyTorch was built
+    # without libuv support", pytorch/pytorch#139990, Lightning-AI/pytorch-lightning#20238).
+    # The ranks' store is init_process_group's env:// rendezvous, which on Windows takes
+    # the old store unless USE_LIBUV=1 (torch 2.14's torch/distributed/rendezvous.py,
+    # since pytorch/pytorch#148266), and `import lightning` sets USE_LIBUV=0 there anyway
+    # (lightning/fabric/__init__.py), inherited here. torchrun's own stores (its c10d and
+    # static rendezvous) still ask for libuv whatever USE_LIBUV says (pytorch/pytorch#178600,
+    # open): torchrun does not start on Windows; strategy=ddp's ranks do.
     saved = dict(os.environ)
     shared = {
         "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from segscale.data.datamodule import SegmentationDataModule
-from segscale.devices import included_devices
+from segscale.devices import included_devices, process_group_backend
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.init_from import (
     check_init_source_kept,
@@ -205,6 +205,31 @@ def warmup_for(scheduler: DictConfig, scaling_warmup_epochs: float) -> dict[str,
     if scheduler.get("warmup_steps"):
         return {}
     return {"warmup_epochs": max(scheduler.get("warmup_epochs") or 0, scaling_warmup_epochs)}
+
+
+BACKEND_KEY = "strategy.process_group_backend"
+"""Lightning's DDP strategies' key for the ranks' backend (``strategy=ddp``, ``ddp_spawn``)."""
+
+
+def build_strategy(cfg: DictConfig) -> Any:
+    """The ``strategy`` group's Lightning strategy, with the backend ``strategy_backend`` gives."""
+    return build(cfg.strategy, **strategy_backend(cfg))
+
+
+def strategy_backend(cfg: DictConfig) -> dict[str, str]:
+    """``{"process_group_backend": ...}``: the strategy's own, or this platform's for null.
+
+    Lightning's null is NCCL for GPUs whatever the platform, which Windows and macOS do
+    not have; ours is the platform's (``segscale.devices.process_group_backend``). Empty
+    for a strategy without the key (``strategy=single``). ``ConfigError`` for a backend
+    the platform or the device (``trainer.accelerator``) lacks: ``check_config`` asks
+    first, before anything is built.
+    """
+    if "process_group_backend" not in cfg.strategy:
+        return {}
+    value = cfg.strategy.process_group_backend
+    backend = process_group_backend(value, cfg.trainer.accelerator, BACKEND_KEY)
+    return {"process_group_backend": backend}
 
 
 def build(node: DictConfig, **kwargs: Any) -> Any:

@@ -45,6 +45,7 @@ from segscale.training.run.builders import (
     build,
     build_datamodule,
     build_module,
+    build_strategy,
     fine_tuning,
     instantiate_each,
     trainer_devices,
@@ -111,7 +112,7 @@ def _train_in_folder(
     check_logger_folders(cfg.get("logger"))  # opened only as training starts
     clock.mark("config checks")
     L.seed_everything(cfg.seed, workers=True)
-    strategy = build(cfg.strategy)
+    strategy = build_strategy(cfg)
     check_devices(cfg.trainer.devices, cfg.trainer.accelerator)
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     effective = build(cfg.scaling).resolve(
