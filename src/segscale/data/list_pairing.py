@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from segscale.data.list_files import (
+    QUOTES,
     SPACES_HINT,
     ListedLine,
     read_list,
@@ -135,6 +136,8 @@ def _listed_pair(
             if windows_form(text):
                 parts = "/".join(windows_parts(text))
                 reason += f" (nor as {parts}); {windows_hint(LIST_BASES)}"
+            elif _spaced_path(line, bases):
+                reason += f"; {_spaced_path(line, bases)!r} is there: {SPACES_HINT}"
             return FileProblem(
                 Path(line.where), reason, f"lines of {list_name} whose {what} is missing"
             )
@@ -143,3 +146,18 @@ def _listed_pair(
             return FileProblem(path, f"{why} (listed at {line.where})")
         found.append(path)
     return ImageMaskPair(found[0], found[1])
+
+
+def _spaced_path(line: ListedLine, bases: tuple[Path, ...]) -> str:
+    """The first fields of ``line`` joined by spaces where they name a file; else ``""``.
+
+    A path with spaces written bare (``Tile 1/images/a.jpg``) splits into fields; the
+    message then says how to write it.
+    """
+    if "\t" in line.text or any(quote in line.text for quote in QUOTES):
+        return ""
+    for count in range(2, len(line.fields) + 1):
+        joined = " ".join(line.fields[:count])
+        if resolve_listed(joined, bases) is not None:
+            return joined
+    return ""
