@@ -171,6 +171,12 @@ def test_a_share_is_drawn_by_key_the_same_every_time_and_except_takes_the_rest(t
         ({"tree": ".", "except": "test"}, r"\(except='test' names no split that is set"),
         ({"tree": ".", "except": "rest"}, r"names a split that is itself the rest of another"),
         ({"tree": ".", "images": "a/b"}, r"\(images='a/b': in a tree, the name of its images"),
+        ({"tree": ".", "masks": "a\\b"}, r"\(masks='a\\\\b': in a tree, the name of its masks"),
+        ({"tree": ".", "masks": ".."}, r"\(masks='..': in a tree, the name of its masks"),
+        ({"tree": ".", "images": ""}, r"\(images='': in a tree, the name of its images"),
+        ({"tree": ".", "share": float("nan")}, r"splits.val.share=nan is not allowed"),
+        ({"tree": ".", "share": 0}, r"splits.val.share=0 is not allowed"),
+        ({"tree": ".", "share": 1}, r"splits.val.share=1 is not allowed"),
         ({"tree": 3}, r"splits.val.tree=3 is not allowed: expected the folder whose images/"),
     ],
 )
@@ -179,3 +185,10 @@ def test_a_tree_split_of_the_wrong_form_is_refused_naming_the_key(split, message
     splits = {"train": {"tree": "."}, "val": split, "test": None, "rest": rest}
     with pytest.raises(ConfigError, match=message):
         FolderTiles("/data", splits=splits)
+
+
+def test_a_listed_folder_is_a_whole_folder_not_the_start_of_a_name(tmp_path: Path):
+    root = _dubai(tmp_path, (1, 10))
+    (root / "val.txt").write_text("Tile 1\n")
+    source = FolderTiles(str(root), splits={"val": {"tree": ".", "list": "val.txt"}})
+    assert [p.image.parent.parent.name for p in source.pairs("val")] == ["Tile 1", "Tile 1"]

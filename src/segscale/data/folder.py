@@ -12,7 +12,7 @@ from segscale.data.list_pairing import pair_listed
 from segscale.data.name_pairing import Naming, pair_folders
 from segscale.data.repeated_files import file_identity, repeated_files
 from segscale.data.sources import IMAGE_SUFFIXES, MASK_SUFFIXES, FileProblem, ImageMaskPair
-from segscale.data.split_forms import SPLIT_KEYS, check_splits, forms
+from segscale.data.split_forms import SPLIT_KEYS, check_splits, forms, is_folder_name
 from segscale.data.tree_pairing import tree_pairs
 from segscale.data.tree_selection import listed_pairs, shared_pairs
 from segscale.errors import ConfigError, require
@@ -249,7 +249,7 @@ class FolderTiles:
         names = []
         for what in ("images", "masks"):
             name = str(entry.get(what, getattr(self, what)))
-            if "/" in name or "\\" in name:
+            if not is_folder_name(name):
                 raise ConfigError(
                     f"datamodule.source.{what}={name!r}: a tree ({key}.tree) pairs the "
                     f"folders of one name at any depth; expected a folder name, or give "

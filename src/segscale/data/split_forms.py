@@ -95,9 +95,8 @@ def _tree_problem(split: str, entry: Mapping[str, object], splits: Mapping[str, 
     if len(chosen) > 1:
         return f"{' and '.join(chosen)}: a tree's part is chosen by one of them"
     for item in ("images", "masks"):
-        value = str(entry.get(item, ""))
-        if "/" in value or "\\" in value:
-            return f"{item}={value!r}: in a tree, the name of its {item} folders, not a path"
+        if item in entry and not is_folder_name(str(entry[item])):
+            return f"{item}={entry[item]!r}: in a tree, the name of its {item} folders, not a path"
     if "except" not in entry:
         return ""
     other = str(entry["except"])
@@ -107,6 +106,11 @@ def _tree_problem(split: str, entry: Mapping[str, object], splits: Mapping[str, 
     if isinstance(splits[other], Mapping) and "except" in splits[other]:
         return f"except={other!r} names a split that is itself the rest of another"
     return ""
+
+
+def is_folder_name(name: str) -> bool:
+    """Whether ``name`` names a folder by itself: not empty, ``.``/``..``, nor a path."""
+    return name not in ("", ".", "..") and not any(sep in name for sep in "/\\")
 
 
 def forms(split: str, masks: str = "<mask folder>") -> str:
