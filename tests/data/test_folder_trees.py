@@ -192,3 +192,14 @@ def test_a_listed_folder_is_a_whole_folder_not_the_start_of_a_name(tmp_path: Pat
     (root / "val.txt").write_text("Tile 1\n")
     source = FolderTiles(str(root), splits={"val": {"tree": ".", "list": "val.txt"}})
     assert [p.image.parent.parent.name for p in source.pairs("val")] == ["Tile 1", "Tile 1"]
+
+
+def test_a_tree_list_written_on_windows_names_its_keys(tmp_path: Path):
+    root = _dubai(tmp_path)
+    (root / "val.txt").write_bytes(b"\xef\xbb\xbfTile 2\\image_part_001\r\nTile 3\\\r\n")
+    source = FolderTiles(str(root), splits={"val": {"tree": ".", "list": "val.txt"}})
+    assert _keys(source, "val", root) == [
+        "Tile 2/images/image_part_001.jpg image_part_001.png",
+        "Tile 3/images/image_part_001.jpg image_part_001.png",
+        "Tile 3/images/image_part_002.jpg image_part_002.png",
+    ]
