@@ -103,7 +103,8 @@ def _tree_problem(split: str, entry: Mapping[str, object], splits: Mapping[str, 
     if other == split or not splits.get(other):
         named = "itself" if other == split else "no split that is set"
         return f"except={other!r} names {named}; expected another split, e.g. except: val"
-    if isinstance(splits[other], Mapping) and "except" in splits[other]:
+    target = splits[other]
+    if isinstance(target, Mapping) and "except" in target:
         return f"except={other!r} names a split that is itself the rest of another"
     return ""
 
