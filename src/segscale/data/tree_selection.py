@@ -4,8 +4,9 @@ A list names per line a key (``Tile 3/image_part_004``), the image's path in the
 (``Tile 3/images/image_part_004.jpg``), or a folder of the tree (``Tile 3``: every pair
 below it), the whole line taken as written: spaces need no quotes (quotes are allowed).
 A share takes that part of the pairs, rounded, chosen by a digest of their keys: the
-same pairs on every machine and for every seed, and a pair stays where it is when
-others are added (only the pairs ranked at the boundary may change sides).
+same pairs on every machine and for every seed; pairs added later take their places by
+their own digests, so the pairs drawn before stay drawn but for those that new ones push
+past the boundary.
 """
 
 from __future__ import annotations
