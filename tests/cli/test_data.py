@@ -62,6 +62,9 @@ def test_the_classes_of_a_tree_are_shown_and_written_without_training(tmp_path):
     assert classes.label_ids == [10, 20, 30] and classes.ignore_ids == [0]
     frequencies = json.loads((out / "class_frequencies.json").read_text())
     assert frequencies["ignored"]["train"] == {"pixels": 128, "share": 0.0625}
+    # The folder is said, with what it holds.
+    written = "class_frequencies.csv, class_frequencies.json, classes.yaml, data.log"
+    assert f"written to {out}: {written}" in done.stdout + done.stderr
     # No network, no checkpoint: the run folder holds the report and nothing else.
     assert sorted(p.name for p in out.iterdir()) == [
         ".hydra",
@@ -86,6 +89,7 @@ def test_a_classes_file_that_does_not_fit_is_refused_as_training_refuses_it(tmp_
     assert "3 mask(s) hold 3 values that datamodule/classes=binary does not know" in log
     assert "Traceback" not in done.stdout + done.stderr
     assert not (out / "classes.yaml").exists()
+    assert f"written to {out}: data.log" in done.stdout + done.stderr  # where the log is
 
 
 def test_palette_masks_are_counted_by_their_colours_under_colour_classes(tmp_path):

@@ -43,12 +43,20 @@ def main() -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="data")
 def run(cfg: DictConfig) -> None:
-    """Inspect the composed dataset; exit 2 if it cannot be used."""
+    """Inspect the composed dataset; exit 2 if it cannot be used. Say where it wrote."""
     try:
         inspect_dataset(cfg)
     except ConfigError as error:
         log.error("%s", error)
+        log.info("%s", _written(Path(cfg.output_dir)))
         sys.exit(EXIT_BAD_INPUT)
+    log.info("%s", _written(Path(cfg.output_dir)))
+
+
+def _written(folder: Path) -> str:
+    """The folder data.py wrote into and its files (the log, the class frequencies, ...)."""
+    files = sorted(path.name for path in folder.iterdir() if not path.name.startswith("."))
+    return f"written to {folder.resolve()}: {', '.join(files)}"
 
 
 def refuse_other_keys(arguments: list[str]) -> None:

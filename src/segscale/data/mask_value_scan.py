@@ -5,6 +5,7 @@ Read through the validation cache: a dataset validated before is not read again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from segscale.data.pair_inspection import mask_holds_an_image, too_many_values
 from segscale.data.palette_masks import channels_as_read, is_palette, one_palette, values_as_read
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, FileProblem, TileSource
 from segscale.data.validation_cache import ValidationCache
+from segscale.errors import ConfigError
 
 
 def scan_mask_values(
@@ -21,6 +23,7 @@ def scan_mask_values(
     split: str = "train",
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     colour: bool | None = None,
+    also: Sequence[str] = (),
 ) -> MaskValueCensus:
     """The values of ``split``'s masks: pixels and files per grey level or RGB colour.
 
@@ -29,7 +32,9 @@ def scan_mask_values(
     colours (else by index); ``None`` (``datamodule/classes=auto``) decides it from the
     masks (``colour_masks``). Masks of the other kind, and masks that cannot be read,
     are left out here and reported by ``validate_dataset``. Raises
-    ``InvalidDatasetError`` when no mask of ``split`` can be read at all, listing why.
+    ``InvalidDatasetError`` when no mask of ``split`` can be read at all, listing why,
+    and the files that the splits of ``also`` cannot pair (a val list's bad lines with
+    the train list's: every list's problems at once).
     """
     cache = ValidationCache(source, max_image_pixels)
     pairs, problems = source.scan(split)
@@ -43,7 +48,10 @@ def scan_mask_values(
     readable = [(p, f) for p, f in readable if not mask_holds_an_image(f)]
     if not readable:
         missing = FileProblem(Path(f"datamodule.source.splits.{split}"), "no readable mask")
-        raise InvalidDatasetError(problem_message(problems or [missing]))
+        problems = problems or [missing]
+        for other in also:
+            problems += _pairing_problems(source, other)
+        raise InvalidDatasetError(problem_message(problems))
     if colour is None:
         colour = colour_masks([f for _, f in readable])
     census = MaskValueCensus(colour=colour)
@@ -52,6 +60,16 @@ def scan_mask_values(
             codes, counts = values_as_read(f, colour)
             census.add(pair.mask, codes, counts, is_palette(f))
     return census
+
+
+def _pairing_problems(source: TileSource, split: str) -> list[FileProblem]:
+    """The files of ``split`` that cannot be paired; a split not there is one problem."""
+    if not source.has_split(split):
+        return []
+    try:
+        return source.scan(split)[1]
+    except ConfigError as error:
+        return [FileProblem(Path("datamodule.source"), str(error))]
 
 
 def colour_masks(facts: list[dict[str, Any]]) -> bool:

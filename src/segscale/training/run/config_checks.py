@@ -12,8 +12,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_types import check_types
-from segscale.data.folder import check_splits
 from segscale.data.samplers import SHUFFLE_MODES
+from segscale.data.split_forms import check_splits
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy

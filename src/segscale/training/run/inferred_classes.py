@@ -61,7 +61,7 @@ def resolve_inferred_classes(
             f"{error.full_key} is not set; {OPTION} reads the training masks it names"
         ) from None
     source.prepare()
-    census = scan_mask_values(source, "train", max_image_pixels)
+    census = scan_mask_values(source, "train", max_image_pixels, also=("val",))
     found = infer_classes(
         census,
         ignore_index=int(data.ignore_index),
