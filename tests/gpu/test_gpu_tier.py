@@ -4,7 +4,8 @@ Training in each precision with channels_last, torch.compile against eager, a re
 predict / evaluate / export from a GPU-trained checkpoint and that checkpoint on the CPU
 and back, the host syncs of a training step counted by CUDA itself, and two DDP ranks
 sharing one GPU (over gloo, as two single-device nodes) equal to one process, in bf16
-with synchronized batch norm. `experiments/gpu/run.sh` runs this tier on a GPU machine.
+with synchronized batch norm, and the GPU's copies through pinned host memory that bench's
+gloo link takes. `experiments/gpu/run.sh` runs this tier on a GPU machine.
 """
 
 from __future__ import annotations

@@ -277,50 +277,63 @@ def through_host(findings: Findings, communication_bound: bool) -> list[str]:
     assert terms is not None  # verdict() calls this only with a gloo row
     n = int(terms["devices"])
     key, seconds = _largest(terms)
-    gain = terms["speedup"]
-    leaves = f"{_rate(terms['efficiency'], n)}" + (", slower than one GPU" if gain < 1 else "")
-    cost = (
-        f"on {n} GPUs {GLOO_TERMS[key]} takes {1000 * seconds:.1f} ms of a "
-        f"{1000 * terms['step_s']:.0f} ms step{_gloo_detail(terms, key)}"
-    )
     backend = (
         f"these GPUs' ranks would use gloo ({f.gloo_reason}), which copies every all-reduce "
         f"to host memory, all-reduces it there between the processes and copies it back"
     )
     if communication_bound:
-        lead = f"The bottleneck is communication through host memory: {backend}; {cost}"
-        sentences = [f"{lead}, which leaves {leaves}."]
+        slower = ", slower than one GPU" if terms["speedup"] < 1 else ""
+        sentences = [
+            f"The bottleneck is communication through host memory: {backend}; on {n} GPUs "
+            f"{GLOO_TERMS[key]} takes {1000 * seconds:.1f} ms of a "
+            f"{1000 * terms['step_s']:.0f} ms step{_gloo_detail(terms, key)}, which leaves "
+            f"{_rate(terms['efficiency'], n)}{slower}."
+        ]
     else:
         sentences = [
             f"The bottleneck is compute, so more devices help even though {backend}: on {n} "
             f"GPUs expect {_rate(terms['efficiency'], n)}, the largest cost beyond compute "
             f"being {GLOO_TERMS[key]} ({1000 * seconds:.1f} ms of {1000 * terms['step_s']:.0f})."
         ]
-    nccl = [(link, f.predicted[link][n]) for link in NCCL_LINKS if n in f.predicted.get(link, {})]
-    if nccl:
-        each = [f"{_rate(e, n)} over {link}" for link, e in nccl]
-        rates = " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 1 else each)
-        sentences.append(
-            f"With NCCL (on Linux, or in WSL2 on this machine) the same config on {n} GPUs "
-            f"would reach {rates}."
-        )
+    sentences += _nccl_beside(f, n)
     if not communication_bound:
         return sentences + options_advice(f)
+    return [*sentences, _gloo_lever(f, terms, key)]
+
+
+def _nccl_beside(findings: Findings, n: int) -> list[str]:
+    """What NCCL's rows (``NCCL_LINKS``) predict for the same config on ``n`` GPUs."""
+    predicted = findings.predicted
+    each = [
+        f"{_rate(predicted[link][n], n)} over {link}"
+        for link in NCCL_LINKS
+        if n in predicted.get(link, {})
+    ]
+    if not each:
+        return []
+    rates = " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 1 else each)
+    return [
+        f"With NCCL (on Linux, or in WSL2 on this machine) the same config on {n} GPUs "
+        f"would reach {rates}."
+    ]
+
+
+def _gloo_lever(findings: Findings, terms: dict[str, Any], key: str) -> str:
+    """What to change first under gloo: batch norm off where it is the largest, else NCCL."""
+    n, batch = int(terms["devices"]), findings.batch
     off = terms.get("without_sync_batchnorm")
     if key == "sync_batchnorm_s" and off:
-        sentences.append(
+        return (
             f"Change first training.sync_batchnorm=false: predicted {_rate(off['efficiency'], n)} "
             f"under gloo; what it costs: each device's batch-norm statistics come from its "
-            f"own {f.batch} patches instead of {f.batch} × {n} = {f.batch * n}. Or train "
-            f"with NCCL (WSL2 or Linux)."
+            f"own {batch} patches instead of {batch} × {n} = {batch * n}. Or train with NCCL "
+            f"(WSL2 or Linux)."
         )
-    else:
-        sentences.append(
-            "Change first the backend: train with NCCL (WSL2 or Linux). Under gloo, a larger "
-            "per-device batch (datamodule.batch_size): that cost stays the same while the "
-            "compute per step grows."
-        )
-    return sentences
+    return (
+        "Change first the backend: train with NCCL (WSL2 or Linux). Under gloo, a larger "
+        "per-device batch (datamodule.batch_size): that cost stays the same while the "
+        "compute per step grows."
+    )
 
 
 def _gloo_detail(terms: dict[str, Any], key: str) -> str:
