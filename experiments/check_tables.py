@@ -60,6 +60,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/sync-batchnorm/cpu.json",
     ],
+    "windows-gloo": [
+        "experiments/windows-gloo/measure.py",
+        "--table",
+        "experiments/windows-gloo/results.json",
+    ],
     "class-balance": EXPERIMENTS / "class-balance" / "results.md",
     "linear-scaling": EXPERIMENTS / "linear-scaling" / "results.md",
 }

@@ -2,7 +2,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from segscale.bench.compute import BareLoopResult
-from segscale.bench.interconnects import INTERCONNECTS
+from segscale.bench.gpu_backend import GpuBackend
+from segscale.bench.host_staged_link import HostStagedLink, PinnedCopies
+from segscale.bench.interconnects import INTERCONNECTS, Interconnect
 from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
 from segscale.bench.step_profile import Gradients
 from segscale.bench.timing import Timing
@@ -52,3 +54,61 @@ def test_a_cpu_step_is_not_scaled_into_gpu_predictions():
     assert prediction["rows"] == [] and prediction["interconnects"] == []
     assert prediction["gpu_basis"] is None and prediction["arrival_spread"] is None
     assert prediction["devices"] == [2, 8]  # the warnings' "on each of 8"
+
+
+def gloo_link(bandwidth: float = 0.76e9) -> HostStagedLink:
+    """gloo's link: a host all-reduce of ``bandwidth`` bus bytes/s, a V100's copies."""
+    bucket = 25 * 2**20
+    host = Interconnect("gloo (measured)", ((4.0, 1e-4), (bucket, bucket / bandwidth)), "here")
+    return HostStagedLink(host, PinnedCopies(11.4e9, 9.6e9, "bandwidthTest"))
+
+
+WINDOWS = GpuBackend("gloo", "Windows has no NCCL")
+
+
+def test_under_gloo_the_gpus_are_predicted_through_host_memory_beside_nccl():
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    prediction = prediction_rows(inputs, OPTIONS, None, [1], True, WINDOWS, gloo_link())
+    assert prediction["gpu_backend"] == {"name": "gloo", "reason": "Windows has no NCCL"}
+    gloo = prediction["gloo"]
+    assert gloo["link"]["name"] == "gloo through host memory"
+    assert [(r["interconnect"], r["devices"]) for r in gloo["rows"]] == [
+        ("gloo through host memory", 2),
+        ("gloo through host memory", 8),
+    ]
+    nccl = {(r["interconnect"], r["devices"]): r for r in prediction["rows"]}
+    for row in gloo["rows"]:
+        assert row["efficiency"] < nccl["PCIe 3.0 x16", row["devices"]]["efficiency"]
+        assert row["sync_batchnorm_s"] > nccl["PCIe 3.0 x16", row["devices"]]["sync_batchnorm_s"]
+        assert set(row["gloo_parts"]) == {
+            "device_to_host_s",
+            "host_allreduce_s",
+            "host_to_device_s",
+        }
+        assert row["gloo_parts"]["host_allreduce_s"] > row["gloo_parts"]["device_to_host_s"] > 0
+        assert row["without_sync_batchnorm"]["efficiency"] > row["efficiency"]
+    # A faster host all-reduce gives a faster gloo step: the rows follow the link.
+    faster = prediction_rows(inputs, OPTIONS, None, [1], True, WINDOWS, gloo_link(4e9))
+    assert faster["gloo"]["rows"][0]["step_s"] < gloo["rows"][0]["step_s"]
+
+
+def test_gloo_rows_only_for_gpu_ranks_under_gloo():
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    linux = GpuBackend("nccl", "NCCL on Linux")
+    nccl = prediction_rows(inputs, OPTIONS, None, [1], True, linux)
+    assert nccl["gloo"] is None and nccl["gpu_backend"]["name"] == "nccl"
+    cpu = prediction_rows(
+        measured("CPU (2 cores)", 0.6), OPTIONS, None, [1], False, WINDOWS, gloo_link()
+    )
+    assert cpu["gloo"] is None and cpu["gpu_backend"] is None
+
+
+def test_this_machine_s_gpus_under_gloo_are_predicted_over_its_link():
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    link = gloo_link()
+    prediction = prediction_rows(inputs, OPTIONS, link, [1, 2], True, WINDOWS, link)
+    assert prediction["this_machine"] == "gloo through host memory"
+    here = {r["sync_batchnorm"]: r for r in prediction["this_machine_rows"]}
+    gloo_2 = prediction["gloo"]["rows"][0]
+    assert here[True]["step_s"] == pytest.approx(gloo_2["step_s"])
+    assert here[False]["step_s"] < here[True]["step_s"]

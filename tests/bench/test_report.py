@@ -1,6 +1,14 @@
 from pathlib import Path
 
-from segscale.bench.report import alternatives, plot_scaling, predicted_rows, storage_rows
+from segscale.bench.predicted_scaling import prediction_rows
+from segscale.bench.report import (
+    alternatives,
+    gloo_rows,
+    plot_scaling,
+    predicted_rows,
+    storage_rows,
+)
+from tests.bench.test_predicted_scaling import OPTIONS, WINDOWS, gloo_link, measured
 
 
 def test_the_table_shows_the_other_spread_and_sync_batchnorm_off_on_the_most_devices():
@@ -96,3 +104,25 @@ def test_the_table_says_that_no_gpu_is_predicted_where_none_was_measured():
         "  NVLink H100  1.90× (95%)",
         "  * limited by the data pipeline",
     ]
+
+
+def test_the_table_shows_the_gloo_link_and_its_rows_under_gloo(tmp_path: Path):
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    prediction = prediction_rows(inputs, OPTIONS, None, [1], True, WINDOWS, gloo_link())
+    lines = gloo_rows(prediction)
+    assert lines[0] == (
+        "Scaling, predicted under gloo (Windows has no NCCL): gloo through host memory, "
+        "copies 11.4 GB/s to the host and 9.6 back, host all-reduce 0.10 ms latency, "
+        "0.76 GB/s bus bandwidth"
+    )
+    two = prediction["gloo"]["rows"][0]
+    assert lines[1].startswith(
+        f"  2 devices  {two['speedup']:.2f}× ({two['efficiency']:.0%}): step"
+    )
+    assert "gradients" in lines[1] and "synchronized batch norm" in lines[1]
+    assert lines[2].startswith("  8 devices")
+    assert gloo_rows(prediction | {"gloo": None}) == []
+    # the scaling plot draws the gloo rows beside the NCCL ones
+    results = scaling_results(run(1, 10.0), run(2, 18.0))
+    results["prediction"] |= {"rows": prediction["rows"], "gloo": prediction["gloo"]}
+    assert plot_scaling(results, tmp_path / "scaling.png") is True

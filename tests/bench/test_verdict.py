@@ -6,9 +6,11 @@ import pytest
 
 from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread
 from segscale.bench.interconnects import find_interconnect
+from segscale.bench.predicted_scaling import prediction_rows
 from segscale.bench.step_model import predict
 from segscale.bench.step_profile import BatchNormSync, Collectives, Gradients, StepProfile
 from segscale.bench.verdict import (
+    GLOO_TERMS,
     NVLINK,
     PCIE,
     Findings,
@@ -18,6 +20,7 @@ from segscale.bench.verdict import (
     gpu_basis,
     verdict,
 )
+from tests.bench.test_predicted_scaling import OPTIONS, WINDOWS, gloo_link, measured
 from tests.conftest import REPO
 
 
@@ -342,3 +345,119 @@ def test_a_compute_bound_verdict_gives_the_sync_batchnorm_lever_when_it_is_the_l
     text = verdict(compute_bound)
     assert "largest cost beyond compute would be synchronized batch norm: 42.3 ms" in text
     assert "Without it, training.sync_batchnorm=false: predicted" in text
+
+
+def on_windows(**changes) -> Findings:
+    """Two V100s under gloo: the seed's question, with a gloo row on 2 GPUs (hand numbers)."""
+    gloo = {
+        "devices": 2,
+        "sync_batchnorm_s": 0.218,
+        "exposed_communication_s": 0.025,
+        "collectives_s": 0.001,
+        "straggler_s": 0.005,
+        "overhead_s": 0.0,
+        "step_s": 0.651,
+        "speedup": 1.24,
+        "efficiency": 0.62,
+        "gloo_parts": {
+            "device_to_host_s": 0.010,
+            "host_allreduce_s": 0.154,
+            "host_to_device_s": 0.012,
+        },
+        "without_sync_batchnorm": {"efficiency": 0.93, "speedup": 1.86},
+    }
+    predicted = {
+        "PCIe 3.0 x16": {2: 0.84, 8: 0.6},
+        PCIE: {2: 0.95, 8: 0.8},
+        NVLINK: {2: 0.98, 8: 0.9},
+    }
+    values = {
+        "batch": 10,
+        "device": "Tesla V100-PCIE-16GB",
+        "predicted": predicted,
+        "gloo_reason": "Windows has no NCCL",
+        "gloo_terms": gloo,
+    }
+    return numbers(**(values | changes))
+
+
+def test_under_gloo_the_verdict_names_synchronized_batch_norm_through_host_memory():
+    example = on_windows()
+    assert bottleneck(example) == "communication"  # 62 % under gloo, whatever NCCL gives
+    text = verdict(example)
+    assert (
+        "The bottleneck is communication through host memory: these GPUs' ranks would use "
+        "gloo (Windows has no NCCL), which copies every all-reduce to host memory"
+    ) in text
+    assert (
+        "on 2 GPUs synchronized batch norm through host memory takes 218.0 ms of a 651 ms "
+        "step (two collectives per batch-norm layer, each a host sync under gloo), which "
+        "leaves 62% (1.2×)."
+    ) in text
+    assert (
+        "With NCCL (on Linux, or in WSL2 on this machine) the same config on 2 GPUs would "
+        "reach 84% (1.7×) over PCIe 3.0 x16, 95% (1.9×) over PCIe 5.0 x16 and 98% (2.0×) "
+        "over NVLink H100."
+    ) in text
+    assert "Change first training.sync_batchnorm=false: predicted 93% (1.9×) under gloo" in text
+    assert "slower than one GPU" not in text
+
+
+def test_under_gloo_the_verdict_names_the_gradient_all_reduce_and_its_parts_when_largest():
+    terms = on_windows().gloo_terms | {
+        "sync_batchnorm_s": 0.0,
+        "exposed_communication_s": 0.450,
+        "step_s": 0.860,
+        "speedup": 0.94,
+        "efficiency": 0.47,
+    }
+    text = verdict(on_windows(gloo_terms=terms))
+    assert (
+        "on 2 GPUs the gradient all-reduce through host memory past the backward pass takes "
+        "450.0 ms of a 860 ms step (the step's gradients spend 10.0 ms copied to the host, "
+        "154.0 ms in gloo's host all-reduce and 12.0 ms copied back; what runs beside the "
+        "backward pass is hidden), which leaves 47% (0.9×), slower than one GPU."
+    ) in text
+    assert "Change first the backend: train with NCCL (WSL2 or Linux)." in text
+    assert "84% (1.7×) over PCIe 3.0 x16" in text
+
+
+def test_under_gloo_a_compute_bound_verdict_still_sets_nccl_beside_it():
+    terms = on_windows().gloo_terms | {"sync_batchnorm_s": 0.0, "step_s": 0.43, "efficiency": 0.93}
+    example = on_windows(gloo_terms=terms)
+    assert bottleneck(example) == "compute"
+    text = verdict(example)
+    assert (
+        "The bottleneck is compute, so more devices help even though these GPUs' ranks would "
+        "use gloo (Windows has no NCCL)"
+    ) in text
+    assert "largest cost beyond compute being the gradient all-reduce through host memory" in text
+    assert "With NCCL (on Linux, or in WSL2 on this machine)" in text
+    assert "Change first trainer.precision=bf16-mixed" in text  # the options advice follows
+
+
+def test_without_gloo_the_verdict_says_nothing_of_host_memory():
+    for example in (numbers(), h100_example()):
+        assert "host memory" not in verdict(example) and "gloo" not in verdict(example)
+
+
+def test_a_gpu_bench_json_under_gloo_gives_the_gloo_verdict_on_this_machine_s_gpus():
+    # A stored bench.json (2 processes measured) as a GPU machine's under gloo would hold
+    # it: its prediction built by prediction_rows from a V100's step over gloo's link.
+    results = json.loads(
+        (REPO / "experiments" / "scaling" / "cpu-default" / "bench.json").read_text()
+    )
+    results["config"]["accelerator"] = "cuda"
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    results["prediction"] = prediction_rows(
+        inputs, OPTIONS, None, [1, 2], True, WINDOWS, gloo_link(0.3e9)
+    )
+    findings = findings_from(results)
+    assert findings.gloo_reason == "Windows has no NCCL"
+    assert findings.gloo_terms["devices"] == 2  # this machine's (at least 2)
+    text = verdict(findings)
+    key = max(GLOO_TERMS, key=lambda name: findings.gloo_terms[name])
+    assert f"on 2 GPUs {GLOO_TERMS[key]} takes" in text
+    assert "With NCCL (on Linux, or in WSL2 on this machine) the same config on 2 GPUs" in text
+    del results["prediction"]["gloo"]  # a bench.json from before: no gloo rows
+    assert findings_from(results).gloo_terms is None

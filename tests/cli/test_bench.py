@@ -157,6 +157,24 @@ def test_bad_bench_value_names_the_key(tiny_data_root: Path, tmp_path: Path, ove
     assert not (tmp_path / "run" / "bench.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("platform", "value", "message"),
+    [
+        ("linux", "mpi", "strategy.process_group_backend='mpi' is not a backend bench can"),
+        ("win32", "nccl", "strategy.process_group_backend=nccl: Windows has no NCCL"),
+    ],
+)
+def test_a_backend_bench_cannot_predict_is_refused_first(
+    tiny_data_root: Path, tmp_path: Path, monkeypatch, platform, value, message
+):
+    overrides = [*tiny_overrides(tiny_data_root, tmp_path / "run"), "strategy=ddp"]
+    cfg = compose_config("bench", *overrides, f"strategy.process_group_backend={value}")
+    monkeypatch.setattr(sys, "platform", platform)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        bench(cfg, [])
+    assert not (tmp_path / "run").exists()
+
+
 def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
     cfg = make_config()
     effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)

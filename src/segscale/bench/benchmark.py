@@ -11,8 +11,10 @@ overhead per step (``segscale.bench.overhead``), the performance options one at 
 devices (``segscale.bench.ddp_runs``) and, on CPUs, N loops side by side
 (``segscale.bench.sharing``). From these the step model (``segscale.bench.step_model``)
 predicts 2, 4 and 8 devices over the interconnects of ``segscale.bench.interconnects``
-and this machine's N; the verdict (``segscale.bench.verdict``), a table, ``bench.json``
-and two plots (``segscale.bench.report``) go into the run folder.
+(on GPUs whose ranks would use gloo, ``segscale.bench.gpu_backend``, also over gloo's
+link through host memory, ``segscale.bench.host_staged_link``) and this machine's N;
+the verdict (``segscale.bench.verdict``), a table, ``bench.json`` and two plots
+(``segscale.bench.report``) go into the run folder.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from segscale.bench.compute import (
     gradient_bytes,
     parameter_count,
 )
-from segscale.bench.ddp_runs import (
-    measure_scaling,
-)
+from segscale.bench.ddp_runs import measure_allreduce, measure_scaling
 from segscale.bench.flops import measure_utilisation
+from segscale.bench.gpu_backend import gpu_backend
 from segscale.bench.gradients import buffer_bytes, measure_gradients
+from segscale.bench.host_staged_link import HostStagedLink, measure_copies
+from segscale.bench.interconnects import Link
 from segscale.bench.overhead import measure_overhead
 from segscale.bench.performance_options import measure_options, option_variants
 from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_counts
@@ -63,6 +66,7 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     folders bench's run loaded (``segscale.command_line.config_options``): both passed
     on to the ``train.py`` runs. Its ``failed`` lists the measurements that failed.
     """
+    backend = gpu_backend(cfg.strategy.get("process_group_backend"))  # refused first
     prepare(cfg)  # datamodule/classes=auto resolved, the values checked
     check_bench(cfg.bench)
     options = cfg.bench
@@ -91,7 +95,10 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         threads = options.threads_per_process or max(1, cpus // max(counts))
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
     side_by_side_runs = 2 if threads and max(counts) > 1 else 0
-    progress = Progress(2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + 1)
+    staged = on_gpu and backend.name == "gloo"  # GPU ranks all-reduce through host memory
+    progress = Progress(
+        2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + staged + 1
+    )
     threads_before = torch.get_num_threads()
     try:
         if threads:
@@ -150,9 +157,17 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         option_rows = measure_options(
             cfg, variants, datamodule, effective.learning_rate, batch, device, options, progress
         )
-        measured, here = measure_scaling(
-            cfg, overrides, list(config), counts, threads, compute, progress
+        measured, measured_here = measure_scaling(
+            cfg, overrides, list(config), counts, threads, compute, progress, backend.name
         )
+        here: Link | None = measured_here
+        gloo = None
+        if staged:  # gloo's all-reduce between host processes, this GPU's copies
+            bucket = int(min(compute["gradient_bytes"], options.bucket_mb * 2**20))
+            host = measure_allreduce(max(2, *counts), bucket, cuda=False)
+            gloo = HostStagedLink(host, measure_copies(device, bucket))
+            here = gloo if max(counts) > 1 else None
+            progress("gloo through host memory")
         shared = None
         if side_by_side_runs:
             assert threads  # side_by_side_runs is 0 without threads
@@ -177,7 +192,7 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
             measured["sync_batchnorm"],
             one["timing"]["mean_s"] if one else None,
         )
-        prediction = prediction_rows(inputs, options, here, counts, on_gpu)
+        prediction = prediction_rows(inputs, options, here, counts, on_gpu, backend, gloo)
         progress("prediction")
     finally:
         progress.close()

@@ -13,7 +13,9 @@ devices, as N GPUs would be.
 ``measure_allreduce`` times the collective itself between N processes of this machine
 (gloo between CPU processes, NCCL between GPUs) at several sizes: an ``Interconnect``
 curve for "this machine", like the published ones, so that the prediction can be
-checked against the measured runs.
+checked against the measured runs. GPU ranks under gloo all-reduce through host memory:
+their link is built from gloo's all-reduce between CPU processes and the GPU's copies
+(``segscale.bench.host_staged_link``), not measured here.
 """
 
 from __future__ import annotations
@@ -260,11 +262,14 @@ def measure_scaling(
     threads: int | None,
     compute: dict[str, Any],
     progress: Progress,
+    gpu_backend: str = "nccl",
 ) -> tuple[dict[str, Any], Interconnect | None]:
     """The ddp runs for each of ``counts`` devices, and this machine's measured all-reduce.
 
     ``config``: the options that load bench's config folders (``scaling_command``);
-    ``threads``: torch threads of each rank on CPUs (``None``: GPUs, one per rank).
+    ``threads``: torch threads of each rank on CPUs (``None``: GPUs, one per rank);
+    ``gpu_backend``: the GPU ranks' (under gloo no all-reduce is measured here: the
+    module docstring says why).
     Synchronized batch norm is as ``cfg`` composed it (the user's override or preset, or
     the default), and flipped in one more run on the most devices.
     """
@@ -291,7 +296,7 @@ def measure_scaling(
         rows.append(point.as_dict() | {"variant": variant, "console": console})
         progress(f"ddp on {n} devices {variant or ''}" + (" (failed)" if point.error else ""))
     here = None
-    if max(counts) > 1:
+    if max(counts) > 1 and not (accelerator == "cuda" and gpu_backend == "gloo"):
         bucket = int(min(compute["gradient_bytes"], options.bucket_mb * 2**20))
         here = measure_allreduce(max(counts), bucket, accelerator == "cuda")
     one = next((r["throughput"] for r in rows if r["devices"] == 1 and r["throughput"]), None)

@@ -146,6 +146,7 @@ def table(results: dict[str, Any]) -> str:
             ],
         )
     lines += predicted_rows(results["prediction"]["rows"])
+    lines += gloo_rows(results["prediction"])
     lines += alternatives(results)
     lines += ["", "Verdict", results["verdict"]]
     return "\n".join(lines)
@@ -163,6 +164,32 @@ def predicted_rows(predicted: list[dict[str, Any]]) -> list[str]:
         [(link, "   ".join(cell(cells.get((link, n))) for n in devices)) for link in links],
     )
     return [*lines, "  * limited by the data pipeline"]
+
+
+def gloo_rows(prediction: dict[str, Any]) -> list[str]:
+    """GPU ranks under gloo: its link's parts, and the speed-up on each number of devices."""
+    gloo = prediction.get("gloo")
+    if not gloo:
+        return []
+    link = gloo["link"]
+    reason = prediction["gpu_backend"]["reason"]
+    rows = sorted(gloo["rows"], key=lambda row: row["devices"])
+    return _rows(
+        f"Scaling, predicted under gloo ({reason}): {link['name']}, "
+        f"copies {link['device_to_host'] / 1e9:.1f} GB/s to the host and "
+        f"{link['host_to_device'] / 1e9:.1f} back, host all-reduce "
+        f"{1000 * link['host_latency']:.2f} ms latency, "
+        f"{link['host_bus_bandwidth'] / 1e9:.2f} GB/s bus bandwidth",
+        [
+            (
+                f"{row['devices']} devices",
+                f"{cell(row)}: step {1000 * row['step_s']:.0f} ms, of which gradients "
+                f"{1000 * row['exposed_communication_s']:.0f} ms past backward, synchronized "
+                f"batch norm {1000 * row['sync_batchnorm_s']:.0f} ms",
+            )
+            for row in rows
+        ],
+    )
 
 
 def alternatives(results: dict[str, Any]) -> list[str]:
@@ -266,7 +293,8 @@ def plot_scaling(results: dict[str, Any], path: Path) -> bool:
         return False
     figure, (rate_axis, efficiency_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     by_link: dict[str, list[dict[str, Any]]] = {}
-    for row in results["prediction"]["rows"]:
+    gloo = results["prediction"].get("gloo") or {"rows": []}
+    for row in [*results["prediction"]["rows"], *gloo["rows"]]:
         by_link.setdefault(row["interconnect"], []).append(row)
     for link, rows in by_link.items():
         rows = sorted(rows, key=lambda r: r["devices"])

@@ -21,6 +21,15 @@ cost beyond compute, and the arrival spread the GPU collectives are costed with,
 source, and what the other spread model would predict. Warnings follow: measured scaling
 well below the prediction, synchronized batch norm that costs more than 15%, epochs too
 short for many devices, framework overhead.
+
+Where the GPU ranks would use gloo (Windows, or ``strategy.process_group_backend=gloo``),
+the verdict is made from the prediction over gloo's link through host memory, on the
+GPUs this machine has (at least 2): communication is the bottleneck when that efficiency
+falls below ``GOOD_EFFICIENCY``, named by the largest term of the gloo step (the gradient
+all-reduce through host memory, with what the step's gradients spend copied to the host,
+in gloo's host all-reduce and copied back; synchronized batch norm, each of whose
+collectives is a host sync under gloo), and the verdict says what NCCL on Linux or WSL2
+would give for the same config and devices over PCIe 3.0, PCIe 5.0 and NVLink.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ SYNC_BATCHNORM_TOLERANCE = 1.15
 
 PCIE = "PCIe 5.0 x16"
 NVLINK = "NVLink H100"
+NCCL_LINKS = ("PCIe 3.0 x16", PCIE, NVLINK)
+"""The NCCL rows the verdict sets beside a gloo prediction: the slowest PCIe to NVLink."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,10 @@ class Findings:
     gpu_basis: dict[str, Any] | None = None
     # Measurements that failed: (what, its error, its output's file in the run folder)
     failed: tuple[tuple[str, str, str | None], ...] = ()
+    # GPU ranks under gloo: why (bench.json's prediction.gpu_backend.reason), and the
+    # gloo row on this machine's GPUs (at least 2) with its gloo_parts
+    gloo_reason: str | None = None
+    gloo_terms: dict[str, Any] | None = None
 
 
 def bottleneck(findings: Findings) -> str | None:
@@ -90,6 +105,8 @@ def bottleneck(findings: Findings) -> str | None:
         return "data"
     if not findings.predicted:
         return None
+    if findings.gloo_terms is not None:  # what these GPUs get under gloo, through host memory
+        return "communication" if findings.gloo_terms["efficiency"] < GOOD_EFFICIENCY else "compute"
     most = max(findings.predicted[PCIE])
     if findings.predicted[PCIE][most] < GOOD_EFFICIENCY:
         return "communication"
@@ -117,6 +134,8 @@ def verdict(findings: Findings) -> str:
                 else "; still short: cheaper augmentation or smaller patches)."
             )
         )
+    elif f.gloo_terms is not None and kind is not None:
+        sentences += through_host(f, kind == "communication")
     elif kind == "communication":
         sentences += communication(f)
     elif kind is None:
@@ -237,10 +256,99 @@ TERMS = {
 """The terms of the predicted step beyond compute, by the names the verdict gives them."""
 
 
+GLOO_TERMS = TERMS | {
+    "sync_batchnorm_s": "synchronized batch norm through host memory",
+    "exposed_communication_s": "the gradient all-reduce through host memory past the backward pass",
+    "collectives_s": "the loss normaliser's and DDP's buffer collectives through host memory",
+}
+"""``TERMS`` as the verdict names them for GPU ranks under gloo (each collective via the host)."""
+
+
 def _largest(terms: dict[str, Any]) -> tuple[str, float]:
     """The key of the largest term of ``terms`` beyond compute, and its seconds."""
     key = max(TERMS, key=lambda name: terms.get(name, 0.0))
     return key, terms.get(key, 0.0)
+
+
+def through_host(findings: Findings, communication_bound: bool) -> list[str]:
+    """GPU ranks under gloo: the gloo step's largest term, NCCL's rows beside it, the lever."""
+    f = findings
+    terms = f.gloo_terms
+    assert terms is not None  # verdict() calls this only with a gloo row
+    n = int(terms["devices"])
+    key, seconds = _largest(terms)
+    backend = (
+        f"these GPUs' ranks would use gloo ({f.gloo_reason}), which copies every all-reduce "
+        f"to host memory, all-reduces it there between the processes and copies it back"
+    )
+    if communication_bound:
+        slower = ", slower than one GPU" if terms["speedup"] < 1 else ""
+        sentences = [
+            f"The bottleneck is communication through host memory: {backend}; on {n} GPUs "
+            f"{GLOO_TERMS[key]} takes {1000 * seconds:.1f} ms of a "
+            f"{1000 * terms['step_s']:.0f} ms step{_gloo_detail(terms, key)}, which leaves "
+            f"{_rate(terms['efficiency'], n)}{slower}."
+        ]
+    else:
+        sentences = [
+            f"The bottleneck is compute, so more devices help even though {backend}: on {n} "
+            f"GPUs expect {_rate(terms['efficiency'], n)}, the largest cost beyond compute "
+            f"being {GLOO_TERMS[key]} ({1000 * seconds:.1f} ms of {1000 * terms['step_s']:.0f})."
+        ]
+    sentences += _nccl_beside(f, n)
+    if not communication_bound:
+        return sentences + options_advice(f)
+    return [*sentences, _gloo_lever(f, terms, key)]
+
+
+def _nccl_beside(findings: Findings, n: int) -> list[str]:
+    """What NCCL's rows (``NCCL_LINKS``) predict for the same config on ``n`` GPUs."""
+    predicted = findings.predicted
+    each = [
+        f"{_rate(predicted[link][n], n)} over {link}"
+        for link in NCCL_LINKS
+        if n in predicted.get(link, {})
+    ]
+    if not each:
+        return []
+    rates = " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 1 else each)
+    return [
+        f"With NCCL (on Linux, or in WSL2 on this machine) the same config on {n} GPUs "
+        f"would reach {rates}."
+    ]
+
+
+def _gloo_lever(findings: Findings, terms: dict[str, Any], key: str) -> str:
+    """What to change first under gloo: batch norm off where it is the largest, else NCCL."""
+    n, batch = int(terms["devices"]), findings.batch
+    off = terms.get("without_sync_batchnorm")
+    if key == "sync_batchnorm_s" and off:
+        return (
+            f"Change first training.sync_batchnorm=false: predicted {_rate(off['efficiency'], n)} "
+            f"under gloo; what it costs: each device's batch-norm statistics come from its "
+            f"own {batch} patches instead of {batch} × {n} = {batch * n}. Or train with NCCL "
+            f"(WSL2 or Linux)."
+        )
+    return (
+        "Change first the backend: train with NCCL (WSL2 or Linux). Under gloo, a larger "
+        "per-device batch (datamodule.batch_size): that cost stays the same while the "
+        "compute per step grows."
+    )
+
+
+def _gloo_detail(terms: dict[str, Any], key: str) -> str:
+    """What the named gloo term is made of, in parentheses (its parts, or its host syncs)."""
+    parts = terms.get("gloo_parts")
+    if key == "exposed_communication_s" and parts:
+        return (
+            f" (the step's gradients spend {1000 * parts['device_to_host_s']:.1f} ms copied to "
+            f"the host, {1000 * parts['host_allreduce_s']:.1f} ms in gloo's host all-reduce "
+            f"and {1000 * parts['host_to_device_s']:.1f} ms copied back; what runs beside the "
+            f"backward pass is hidden)"
+        )
+    if key == "sync_batchnorm_s":
+        return " (two collectives per batch-norm layer, each a host sync under gloo)"
+    return ""
 
 
 def _rate(efficiency: float, devices: int) -> str:
@@ -436,6 +544,7 @@ def findings_from(results: dict[str, Any]) -> Findings:
         next((r for r in gpu_rows if r["interconnect"] == link and r["devices"] == most), None)
         for link in (NVLINK, PCIE)
     )
+    gloo_reason, gloo_terms = _gloo_row(results, rows)
     flops = compute.get("flops") or {}
     measured = {
         row["devices"]: row["efficiency"]
@@ -479,7 +588,27 @@ def findings_from(results: dict[str, Any]) -> Findings:
         failed=tuple(
             (f["measurement"], f["error"], f["output"]) for f in failed_measurements(results)
         ),
+        gloo_reason=gloo_reason,
+        gloo_terms=gloo_terms,
     )
+
+
+def _gloo_row(
+    results: dict[str, Any], measured: list[dict[str, Any]]
+) -> tuple[str | None, dict[str, Any] | None]:
+    """Why the GPU ranks would use gloo, and its row on this machine's GPUs (at least 2).
+
+    The row of the most predicted devices up to this machine's GPU count (2 on a machine
+    with one), else of the fewest predicted; ``(None, None)`` without gloo rows.
+    """
+    gloo = results["prediction"].get("gloo") if _gpu_rows(results) else None
+    if not gloo or not gloo["rows"]:
+        return None, None
+    here = max([2, *(row["devices"] for row in measured)])
+    rows = sorted(gloo["rows"], key=lambda row: row["devices"])
+    within = [row for row in rows if row["devices"] <= here]
+    row = within[-1] if within else rows[0]
+    return results["prediction"]["gpu_backend"]["reason"], row
 
 
 def _gpu_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
