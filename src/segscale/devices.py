@@ -125,16 +125,19 @@ def resolve_accelerator(accelerator: str) -> str:
     return accelerator
 
 
-def process_group_backend(value: Any, accelerator: str, key: str) -> str:
+def process_group_backend(
+    value: Any, accelerator: str, key: str, platform: str | None = None
+) -> str:
     """The process-group backend of ranks on ``accelerator``: ``value`` (``key``'s), or null's.
 
     Null is this platform's choice for the device (``segscale.platforms.process_groups``:
     NCCL between CUDA GPUs on Linux, gloo elsewhere). A backend the platform or the device
     lacks, or anything but the names ``nccl`` and ``gloo``, raises ``ConfigError`` naming
-    ``key``, the platform and what it has, before any rank starts.
+    ``key``, the platform and what it has, before any rank starts. ``platform``:
+    ``sys.platform``'s value, this one's by default.
     """
     try:
-        return platform_backend(value, resolve_accelerator(accelerator))
+        return platform_backend(value, resolve_accelerator(accelerator), platform)
     except BackendError as error:
         raise ConfigError(f"{key}={value!r} is not allowed: {error}") from None
 

@@ -160,8 +160,16 @@ def test_bad_bench_value_names_the_key(tiny_data_root: Path, tmp_path: Path, ove
 @pytest.mark.parametrize(
     ("platform", "value", "message"),
     [
-        ("linux", "mpi", "strategy.process_group_backend='mpi' is not a backend bench can"),
-        ("win32", "nccl", "strategy.process_group_backend=nccl: Windows has no NCCL"),
+        (
+            "linux",
+            "mpi",
+            "strategy.process_group_backend='mpi' is not allowed: not a process-group",
+        ),
+        (
+            "win32",
+            "nccl",
+            "strategy.process_group_backend='nccl' is not allowed: Windows has no NCCL",
+        ),
     ],
 )
 def test_a_backend_bench_cannot_predict_is_refused_first(

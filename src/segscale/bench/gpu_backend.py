@@ -11,14 +11,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from segscale.errors import ConfigError
+from segscale.devices import process_group_backend
+from segscale.platforms import platform_name
 
 KEY = "strategy.process_group_backend"
-BACKENDS = ("nccl", "gloo")
-"""The values bench accepts for ``KEY`` besides null (the platform's choice)."""
-
-PLATFORM_NAMES = {"win32": "Windows", "darwin": "macOS", "linux": "Linux"}
-"""``sys.platform``'s names as messages give them."""
 
 
 @dataclass(frozen=True)
@@ -31,32 +27,20 @@ class GpuBackend:
     """Why, in a few words: the platform, or the config key that chose it."""
 
 
-def gpu_backend(process_group_backend: str | None, platform: str | None = None) -> GpuBackend:
-    """The backend GPU ranks use with ``strategy.process_group_backend`` on ``platform``.
+def gpu_backend(value: object, platform: str | None = None) -> GpuBackend:
+    """The backend GPU ranks use with ``strategy.process_group_backend=value`` on ``platform``.
 
-    ``None`` (the config's null) is the platform's choice: NCCL on Linux, gloo elsewhere
-    (Windows: ``win32``), where there is no NCCL. ``nccl`` off Linux and any value but
-    these two are refused (``ConfigError``, naming the key); names are taken in any case,
-    as ``torch.distributed.Backend`` takes them. ``platform`` defaults to
-    ``sys.platform``. The platform module (issue 47, item 1) will own this choice; until
-    it lands, bench makes it here from the config and ``sys.platform``.
+    The choice and its checks are training's (``segscale.platforms.process_groups``,
+    through ``segscale.devices.process_group_backend``), so bench predicts the backend
+    its ddp runs and the user's own runs take, for CUDA GPUs whatever this machine has:
+    null is NCCL on Linux, gloo elsewhere; a backend the platform lacks, or anything but
+    ``nccl`` and ``gloo``, raises ``ConfigError`` naming the key. ``platform`` defaults
+    to ``sys.platform``.
     """
     platform = sys.platform if platform is None else platform
-    system = PLATFORM_NAMES.get(platform, platform)
-    if isinstance(process_group_backend, str):
-        process_group_backend = process_group_backend.lower()
-    if process_group_backend is None:
-        if platform == "linux":
-            return GpuBackend("nccl", "NCCL on Linux")
-        return GpuBackend("gloo", f"{system} has no NCCL")
-    if process_group_backend not in BACKENDS:
-        raise ConfigError(
-            f"{KEY}={process_group_backend!r} is not a backend bench can predict: expected "
-            f"null (the platform's), {' or '.join(BACKENDS)}"
-        )
-    if process_group_backend == "nccl" and platform != "linux":
-        raise ConfigError(
-            f"{KEY}=nccl: {system} has no NCCL (Linux only); set it to gloo or null "
-            f"(gloo here), or train in WSL2 or on Linux for NCCL"
-        )
-    return GpuBackend(process_group_backend, f"{KEY}={process_group_backend}")
+    name = process_group_backend(value, "cuda", KEY, platform)
+    if value is not None:
+        return GpuBackend(name, f"{KEY}={name}")
+    if name == "nccl":
+        return GpuBackend(name, "NCCL on Linux")
+    return GpuBackend(name, f"{platform_name(platform)} has no NCCL")
