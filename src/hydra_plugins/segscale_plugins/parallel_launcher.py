@@ -29,7 +29,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from segscale.command_line import config_options, program_command
+from segscale.command_line import config_options, program_command, quoted_override
 from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
 from segscale.sweeps.failed_jobs import JobFailedError
@@ -255,7 +255,7 @@ class ParallelLauncher(Launcher):
             *options,
             *plan.overrides,
             *hydra_overrides,
-            f"hydra.run.dir={plan.folder}",
+            f"hydra.run.dir={quoted_override(str(plan.folder))}",
             f"hydra.job.num={plan.number}",
         ]
         env = dict(os.environ)
