@@ -15,6 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 TRAIN_COMMAND = (sys.executable, "-m", "segscale.cli.train")
 """``train.py`` as a module of this interpreter: found wherever segscale is installed."""
 
+UTF8_OUTPUT = {"PYTHONIOENCODING": "utf-8"}
+"""The environment in which a Python child writes its output to a file or a pipe as UTF-8,
+as its parent reads it (Python's default there is the locale's encoding: cp1252 on most
+Windows machines, which has no ``水`` for a class name in a log line)."""
+
 
 def program_command() -> list[str]:
     """The interpreter and script (or ``-m`` module) that this process runs."""

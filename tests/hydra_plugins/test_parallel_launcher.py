@@ -97,6 +97,7 @@ def test_cpu_jobs_share_the_cores_this_process_may_use(monkeypatch, tmp_path):
     launcher.launch([["trainer.devices=2"], ["trainer.devices=1"]], initial_job_idx=0)
     # 8 cores, 2 jobs at once: 4 threads a job, shared by its processes.
     assert [env["OMP_NUM_THREADS"] for env in FakeJob.envs] == ["2", "4"]
+    assert all(env["PYTHONIOENCODING"] == "utf-8" for env in FakeJob.envs)  # console.log's
 
 
 class RecordingJob(FakeJob):

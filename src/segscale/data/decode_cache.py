@@ -288,7 +288,7 @@ def _claim(store: Path) -> None:
 def _ours(marker: Path) -> bool:
     """Whether ``marker`` is the tag segscale writes into its decode cache's folder."""
     try:
-        return marker.read_text().startswith(f"{_SIGNATURE}\n{_OWNER}")
+        return marker.read_text(encoding="utf-8").startswith(f"{_SIGNATURE}\n{_OWNER}")
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -300,7 +300,7 @@ def _mapped(store: Path, key: str, identity: dict[str, Any]) -> tuple[np.ndarray
     a killed builder left), and says what is wrong where the entry is damaged.
     """
     try:
-        record = json.loads((store / f"{key}.json").read_text())
+        record = json.loads((store / f"{key}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None, ""
     if not isinstance(record, dict) or record.get("identity") != identity:
@@ -386,7 +386,7 @@ def _delete_own_entry(store: Path, key: str) -> bool:
     """Delete entry ``key``'s array, then its record, if the record is the cache's own."""
     record_file = store / f"{key}.json"
     try:
-        record = json.loads(record_file.read_text())
+        record = json.loads(record_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     identity = record.get("identity") if isinstance(record, dict) else None

@@ -60,7 +60,7 @@ class ValidationCache:
             return  # a home that cannot be written: nothing cached, and save() says so
         if self.path.is_file():
             try:
-                stored = json.loads(self.path.read_text())
+                stored = json.loads(self.path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 stored = {}
             if stored.get("settings") == self.settings and stored.get("dataset") == self.dataset:
