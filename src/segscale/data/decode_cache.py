@@ -8,7 +8,7 @@ cache, shared and reclaimable, and a dataset larger than memory is read from dis
 it must be.
 
 The cache owns a folder of its own, ``segscale-decoded`` inside ``datamodule.decode_cache.folder``
-(``$XDG_CACHE_HOME/segscale`` by default), created owner-only and marked with a
+(the user's cache folder by default: ``user_cache``), created owner-only and marked with a
 ``CACHEDIR.TAG`` of segscale's (backup tools skip such folders); a folder of that name
 another user owns, others can write, or that holds other files without the tag is
 refused (``user_cache.private_folder``). Inside, it writes only the forms
@@ -59,7 +59,7 @@ from segscale.atomic_files import (
     write_text_atomically,
 )
 from segscale.data.source_identity import source_identity
-from segscale.data.user_cache import APP, cache_home, private_folder
+from segscale.data.user_cache import cache_folder, private_folder
 from segscale.disk_full import FULL
 from segscale.errors import ConfigError, require
 
@@ -86,8 +86,9 @@ _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 class DecodeCache:
     """Decoded arrays of PNG/JPEG files on local disk, memory-mapped (``datamodule.decode_cache``).
 
-    ``folder``: where the cache's own folder goes (``None``: ``$XDG_CACHE_HOME/segscale``;
-    on a cluster, a disk local to the node); ``max_gb``: the size the entries may take.
+    ``folder``: where the cache's own folder goes (``None``: the user's cache folder,
+    ``user_cache.cache_folder``; on a cluster, a disk local to the node); ``max_gb``: the
+    size the entries may take.
     """
 
     def __init__(self, folder: str | None = None, max_gb: float = 50.0) -> None:
@@ -100,7 +101,7 @@ class DecodeCache:
         if folder is not None and not isinstance(folder, str):
             raise ConfigError(f"{KEY}.folder={folder!r} is not allowed: expected a path or null")
         self.default = not folder
-        self.folder = Path(folder).expanduser() if folder else cache_home() / APP
+        self.folder = Path(folder).expanduser() if folder else cache_folder()
         self.store = self.folder / STORE
         self.max_gb = max_gb
         self.max_bytes = int(max_gb * 1e9)
