@@ -86,9 +86,8 @@ _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 class DecodeCache:
     """Decoded arrays of PNG/JPEG files on local disk, memory-mapped (``datamodule.decode_cache``).
 
-    ``folder``: where the cache's own folder goes (``None``: the user's cache folder,
-    ``user_cache.cache_folder``; on a cluster, a disk local to the node); ``max_gb``: the
-    size the entries may take.
+    ``folder``: where the cache's own folder goes (``None``: the user's cache folder; on a
+    cluster, a disk local to the node); ``max_gb``: the size the entries may take.
     """
 
     def __init__(self, folder: str | None = None, max_gb: float = 50.0) -> None:
@@ -384,7 +383,13 @@ def _remove_entry(store: Path, key: str, held: str) -> bool:
 
 
 def _delete_own_entry(store: Path, key: str) -> bool:
-    """Delete entry ``key``'s array, then its record, if the record is the cache's own."""
+    """Delete entry ``key``'s array, then its record, if the record is the cache's own.
+
+    Whether the array's bytes are freed. Windows deletes no file another process maps
+    (nor renames one): an entry in use is left whole, counted, for a later eviction. The
+    array goes first, so no array outlives its record (it would be no entry, never
+    deleted); a record left without its array (Windows: read that instant) is no entry.
+    """
     record_file = store / f"{key}.json"
     try:
         record = json.loads(record_file.read_text(encoding="utf-8"))
@@ -395,9 +400,10 @@ def _delete_own_entry(store: Path, key: str) -> bool:
         return False
     try:
         (store / f"{key}.npy").unlink(missing_ok=True)
-        record_file.unlink(missing_ok=True)
-    except OSError:  # Windows: a file another process maps cannot be deleted
+    except OSError:  # in use (Windows), or a folder that cannot be written: left whole
         return False
+    with contextlib.suppress(OSError):  # else deleted with the next eviction, or rebuilt
+        record_file.unlink(missing_ok=True)
     return True
 
 
