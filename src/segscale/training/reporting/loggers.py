@@ -60,7 +60,7 @@ class _AppendingWriter(ExperimentWriter):
     sorts them as text. The file is UTF-8 (``_Utf8Files``).
     """
 
-    @property  # type: ignore[override]  # Lightning's plain attribute, wrapped as it is set
+    @property  # Lightning's plain attribute, wrapped as it is set
     def _fs(self) -> Any:
         return self._utf8_files
 
