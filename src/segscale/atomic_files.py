@@ -203,7 +203,7 @@ def current_umask() -> int:
     """
     if sys.platform.startswith("linux"):
         try:
-            with open("/proc/self/status") as status:
+            with open("/proc/self/status", encoding="utf-8") as status:
                 for line in status:
                     if line.startswith("Umask:"):
                         return int(line.split()[1], 8)

@@ -12,6 +12,7 @@ import shutil
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -314,6 +315,82 @@ def test_a_file_replaced_with_the_same_size_and_mtime_is_decoded_again(
     np.testing.assert_array_equal(cache.open(path, "image", read), old)
     replace_keeping_size_and_times(path, replacement)
     np.testing.assert_array_equal(cache.open(path, "image", read), new)
+
+
+def entry_key(cache: DecodeCache, source) -> str:
+    """The key of ``source``'s entry, from the records in the cache's folder."""
+    for record in records(cache):
+        if json.loads(record.read_text())["identity"]["source"] == str(source.resolve()):
+            return record.stem
+    raise AssertionError(f"no entry of {source}")
+
+
+def mapped_elsewhere(monkeypatch, keys: set[str], suffix: str = ".npy") -> None:
+    """Deleting entries ``keys``' files fails, as on Windows while another process maps them."""
+    unlink = Path.unlink
+
+    def refused(path, missing_ok=False):
+        if path.stem in keys and path.suffix == suffix:
+            raise PermissionError(
+                13,
+                "The process cannot access the file because it is being used by another process",
+                str(path),
+            )
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refused)
+
+
+def whole_entries(cache: DecodeCache) -> set[str]:
+    """The keys of entries with both their record and their array; no array lacks its record."""
+    arrays = {p.stem for p in cache.store.glob("[0-9a-f]*.npy")}
+    assert arrays <= {r.stem for r in records(cache)}  # never an array without its record
+    return arrays
+
+
+def test_an_entry_in_use_is_left_whole_for_a_later_eviction(tmp_path, monkeypatch, caplog):
+    cache = DecodeCache(str(tmp_path / "cache"), max_gb=2.5 * PIXELS.nbytes / 1e9)  # room for 2
+    paths = []
+    for name in "abcd":
+        paths.append(tmp_path / f"{name}.png")
+        paths[-1].write_bytes(name.encode())
+    decode, calls = counted(PIXELS)
+    cache.open(paths[0], "image", decode)
+    cache.open(paths[1], "image", decode)
+    a = entry_key(cache, paths[0])
+    mapped_elsewhere(monkeypatch, {a})
+    assert np.array_equal(cache.open(paths[2], "image", decode), PIXELS)  # b made room
+    c = entry_key(cache, paths[2])
+    assert whole_entries(cache) == {a, c} and len(calls) == 3  # b's went
+    mapped_elsewhere(monkeypatch, {a, c})  # every entry in use: c's decoded into memory
+    with caplog.at_level(logging.WARNING):
+        assert np.array_equal(cache.open(paths[3], "image", decode), PIXELS)
+    assert "d.png: not cached" in caplog.text and "the entries in use fill" in caplog.text
+    assert whole_entries(cache) == {a, c} and len(calls) == 4
+    for path in paths[::2]:  # what was in use is still there, and read from the cache
+        assert np.array_equal(cache.open(path, "image", decode), PIXELS)
+    assert len(calls) == 4
+    monkeypatch.undo()  # no longer mapped: the next eviction takes the oldest, a
+    cache.open(paths[3], "image", decode)
+    assert whole_entries(cache) == {c, entry_key(cache, paths[3])}
+
+
+def test_a_record_that_outlives_its_array_is_no_entry_and_goes_later(tmp_path, monkeypatch):
+    cache = DecodeCache(str(tmp_path / "cache"), max_gb=1.5 * PIXELS.nbytes / 1e9)  # room for 1
+    a_path, b_path = tmp_path / "a.png", tmp_path / "b.png"
+    a_path.write_bytes(b"a")
+    b_path.write_bytes(b"b")
+    decode, calls = counted(PIXELS)
+    cache.open(a_path, "image", decode)
+    a = entry_key(cache, a_path)
+    mapped_elsewhere(monkeypatch, {a}, suffix=".json")  # its record is being read
+    cache.open(b_path, "image", decode)
+    assert whole_entries(cache) == {entry_key(cache, b_path)}  # a's array went, b fits
+    assert (cache.store / f"{a}.json").is_file()  # its record stayed: it vouches for nothing
+    monkeypatch.undo()
+    assert np.array_equal(cache.open(a_path, "image", decode), PIXELS)
+    assert len(calls) == 3  # decoded again, not read from an entry without an array
+    assert [r.stem for r in records(cache)] == [a]  # b made room for a, its record with it
 
 
 def test_the_oldest_entries_make_room_and_what_cannot_fit_is_decoded_in_memory(tmp_path, caplog):

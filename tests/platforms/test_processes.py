@@ -21,7 +21,7 @@ def test_the_process_age_is_the_same_from_linux_and_from_psutil(monkeypatch):
 
 
 def test_without_proc_linux_says_nothing_of_the_age(monkeypatch):
-    def no_proc(path):
+    def no_proc(path, **kwargs):
         raise FileNotFoundError(path)  # a container without /proc
 
     monkeypatch.setattr(processes.Path, "read_text", no_proc)

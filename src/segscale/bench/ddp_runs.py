@@ -43,7 +43,7 @@ from segscale.bench.interconnects import Interconnect, Published, from_published
 from segscale.bench.progress import Progress
 from segscale.bench.step_model import efficiency, speedup
 from segscale.bench.timing import Timing, summarize_steps
-from segscale.command_line import TRAIN_COMMAND
+from segscale.command_line import TRAIN_COMMAND, UTF8_OUTPUT
 from segscale.platforms.process_groups import default_process_group_backend
 from segscale.training.ranks.launch import free_port
 
@@ -161,7 +161,7 @@ def run_scaling_point(
     Its output (stdout and stderr in the order written) goes to ``folder/console.log``;
     a run that fails is the first error that output names (``first_error``).
     """
-    env = dict(os.environ)
+    env = os.environ | UTF8_OUTPUT  # its output is read as UTF-8
     if threads:
         env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     folder.mkdir(parents=True, exist_ok=True)
@@ -172,6 +172,8 @@ def run_scaling_point(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            encoding="utf-8",
+            errors="replace",  # a child's output, shown in part: never a reason to fail
             timeout=timeout_s,
             check=False,
         )
@@ -184,7 +186,7 @@ def run_scaling_point(
     steps = folder / "steps.json"
     if done.returncode or not steps.is_file():
         return ScalingPoint(devices, None, 0, run_error(done.returncode, done.stdout))
-    record = json.loads(steps.read_text())
+    record = json.loads(steps.read_text(encoding="utf-8"))
     timing = summarize_steps(record["durations_s"], warmup, windows)
     return ScalingPoint(devices, timing, record["global_batch"])
 
@@ -245,7 +247,7 @@ def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> 
         result = Path(folder) / "allreduce.json"
         args = (world, free_port(), nbytes, repeats, str(result), cuda)
         mp.start_processes(_allreduce_rank, args=args, nprocs=world, start_method="spawn")
-        times = json.loads(result.read_text())
+        times = json.loads(result.read_text(encoding="utf-8"))
     rows = tuple(Published(world, int(size), 1e6 * seconds) for size, seconds in times.items())
     return from_published(
         f"this machine ({'NCCL' if cuda else 'gloo'}, measured)",

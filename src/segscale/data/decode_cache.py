@@ -8,7 +8,7 @@ cache, shared and reclaimable, and a dataset larger than memory is read from dis
 it must be.
 
 The cache owns a folder of its own, ``segscale-decoded`` inside ``datamodule.decode_cache.folder``
-(``$XDG_CACHE_HOME/segscale`` by default), created owner-only and marked with a
+(the user's cache folder by default: ``user_cache``), created owner-only and marked with a
 ``CACHEDIR.TAG`` of segscale's (backup tools skip such folders); a folder of that name
 another user owns, others can write, or that holds other files without the tag is
 refused (``user_cache.private_folder``). Inside, it writes only the forms
@@ -59,7 +59,7 @@ from segscale.atomic_files import (
     write_text_atomically,
 )
 from segscale.data.source_identity import source_identity
-from segscale.data.user_cache import APP, cache_home, private_folder
+from segscale.data.user_cache import cache_folder, private_folder
 from segscale.disk_full import FULL
 from segscale.errors import ConfigError, require
 
@@ -86,8 +86,8 @@ _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 class DecodeCache:
     """Decoded arrays of PNG/JPEG files on local disk, memory-mapped (``datamodule.decode_cache``).
 
-    ``folder``: where the cache's own folder goes (``None``: ``$XDG_CACHE_HOME/segscale``;
-    on a cluster, a disk local to the node); ``max_gb``: the size the entries may take.
+    ``folder``: where the cache's own folder goes (``None``: the user's cache folder; on a
+    cluster, a disk local to the node); ``max_gb``: the size the entries may take.
     """
 
     def __init__(self, folder: str | None = None, max_gb: float = 50.0) -> None:
@@ -100,7 +100,7 @@ class DecodeCache:
         if folder is not None and not isinstance(folder, str):
             raise ConfigError(f"{KEY}.folder={folder!r} is not allowed: expected a path or null")
         self.default = not folder
-        self.folder = Path(folder).expanduser() if folder else cache_home() / APP
+        self.folder = Path(folder).expanduser() if folder else cache_folder()
         self.store = self.folder / STORE
         self.max_gb = max_gb
         self.max_bytes = int(max_gb * 1e9)
@@ -288,7 +288,7 @@ def _claim(store: Path) -> None:
 def _ours(marker: Path) -> bool:
     """Whether ``marker`` is the tag segscale writes into its decode cache's folder."""
     try:
-        return marker.read_text().startswith(f"{_SIGNATURE}\n{_OWNER}")
+        return marker.read_text(encoding="utf-8").startswith(f"{_SIGNATURE}\n{_OWNER}")
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -300,7 +300,7 @@ def _mapped(store: Path, key: str, identity: dict[str, Any]) -> tuple[np.ndarray
     a killed builder left), and says what is wrong where the entry is damaged.
     """
     try:
-        record = json.loads((store / f"{key}.json").read_text())
+        record = json.loads((store / f"{key}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None, ""
     if not isinstance(record, dict) or record.get("identity") != identity:
@@ -383,10 +383,16 @@ def _remove_entry(store: Path, key: str, held: str) -> bool:
 
 
 def _delete_own_entry(store: Path, key: str) -> bool:
-    """Delete entry ``key``'s array, then its record, if the record is the cache's own."""
+    """Delete entry ``key``'s array, then its record, if the record is the cache's own.
+
+    Whether the array's bytes are freed. Windows deletes no file another process maps
+    (nor renames one): an entry in use is left whole, counted, for a later eviction. The
+    array goes first, so no array outlives its record (it would be no entry, never
+    deleted); a record left without its array (Windows: read that instant) is no entry.
+    """
     record_file = store / f"{key}.json"
     try:
-        record = json.loads(record_file.read_text())
+        record = json.loads(record_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     identity = record.get("identity") if isinstance(record, dict) else None
@@ -394,9 +400,10 @@ def _delete_own_entry(store: Path, key: str) -> bool:
         return False
     try:
         (store / f"{key}.npy").unlink(missing_ok=True)
-        record_file.unlink(missing_ok=True)
-    except OSError:  # Windows: a file another process maps cannot be deleted
+    except OSError:  # in use (Windows), or a folder that cannot be written: left whole
         return False
+    with contextlib.suppress(OSError):  # else deleted with the next eviction, or rebuilt
+        record_file.unlink(missing_ok=True)
     return True
 
 

@@ -1,8 +1,11 @@
-"""Where segscale keeps what it caches for the user: ``$XDG_CACHE_HOME/segscale``, theirs alone.
+r"""Where segscale keeps what it caches for the user: a folder of the platform's, theirs alone.
 
-The XDG base-directory rule: ``$XDG_CACHE_HOME`` when set to an absolute path, else
-``~/.cache``. Caches live there, not in the dataset folder, so a dataset shared with
-others is left as it is, and a read-only one is cached like any other.
+``$XDG_CACHE_HOME/segscale`` where ``XDG_CACHE_HOME`` is set to an absolute path, on any
+platform; else the platform's own place for a user's caches, as platformdirs knows it:
+``~/.cache/segscale`` on Linux, ``~/Library/Caches/segscale`` on macOS (which Time
+Machine skips), ``%LOCALAPPDATA%\segscale\Cache`` on Windows (not copied with a roaming
+profile). Caches live there, not in the dataset folder, so a dataset shared with others
+is left as it is, and a read-only one is cached like any other.
 
 What is cached there decides what a run trains on and reports (decoded pixels, the
 dataset check's class counts), so the folders are private: created owner-only, and one
@@ -20,30 +23,35 @@ import stat
 import sys
 from pathlib import Path
 
+import platformdirs
+
 from segscale.errors import ConfigError
 
 APP = "segscale"
-"""The folder of ours under the cache home."""
+"""Our name in the user's cache (a folder of its own there)."""
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 
-def cache_home() -> Path:
-    """The user's cache folder: ``$XDG_CACHE_HOME``, else ``~/.cache``."""
+def cache_folder() -> Path:
+    """The folder of ours in the user's cache (the module's docstring says where)."""
     given = os.environ.get("XDG_CACHE_HOME", "")
-    # The specification: a relative path is invalid and is ignored.
-    return Path(given) if given and os.path.isabs(given) else Path.home() / ".cache"
+    # The XDG specification: a relative path is invalid and is ignored.
+    if given and os.path.isabs(given):
+        return Path(given) / APP
+    # No author folder on Windows (appauthor=False): %LOCALAPPDATA%\segscale\Cache.
+    return platformdirs.user_cache_path(APP, appauthor=False)
 
 
 def app_folder(kind: str) -> Path:
-    """``$XDG_CACHE_HOME/segscale/<kind>``, made private where missing, refused where shared.
+    """``<cache_folder>/<kind>``, made private where missing, refused where shared.
 
     Raises ``ConfigError`` where ``segscale`` or ``kind`` is another user's or writable
     by others (``private_folder``), ``OSError`` where it cannot be made (a read-only home).
     """
     advice = "or give XDG_CACHE_HOME=<a folder of yours>"
-    private_folder(cache_home() / APP, advice)
-    return private_folder(cache_home() / APP / kind, advice)
+    private_folder(cache_folder(), advice)
+    return private_folder(cache_folder() / kind, advice)
 
 
 def cache_file(kind: str, key: str) -> Path:
@@ -54,7 +62,7 @@ def cache_file(kind: str, key: str) -> Path:
     made (and checked) by ``app_folder``.
     """
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    return cache_home() / APP / kind / f"{digest}.json"
+    return cache_folder() / kind / f"{digest}.json"
 
 
 def private_folder(folder: Path, advice: str) -> Path:

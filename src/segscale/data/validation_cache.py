@@ -1,6 +1,6 @@
 """What the validation pass learnt of each file, kept in the user's cache folder.
 
-``$XDG_CACHE_HOME/segscale/validation/<dataset>.json`` (``segscale.data.user_cache``: a
+``<the user's cache folder>/validation/<dataset>.json`` (``segscale.data.user_cache``: a
 folder of the user's alone, refused where others can write it, since its class counts
 are reported as they are), keyed by the image's and mask's path and identity
 (``source_identity``: size, mtime, inode and change time), so a second run re-reads
@@ -60,7 +60,7 @@ class ValidationCache:
             return  # a home that cannot be written: nothing cached, and save() says so
         if self.path.is_file():
             try:
-                stored = json.loads(self.path.read_text())
+                stored = json.loads(self.path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 stored = {}
             if stored.get("settings") == self.settings and stored.get("dataset") == self.dataset:

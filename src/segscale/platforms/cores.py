@@ -82,7 +82,7 @@ def _cgroup_directories() -> Iterator[tuple[Path, bool]]:
     cgroup namespace (``/../x``) names no directory here and is skipped.
     """
     try:
-        lines = CGROUP_MEMBERSHIP.read_text().splitlines()
+        lines = CGROUP_MEMBERSHIP.read_text(encoding="utf-8").splitlines()
     except OSError:
         return
     for line in lines:
@@ -107,10 +107,11 @@ def _quota_in(directory: Path, v2: bool) -> float | None:
     """The CPU quota set on the cgroup ``directory``, in cores; ``None`` if none or unreadable."""
     try:
         if v2:
-            quota, _, period = (directory / "cpu.max").read_text().strip().partition(" ")
+            text = (directory / "cpu.max").read_text(encoding="utf-8")
+            quota, _, period = text.strip().partition(" ")
         else:
-            quota = (directory / "cpu.cfs_quota_us").read_text().strip()
-            period = (directory / "cpu.cfs_period_us").read_text().strip()
+            quota = (directory / "cpu.cfs_quota_us").read_text(encoding="utf-8").strip()
+            period = (directory / "cpu.cfs_period_us").read_text(encoding="utf-8").strip()
     except OSError:
         return None
     # Only the kernel's forms count: "max" or -1 (no quota), anything else unreadable, is none.

@@ -46,7 +46,7 @@ def _linux_process_age() -> float | None:
     if not sys.platform.startswith("linux"):  # for the type checker: names Linux alone has
         return None
     try:
-        stat = Path("/proc/self/stat").read_text()
+        stat = Path("/proc/self/stat").read_text(encoding="utf-8")
         # Field 22, starttime, in clock ticks since boot; fields after the command's ")".
         ticks = int(stat.rsplit(")", 1)[1].split()[19])
         since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)

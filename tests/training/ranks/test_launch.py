@@ -12,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from segscale.command_line import config_options
+from segscale.configs import compose_config
 from segscale.errors import ConfigError
 from segscale.training.ranks import launch
 from segscale.training.ranks.launch import (
@@ -44,9 +45,28 @@ def test_rank_command_carries_the_jobs_own_overrides(monkeypatch):
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
     command = rank_command(1, "/runs/it's here")
     assert "optimizer.lr=0.03" in command and "trainer.devices=[0,2]" in command
-    assert "hydra.run.dir='/runs/it\\'s here'" in command
+    assert 'hydra.run.dir="/runs/it\'s here"' in command
     assert "hydra.output_subdir=null" in command and "hydra/job_logging=none" in command
     assert "-m" not in command[2:] and "--multirun" not in command
+
+
+def test_windows_paths_reach_the_ranks_unchanged(monkeypatch):
+    # As the user typed them (unquoted or quoted), and as rank 0 resolved them.
+    typed = {
+        "datamodule.source.root": r"C:\Users\me\data",
+        "datamodule.decode_cache.folder": r"'\\server\share\x'",
+    }
+    resolved = {"ckpt_path": r"D:\tiles\runs\a b,c=$1\checkpoints\last.ckpt"}
+    tasks = [f"{key}={value}" for key, value in typed.items()]
+    hydra_cfg = OmegaConf.create({"hydra": {"overrides": {"task": tasks}}})
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
+    command = rank_command(1, r"\\server\share\x\run 1", resolved)
+    overrides = command[command.index(tasks[0]) :]
+    cfg = compose_config("train", overrides, return_hydra_config=True)
+    assert cfg.datamodule.source.root == r"C:\Users\me\data"
+    assert cfg.datamodule.decode_cache.folder == r"\\server\share\x"
+    assert cfg.ckpt_path == resolved["ckpt_path"]
+    assert cfg.hydra.run.dir == r"\\server\share\x\run 1"
 
 
 def test_multi_node_ranks_are_not_started_from_one_node(monkeypatch):

@@ -4,6 +4,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from segscale.data.synthetic import SyntheticTiles
@@ -90,6 +91,26 @@ def test_the_command_line_wins_key_by_key(tmp_path, monkeypatch):
             *argv[1:],
         ]
     )
+
+
+def test_windows_paths_come_back_unchanged_on_a_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    root, weights, init = r"C:\Users\me\data", r"\\server\share\x", r"\\srv\d$\a b,c=d\\"
+    # Recorded as typed (unquoted, quoted) and as Hydra's sweeps escape them.
+    recorded = [
+        rf"datamodule.source.root={root}",
+        rf"model.encoder_weights='{weights}'",
+        r"model.init_from=\\\\srv\\d$\\a\ b\,c\=d\\\\",
+        r"ckpt_path='D:\tiles'",  # the command line's own: not restored
+    ]
+    fake_run(tmp_path / "outputs" / "train" / "run1", recorded)
+    restored = restore_overrides(["train.py", "ckpt_path=last"])
+    parsed = OverridesParser.create().parse_overrides(restored[1:])
+    values = {o.key_or_group: o.value() for o in parsed}
+    assert values["datamodule.source.root"] == root
+    assert values["model.encoder_weights"] == weights
+    assert values["model.init_from"] == init
+    assert values["ckpt_path"] == "last"
 
 
 @pytest.mark.parametrize(
