@@ -30,6 +30,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/checkpoint-integrity/results.json",
     ],
+    "decode-cache-digest": [
+        "experiments/decode-cache-digest/measure.py",
+        "--table",
+        "experiments/decode-cache-digest/results.json",
+    ],
     "preemption": [
         "experiments/preemption/measure.py",
         "--table",
@@ -59,6 +64,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "experiments/dataset-check/measure.py",
         "--table",
         "experiments/dataset-check/results.json",
+    ],
+    "windows-gloo": [
+        "experiments/windows-gloo/measure.py",
+        "--table",
+        "experiments/windows-gloo/results.json",
     ],
     "class-balance": EXPERIMENTS / "class-balance" / "results.md",
     "linear-scaling": EXPERIMENTS / "linear-scaling" / "results.md",

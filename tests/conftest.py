@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -19,10 +21,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig
 from PIL import Image
+from torch import nn
 
 from segscale.configs import CONFIG_DIR
 from segscale.data.synthetic import SyntheticTiles, draw_tile
 from segscale.devices import cpus_available
+from segscale.models.checkpoint import network as checkpoint_network
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,12 +55,15 @@ def session_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     - The user cache folder (``XDG_CACHE_HOME``) is the session's, not the home's: the
       validation pass caches there, shared by the session's tests as a user's cache is
       by their runs.
+    - Checkpoints may name the oracle's network (``oracle_network``) besides segscale's
+      builders (``WITH_ORACLE``).
     """
     cache = tmp_path_factory.mktemp("cache")
     threads = threads_per_worker()
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(threads)  # torch was imported before the variable
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint_network, "BUILDERS", WITH_ORACLE)
         patch.setenv("HF_HUB_OFFLINE", "1")
         patch.setenv("OMP_NUM_THREADS", str(threads))
         patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
@@ -192,6 +199,38 @@ def folder_dataset(root: Path, size: int = 96, num_train: int = 2, num_val: int 
 
 CLASS_STEP = 40
 """Oracle images: channel 0 is ``class × CLASS_STEP``."""
+ORACLE_NETWORK = "tests.conftest.oracle_network"
+"""The ``_target_`` of the oracle checkpoints' network, a builder only the tests accept."""
+
+
+def oracle_network(in_channels: int, out_channels: int, kernel_size: int) -> nn.Conv2d:
+    """The oracle's network: a convolution, which no checkpoint of segscale's holds.
+
+    segscale accepts only the builders ``train.py`` writes (``BUILDERS``); the
+    tests add this one (``WITH_ORACLE``), so that checkpoints of known predictions load.
+    """
+    return nn.Conv2d(in_channels, out_channels, kernel_size)
+
+
+SEGSCALE_BUILDERS = checkpoint_network.BUILDERS
+"""The network builders segscale itself accepts (before the session adds the oracle's)."""
+WITH_ORACLE = MappingProxyType({**SEGSCALE_BUILDERS, ORACLE_NETWORK: oracle_network})
+
+
+def oracle_process(script: str, *args: str) -> list[str]:
+    """``python <script> ARGS`` (``predict.py``, ...) as a process of its own, oracle accepted."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+        f"from tests.conftest import run_with_oracle; run_with_oracle({script!r})"
+    )
+    return [sys.executable, "-c", code, *args]
+
+
+def run_with_oracle(script: str) -> None:
+    """Run the repository's ``script`` as ``__main__`` (its exit status the process's own)."""
+    checkpoint_network.BUILDERS = WITH_ORACLE
+    sys.argv = [script, *sys.argv[1:]]
+    runpy.run_path(str(REPO / script), run_name="__main__")
 
 
 def oracle_checkpoint(path: Path, num_classes: int = 3, colours: list | None = None) -> Path:
@@ -204,7 +243,7 @@ def oracle_checkpoint(path: Path, num_classes: int = 3, colours: list | None = N
     weight[:, 0, 0, 0] = 2 * torch.arange(num_classes) / CLASS_STEP
     meta = {
         "model": {
-            "_target_": "torch.nn.Conv2d",
+            "_target_": ORACLE_NETWORK,
             "in_channels": 3,
             "out_channels": num_classes,
             "kernel_size": 1,

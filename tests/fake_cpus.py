@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from segscale import devices
+from segscale.platforms import cores
 
 LAUNCHER_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_CPUS_PER_TASK")
 
@@ -25,14 +25,14 @@ def fake_cgroups(
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
-    monkeypatch.setattr(devices, "CGROUP_MEMBERSHIP", root / "membership")
-    monkeypatch.setattr(devices, "CGROUP_ROOT", root)
+    monkeypatch.setattr(cores, "CGROUP_MEMBERSHIP", root / "membership")
+    monkeypatch.setattr(cores, "CGROUP_ROOT", root)
 
 
-def fake_mask(monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
-    """This process's affinity mask holds ``cores`` cores of a 64-core machine."""
+def fake_mask(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """This process's affinity mask holds ``count`` cores of a 64-core machine."""
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(cores, "affinity", lambda: set(range(count)))
 
 
 def no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:

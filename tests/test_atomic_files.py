@@ -4,6 +4,10 @@ import signal
 import stat
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+import psutil
 
 from segscale import atomic_files
 from segscale.atomic_files import (
@@ -69,3 +73,46 @@ def test_a_killed_writers_temporary_is_removed_a_live_ones_kept(tmp_path):
         fcntl.flock(held, fcntl.LOCK_EX)
         assert remove_stale_temporaries(tmp_path) == [left]
     assert not left.exists() and live.exists() and unrelated.exists()
+
+
+def open_here() -> set[str]:
+    """The files this process has open."""
+    return {f.path for f in psutil.Process().open_files()}
+
+
+def test_the_temporary_is_renamed_open_and_locked_here_closed_on_windows(tmp_path, monkeypatch):
+    # Windows renames no open file (WinError 32): there the temporary is closed first.
+    replace, open_at_rename = os.replace, []
+
+    def spy(source, target):
+        open_at_rename.append(str(source) in open_here())
+        replace(source, target)
+
+    monkeypatch.setattr(atomic_files.os, "replace", spy)
+    write_text_atomically(tmp_path / "a.json", "{}")
+    monkeypatch.setattr(sys, "platform", "win32")
+    write_text_atomically(tmp_path / "b.json", "[]")
+    assert open_at_rename == [True, False]
+    assert (tmp_path / "a.json").read_text() == "{}" and (tmp_path / "b.json").read_text() == "[]"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_on_windows_a_stale_temporary_is_deleted_closed_and_a_recent_one_kept(
+    tmp_path, monkeypatch
+):
+    # A writer there lets go of its lock an instant before its rename: only a temporary
+    # unchanged for SETTLED_S is stale, and it is deleted once no descriptor holds it.
+    monkeypatch.setattr(sys, "platform", "win32")
+    stale, recent = temporary_beside(tmp_path / "a.npy"), temporary_beside(tmp_path / "b.npy")
+    settled = time.time() - atomic_files.SETTLED_S - 1
+    os.utime(stale, (settled, settled))
+    unlink, open_at_unlink = Path.unlink, []
+
+    def spy(path, missing_ok=False):
+        open_at_unlink.append(str(path) in open_here())
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", spy)
+    assert remove_stale_temporaries(tmp_path) == [stale]
+    assert open_at_unlink == [False]
+    assert recent.exists() and not stale.exists()

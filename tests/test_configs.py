@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -79,6 +81,11 @@ def test_the_aerial_preset_sets_mmsegs_recipe_and_keeps_the_matlab_pose(tiny_dat
         assert cfg.datamodule.sampling.max_class_ratio == 0.75
         assert list(cfg.datamodule.augmentation.rotation) == [-20, 20]
         assert cfg.loss.ohem_thresh == 0.7 and cfg.loss.cross_entropy == 1.0
+    # Its own run folder, and the docs' section on it says which.
+    assert cfg.task_name == "aerial"
+    page = (Path(__file__).resolve().parents[1] / "docs/own-data.md").read_text()
+    section = page[page.index("## Aerial imagery") :].split("\n## ", 1)[0]
+    assert f"outputs/{cfg.task_name}/<date>_<time>/" in section
     tiny = [o for o in tiny_overrides(tiny_data_root, None) if o.startswith("datamodule.")]
     datamodule = build(compose_config("train", [*tiny, "experiment=aerial"]).datamodule)
     augmentation = datamodule.augmentation

@@ -1,8 +1,11 @@
+import sys
+
 import pytest
 from omegaconf import OmegaConf
 
 from segscale import devices
 from segscale.errors import ConfigError
+from segscale.platforms import cores
 from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 
@@ -49,9 +52,9 @@ def test_a_cgroup_v2_quota_limits_the_cores_of_the_mask(cgroups, monkeypatch):
     fake_mask(monkeypatch, 64)
     cgroups("0::/\n", {"cpu.max": "400000 100000\n"})
     assert devices.cpus_available() == 4  # for the parallel launcher, bench, the test workers
-    assert devices.cpu_quota() == 4.0
+    assert cores.cpu_quota() == 4.0
     cgroups("0::/\n", {"cpu.max": "max 100000\n"})  # no quota
-    assert devices.cpu_quota() is None
+    assert cores.cpu_quota() is None
     assert devices.cpus_available() == 64
 
 
@@ -61,10 +64,10 @@ def test_a_cgroup_v1_quota_counts_and_minus_one_is_none(cgroups, monkeypatch):
     # /docker/<id> of /proc/self/cgroup is not a folder: its quota is found there.
     membership = "5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/docker/abc\n"
     cgroups(membership, {"cpu/cpu.cfs_quota_us": "150000", "cpu/cpu.cfs_period_us": "100000"})
-    assert devices.cpu_quota() == 1.5
+    assert cores.cpu_quota() == 1.5
     assert devices.cpus_available() == 2  # rounded up: the half core is time a thread gets
     cgroups(membership, {"cpu/cpu.cfs_quota_us": "-1"})
-    assert devices.cpu_quota() is None and devices.cpus_available() == 16
+    assert cores.cpu_quota() is None and devices.cpus_available() == 16
 
 
 def test_the_smallest_quota_of_the_cgroup_and_its_ancestors_counts(cgroups, monkeypatch):
@@ -75,17 +78,17 @@ def test_the_smallest_quota_of_the_cgroup_and_its_ancestors_counts(cgroups, monk
         "kubepods/pod1/c1/cpu.max": "max 100000",  # the container sets none of its own
     }
     cgroups("0::/kubepods/pod1/c1\n", files)
-    assert devices.cpu_quota() == 3.0
+    assert cores.cpu_quota() == 3.0
     cgroups("0::/kubepods/pod1/c1\n", files | {"kubepods/pod1/c1/cpu.max": "800000 100000"})
-    assert devices.cpu_quota() == 3.0
+    assert cores.cpu_quota() == 3.0
     cgroups("0::/kubepods/pod1/c1\n", files | {"kubepods/pod1/c1/cpu.max": "150000 100000"})
-    assert devices.cpu_quota() == 1.5
+    assert cores.cpu_quota() == 1.5
 
 
 def test_a_quota_below_one_core_still_leaves_one(cgroups, monkeypatch):
     fake_mask(monkeypatch, 8)
     cgroups("0::/\n", {"cpu.max": "20000 100000"})
-    assert devices.cpu_quota() == pytest.approx(0.2)
+    assert cores.cpu_quota() == pytest.approx(0.2)
     assert devices.cpus_available() == 1
 
 
@@ -111,14 +114,14 @@ def test_what_is_not_a_quota_of_this_process_limits_nothing(
 ):
     fake_mask(monkeypatch, 8)
     cgroups(membership, files)
-    assert devices.cpu_quota() is None
+    assert cores.cpu_quota() is None
     assert devices.cpus_available() == 8
 
 
 def test_without_cgroups_the_mask_is_all(monkeypatch, tmp_path):
     fake_mask(monkeypatch, 6)
-    monkeypatch.setattr(devices, "CGROUP_MEMBERSHIP", tmp_path / "absent")  # not Linux
-    assert devices.cpu_quota() is None and devices.cpus_available() == 6
+    monkeypatch.setattr(cores, "CGROUP_MEMBERSHIP", tmp_path / "absent")  # not Linux
+    assert cores.cpu_quota() is None and devices.cpus_available() == 6
 
 
 def test_ranks_share_the_cores_their_launcher_gave_them_all(monkeypatch):
@@ -148,3 +151,51 @@ def test_a_slurm_task_keeps_the_cores_slurm_granted_it(monkeypatch):
         assert devices.core_share(4) == devices.CoreShare(1, None, slurm_task=True)
     slurm_task(monkeypatch, 0, tasks=1, cpus="8")  # one task: it starts the ranks itself
     assert devices.core_share(4).of(32) == 8
+
+
+BACKEND_KEY = "strategy.process_group_backend"
+
+
+@pytest.mark.parametrize(
+    ("platform", "accelerator", "backend"),
+    [
+        ("linux", "gpu", "nccl"),
+        ("linux", "cuda", "nccl"),
+        ("linux", "cpu", "gloo"),
+        ("darwin", "gpu", "gloo"),
+        ("darwin", "mps", "gloo"),
+        ("darwin", "cpu", "gloo"),
+        ("win32", "gpu", "gloo"),
+        ("win32", "cpu", "gloo"),
+    ],
+)
+def test_null_is_the_platforms_backend_for_the_accelerator(
+    platform, accelerator, backend, monkeypatch
+):
+    monkeypatch.setattr(sys, "platform", platform)
+    assert devices.process_group_backend(None, accelerator, BACKEND_KEY) == backend
+
+
+@pytest.mark.parametrize(("platform", "backend"), [("linux", "nccl"), ("win32", "gloo")])
+def test_accelerator_auto_takes_the_backend_of_the_device_it_picks(platform, backend, monkeypatch):
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: True)
+    assert devices.process_group_backend(None, "auto", BACKEND_KEY) == backend
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(devices.torch.backends.mps, "is_available", lambda: False)
+    assert devices.process_group_backend(None, "auto", BACKEND_KEY) == "gloo"
+
+
+def test_a_backend_the_platform_lacks_is_a_config_error_naming_key_platform_and_what_it_has(
+    monkeypatch,
+):
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(ConfigError) as refused:
+        devices.process_group_backend("nccl", "gpu", BACKEND_KEY)
+    assert str(refused.value).startswith(
+        "strategy.process_group_backend='nccl' is not allowed: Windows has no NCCL "
+    )
+    assert "have gloo (null picks gloo)" in str(refused.value)
+    monkeypatch.setattr(sys, "platform", "linux")
+    with pytest.raises(ConfigError, match=r"^process_group_backend='NCCL' is not allowed: not a"):
+        devices.process_group_backend("NCCL", "gpu", "process_group_backend")

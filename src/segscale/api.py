@@ -13,7 +13,6 @@ evaluation in the caller's process and returns its metrics and per-image rows.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.moved_keys import refuse_moved_overrides
+from segscale.platforms.processes import interrupt, interruptible_child
 from segscale.training.run.builders import build
 from segscale.training.run.prepare import prepare
 from segscale.training.run_folder.resume import register_run_dir_resolver
@@ -341,13 +341,15 @@ def _run(command: list[str]) -> int:
     """Run ``command`` with this process's stdout and stderr; return its exit status.
 
     An interrupt (Ctrl-C, a notebook's stop button) reaches only this process in a
-    notebook: it is passed on to the run, which then stops its ranks itself.
+    notebook: it is passed on to the run, which then stops its ranks itself (as
+    ``SIGINT``; on Windows as Ctrl-Break, a preemption signal there: the run saves
+    ``last.ckpt`` of its last step).
     """
-    with subprocess.Popen(command) as process:
+    with subprocess.Popen(command, **interruptible_child()) as process:
         try:
             return process.wait()
         except KeyboardInterrupt:
-            process.send_signal(signal.SIGINT)
+            interrupt(process)
             try:
                 process.wait(timeout=INTERRUPT_GRACE_S)
             except subprocess.TimeoutExpired:

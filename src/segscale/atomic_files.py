@@ -3,32 +3,39 @@
 A file is written into a hidden temporary beside it (``.<name>.<random>.tmp``) and
 renamed over it once complete. A writer that is killed (SIGKILL, a node lost) leaves
 its temporary behind; ``remove_stale_temporaries`` deletes those of a folder that no
-live writer holds (``write_atomically`` holds an ``flock`` on its temporary while it
-writes), so a large network's half-written checkpoints do not pile up.
+live writer holds (``write_atomically`` holds a lock on its temporary while it writes:
+``flock``, ``LockFileEx`` on Windows; ``segscale.platforms.files``), so a large
+network's half-written checkpoints do not pile up.
 """
 
 from __future__ import annotations
 
 import csv
 import errno
-import fcntl
 import io
 import logging
 import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from segscale.platforms import files
 
 log = logging.getLogger(__name__)
 
 TEMPORARY_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 """The names ``temporary_beside`` gives (``tempfile.mkstemp``'s 8 random characters)."""
 
+SETTLED_S = 60.0
+"""Seconds a temporary is unchanged before a Windows sweep takes it for stale: a writer
+renames its temporary an instant after it closes it and lets go of its lock."""
+
 NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
-"""What ``flock`` raises on a file system without it (Lustre without ``-o flock``, ...)."""
+"""What a lock raises on a file system without locks (Lustre without ``-o flock``, ...)."""
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -44,10 +51,14 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
     try:
         with open(temporary, "wb") as stream:
             # Held until the file is in place: a live writer's temporary is not stale.
-            _lock_if_possible(stream.fileno(), fcntl.LOCK_EX)
+            _lock_if_possible(stream.fileno(), wait=True)
             write(stream)
             stream.flush()
-            return move_into_place(temporary, path)
+            if files.renames_open_files():
+                return move_into_place(temporary, path)
+        # Windows renames no open file: moved once closed, which lets go of the lock; a
+        # temporary so recent is not stale to ``remove_stale_temporaries`` there.
+        return move_into_place(temporary, path)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
         if isinstance(error, OSError) and error.filename is None:
@@ -90,50 +101,73 @@ def move_into_place(temporary: str | Path, path: str | Path) -> Path:
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     """Delete the temporaries (``temporary_beside``'s names) that no live writer holds.
 
-    Only ``folder`` itself is searched. A temporary is stale when its ``flock`` can be
+    Only ``folder`` itself is searched. A temporary is stale when its lock can be
     taken: ``write_atomically`` holds it while writing, and the kernel releases it when
-    the writer dies, however it dies. On a file system without ``flock`` nothing is
-    deleted (a live writer could not be told from a dead one). Returns what was deleted.
+    the writer dies, however it dies. On a file system without locks nothing is
+    deleted (a live writer could not be told from a dead one). On Windows, where a
+    writer lets go of its lock just before it renames its temporary (and no open file
+    can be deleted), a temporary must also be unchanged for ``SETTLED_S``. Returns what
+    was deleted.
     """
-    removed: list[Path] = []
     try:
         candidates = [p for p in Path(folder).iterdir() if TEMPORARY_NAME.match(p.name)]
     except (FileNotFoundError, NotADirectoryError):
-        return removed
-    for path in candidates:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:  # gone already, a link, or not ours to open
-            continue
-        try:
-            if _lock_if_possible(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, missing=False):
-                path.unlink(missing_ok=True)
-                removed.append(path)
-        except BlockingIOError:
-            continue  # a live writer holds it
-        finally:
-            os.close(fd)
+        return []
+    removed = [path for path in candidates if _remove_if_stale(path)]
     if removed:
         log.info("removed %d temporaries of writes that never finished in %s", len(removed), folder)
     return removed
 
 
-def _lock_if_possible(fd: int, operation: int, missing: bool = True) -> bool:
-    """``flock(fd, operation)``; on a file system without locks, return ``missing``."""
+def _remove_if_stale(path: Path) -> bool:
+    """Delete the temporary ``path`` if no live writer holds it; whether it was deleted."""
     try:
-        fcntl.flock(fd, operation)
+        fd = files.open_unfollowed(path)
+    except OSError:  # gone already, a link, or not ours to open
+        return False
+    try:
+        stale = _lock_if_possible(fd, wait=False, missing=False)
+        if stale and files.renames_open_files():
+            path.unlink(missing_ok=True)
+            return True
+    finally:
+        os.close(fd)
+    # Windows deletes no open file, and a writer lets go of its lock an instant before it
+    # renames its temporary: one unchanged for SETTLED_S is a dead writer's.
+    if not (stale and _settled(path)):
+        return False
+    try:
+        path.unlink()
+    except (FileNotFoundError, PermissionError):  # gone, or opened again meanwhile
+        return False
+    return True
+
+
+def _settled(path: Path) -> bool:
+    """Whether ``path`` has not changed for ``SETTLED_S`` (a temporary whose writer is gone)."""
+    try:
+        return time.time() - path.stat().st_mtime >= SETTLED_S
+    except FileNotFoundError:
+        return False
+
+
+def _lock_if_possible(fd: int, wait: bool, missing: bool = True) -> bool:
+    """Lock ``fd`` (``wait``: until it can); whether it was taken, ``missing`` without locks."""
+    try:
+        return files.lock(fd, wait)
     except OSError as error:
         if error.errno not in NO_FLOCK:
             raise
         return missing
-    return True
 
 
 def _fsync_folder(folder: Path) -> None:
     """Flush a folder's entries (a rename into it) to disk, where the system allows it."""
     try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fd = files.open_folder(folder)
     except OSError:  # a folder that cannot be opened for reading: nothing more to do
+        return
+    if fd is None:  # Windows cannot open a folder to flush it
         return
     try:
         os.fsync(fd)
@@ -169,7 +203,7 @@ def current_umask() -> int:
     """
     if sys.platform.startswith("linux"):
         try:
-            with open("/proc/self/status") as status:
+            with open("/proc/self/status", encoding="utf-8") as status:
                 for line in status:
                     if line.startswith("Umask:"):
                         return int(line.split()[1], 8)

@@ -7,12 +7,18 @@ The rank launcher, the parallel launcher, the Optuna sweeper and the Python API 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from omegaconf import DictConfig, OmegaConf
 
 TRAIN_COMMAND = (sys.executable, "-m", "segscale.cli.train")
 """``train.py`` as a module of this interpreter: found wherever segscale is installed."""
+
+UTF8_OUTPUT = {"PYTHONIOENCODING": "utf-8"}
+"""The environment in which a Python child writes its output to a file or a pipe as UTF-8,
+as its parent reads it (Python's default there is the locale's encoding: cp1252 on most
+Windows machines, which has no ``水`` for a class name in a log line)."""
 
 
 def program_command() -> list[str]:
@@ -47,6 +53,18 @@ def config_options(hydra_cfg: DictConfig) -> list[str]:
 
 
 def quoted_override(value: str) -> str:
-    """A Hydra override value that keeps spaces, quotes and commas as they are."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
+    r"""``value`` as a quoted Hydra override value, which Hydra's parser reads back as it is.
+
+    Spaces, commas, ``=``, ``$`` and brackets stay as they are inside quotes; so do
+    backslashes, but for those before a quote: Hydra 1.3 reads backslashes as escapes
+    only there (``\'`` is a quote, ``\\'`` a backslash and the end), as Windows reads a
+    command line. So ``C:\Users\me\data`` and ``\\server\share\x`` are written as they
+    are, and only a run of backslashes before a quote (or before the closing one) is
+    doubled. The quote is ``"`` where the value holds ``'`` and no ``"``, else ``'``,
+    escaped inside. (A ``${`` in it is still an interpolation to OmegaConf, as in a
+    config file.)
+    """
+    quote = '"' if "'" in value and '"' not in value else "'"
+    before_quote = re.compile(rf"(\\*)({quote}|\Z)")
+    escaped = before_quote.sub(lambda m: m[1] * 2 + ("\\" + m[2] if m[2] else ""), value)
+    return f"{quote}{escaped}{quote}"

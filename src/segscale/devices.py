@@ -1,25 +1,21 @@
-"""Devices: what ``trainer.devices`` asks for, what this machine has, and its CPU cores."""
+"""Devices: what ``trainer.devices`` asks for, what this machine has, its cores, ranks' backend."""
 
 from __future__ import annotations
 
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
 from omegaconf import ListConfig
 
 from segscale.errors import ConfigError, require
-
-CGROUP_MEMBERSHIP = Path("/proc/self/cgroup")
-"""This process's cgroup in each hierarchy (``ID:controllers:/path`` lines)."""
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-"""Where the cgroups are mounted: cgroup v2's hierarchy, and v1's ``cpu`` controller in ``cpu/``."""
+from segscale.platforms import cores as platform_cores
+from segscale.platforms.process_groups import BackendError
+from segscale.platforms.process_groups import process_group_backend as platform_backend
 
 
 def cpus_available() -> int:
@@ -27,10 +23,10 @@ def cpus_available() -> int:
 
     The affinity mask is what SLURM, cpusets and ``taskset`` narrow; a CPU quota (docker
     ``--cpus``, Kubernetes CPU limits) leaves the mask whole and caps the CPU time instead
-    (``cpu_quota``). A fractional quota counts rounded up (as loky's ``cpu_count`` and the
-    JVM count it), and never below one core.
+    (``segscale.platforms.cores.cpu_quota``). A fractional quota counts rounded up (as
+    loky's ``cpu_count`` and the JVM count it), and never below one core.
     """
-    return within_quota(affinity_cores(), cpu_quota())
+    return within_quota(affinity_cores(), platform_cores.cpu_quota())
 
 
 def within_quota(cores: int, quota: float | None) -> int:
@@ -41,66 +37,7 @@ def within_quota(cores: int, quota: float | None) -> int:
 
 def affinity_cores() -> int:
     """CPU cores in this process's affinity mask (all the machine's where there is none)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def cpu_quota() -> float | None:
-    """The cores' worth of CPU time this process's cgroups allow; ``None`` without a quota.
-
-    cgroup v2's ``cpu.max`` (``QUOTA PERIOD`` or ``max PERIOD``), cgroup v1's
-    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none). A quota set on an ancestor
-    cgroup limits this one too, so every cgroup from this process's own up to the root
-    is read and the smallest quota counts. Read here rather than through joblib's
-    ``cpu_count`` (not a dependency), which reads the root of the mount only: it sees a
-    container's own quota, but not one on this process's cgroup seen from the host
-    (systemd's ``CPUQuota=``, a batch system's) or on a cgroup above it.
-    """
-    quotas = [q for d, v2 in _cgroup_directories() if (q := _quota_in(d, v2)) is not None]
-    return min(quotas, default=None)
-
-
-def _cgroup_directories() -> Iterator[tuple[Path, bool]]:
-    """The CPU-controlling cgroup directories of this process and of its ancestors.
-
-    Yields ``(directory, is_v2)``, the process's own first. A cgroup path outside this
-    cgroup namespace (``/../x``) names no directory here and is skipped.
-    """
-    try:
-        lines = CGROUP_MEMBERSHIP.read_text().splitlines()
-    except OSError:
-        return
-    for line in lines:
-        match = re.fullmatch(r"([0-9]+):([^:]*):(/.*)", line)
-        if match is None:
-            continue
-        hierarchy, controllers, path = match.groups()
-        if hierarchy == "0" and controllers == "":
-            mount, v2 = CGROUP_ROOT, True
-        elif "cpu" in controllers.split(","):
-            mount, v2 = CGROUP_ROOT / "cpu", False
-        else:
-            continue
-        parts = PurePosixPath(path).parts[1:]
-        if ".." in parts:
-            continue
-        for depth in range(len(parts), -1, -1):
-            yield mount.joinpath(*parts[:depth]), v2
-
-
-def _quota_in(directory: Path, v2: bool) -> float | None:
-    """The CPU quota set on the cgroup ``directory``, in cores; ``None`` if none or unreadable."""
-    try:
-        if v2:
-            quota, _, period = (directory / "cpu.max").read_text().strip().partition(" ")
-        else:
-            quota = (directory / "cpu.cfs_quota_us").read_text().strip()
-            period = (directory / "cpu.cfs_period_us").read_text().strip()
-    except OSError:
-        return None
-    # Only the kernel's forms count: "max" or -1 (no quota), anything else unreadable, is none.
-    if not (re.fullmatch("[0-9]+", quota) and re.fullmatch("[0-9]+", period)):
-        return None
-    return int(quota) / int(period) if int(quota) > 0 and int(period) > 0 else None
+    return len(platform_cores.affinity())
 
 
 def slurm_task_rank() -> bool:
@@ -186,6 +123,23 @@ def resolve_accelerator(accelerator: str) -> str:
             return "mps"
         return "cpu"
     return accelerator
+
+
+def process_group_backend(
+    value: Any, accelerator: str, key: str, platform: str | None = None
+) -> str:
+    """The process-group backend of ranks on ``accelerator``: ``value`` (``key``'s), or null's.
+
+    Null is this platform's choice for the device (``segscale.platforms.process_groups``:
+    NCCL between CUDA GPUs on Linux, gloo elsewhere). A backend the platform or the device
+    lacks, or anything but the names ``nccl`` and ``gloo``, raises ``ConfigError`` naming
+    ``key``, the platform and what it has, before any rank starts. ``platform``:
+    ``sys.platform``'s value, this one's by default.
+    """
+    try:
+        return platform_backend(value, resolve_accelerator(accelerator), platform)
+    except BackendError as error:
+        raise ConfigError(f"{key}={value!r} is not allowed: {error}") from None
 
 
 def available_devices(accelerator: str) -> int:

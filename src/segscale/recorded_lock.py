@@ -1,22 +1,24 @@
 """A lock file that names its holder: one process at a time, the others told whom.
 
-The lock itself is filelock's. Where the file system has ``flock``, a ``FileLock``
-(the kernel releases it when the holder dies, however it dies), and the file holds our
-record of the holder: its pid, host and start time, written once the lock is held. A
-record found there on taking the lock was left by a holder that died without releasing
-it. Where the file system has no ``flock`` (Lustre mounted without ``-o flock``, NFS
-without its lock daemon), a ``SoftFileLock``: the file's existence is the lock and it
-holds filelock's record (pid and host); filelock takes over one whose holder is dead on
-this host and leaves one from another host, which cannot be checked, to be deleted by
-hand.
+The lock itself is filelock's. Where the file system has native locks (``flock``;
+``LockFileEx`` on Windows), a ``FileLock`` (the kernel releases it when the holder
+dies, however it dies), and the file holds our record of the holder: its pid, host and
+start time, written once the lock is held, after the bytes Windows locks against other
+readers (``segscale.platforms.files.LOCKED_BYTES``, padded with a newline everywhere).
+A record found there on taking the lock was left by a holder that died without
+releasing it. Where the file system has no ``flock`` (Lustre mounted without ``-o
+flock``, NFS without its lock daemon), a ``SoftFileLock``: the file's existence is the
+lock and it holds filelock's record (pid and host); filelock takes over one whose
+holder is dead on this host and leaves one from another host, which cannot be checked,
+to be deleted by hand.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +26,7 @@ from pathlib import Path
 from filelock import BaseFileLock, FileLock, SoftFileLock, Timeout
 
 from segscale.atomic_files import NO_FLOCK
+from segscale.platforms import files
 
 REFUSE_AFTER = 0.05
 """Seconds a lock that is not waited for is tried (every ``RETRY``) before it counts as
@@ -87,10 +90,11 @@ class RecordedLock:
 
     def _record(self, fd: int) -> None:
         """Note the record a dead holder left in the ``flock`` file, and write ours."""
-        left = os.pread(fd, MAX_RECORD, 0)
+        left = files.read_at(fd, MAX_RECORD, 0)
         self._left = in_words(left) if left.strip() else None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(_this_process()).encode(), 0)
+        padding = b"\n" * files.LOCKED_BYTES
+        files.write_at(fd, padding + json.dumps(_this_process()).encode(), 0)
 
     def holder(self) -> str:
         """The holder the lock file names, in words (``holder unknown`` without a record).
@@ -99,7 +103,8 @@ class RecordedLock:
         missing is waited for, briefly.
         """
         deadline = time.monotonic() + RECORD_WAIT
-        while not (record := _read_or_empty(self.lock_file)).strip():
+        skip = 0 if self.soft else files.LOCKED_BYTES
+        while not (record := _read_or_empty(self.lock_file, skip)).strip():
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
@@ -111,11 +116,12 @@ class RecordedLock:
         filelock keeps a ``flock`` file; deleting it while it is still held leaves the
         folder as it was, and a process that opened it meanwhile finds it gone once it
         gets the ``flock`` (filelock checks the link count) and tries again. A soft lock's
-        file filelock deletes itself, once it has checked that it is still its own.
+        file filelock deletes itself, once it has checked that it is still its own, and
+        so does its Windows lock (Windows deletes no file that is open).
         """
         if self._lock is None:
             return
-        if not self.soft:
+        if not self.soft and sys.platform != "win32":
             self.lock_file.unlink(missing_ok=True)
         self._lock.release()
         self._lock = None
@@ -139,17 +145,19 @@ def in_words(record: bytes) -> str:
 
 
 def flock_works(folder: Path) -> bool:
-    """Whether ``flock`` works in ``folder`` (tried on the folder itself, left as it was).
+    """Whether native locks work in ``folder`` (tried on the folder itself, left as it was).
 
     filelock falls back by itself only where ``flock`` fails with ``ENOSYS``; NFS
-    without its lock daemon says ``ENOLCK``.
+    without its lock daemon says ``ENOLCK``. Windows, which opens no folder, locks on
+    every file system it writes to (NTFS, SMB shares).
     """
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fd = files.open_folder(folder)
+    if fd is None:
+        return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    except BlockingIOError:
-        return True  # held by someone: it works
+        if files.lock(fd, wait=False):
+            files.unlock(fd)
+        # else held by someone: it works
     except OSError as error:
         if error.errno in NO_FLOCK:
             return False
@@ -167,9 +175,11 @@ def _this_process() -> dict[str, object]:
     }
 
 
-def _read_or_empty(path: Path) -> bytes:
+def _read_or_empty(path: Path, skip: int = 0) -> bytes:
+    """The record in ``path`` after its first ``skip`` bytes (b"" without the file)."""
     try:
         with open(path, "rb") as stream:
+            stream.seek(skip)
             return stream.read(MAX_RECORD)
     except FileNotFoundError:
         return b""

@@ -1,8 +1,26 @@
+import sys
 from pathlib import Path
 
+import hydra
 import pytest
 
-from segscale.bench.ddp_runs import passed_on, scaling_command, sync_batchnorm, without_key
+from segscale.bench import ddp_runs
+from segscale.bench.console_errors import HYDRA_HINT
+from segscale.bench.ddp_runs import (
+    ScalingPoint,
+    measure_scaling,
+    passed_on,
+    run_error,
+    run_scaling_point,
+    scaling_command,
+    without_key,
+)
+from segscale.bench.progress import Progress
+from segscale.bench.timing import summarize_steps
+from tests.conftest import compose_config, tiny_overrides
+from tests.in_process import run_in_process
+
+THEIR_CONFIG = ["--config-dir", "/their/conf", "hydra.searchpath=[file:///their/more]"]
 
 
 def test_the_users_overrides_are_passed_on_except_what_the_runs_set():
@@ -28,7 +46,7 @@ def test_the_users_overrides_are_passed_on_except_what_the_runs_set():
 
 
 def test_scaling_command_runs_train_py_with_ddp_and_a_step_timer(tmp_path: Path):
-    command = scaling_command(["model.encoder=resnet50"], 2, "cpu", 35, tmp_path / "n2")
+    command = scaling_command(["model.encoder=resnet50"], 2, "cpu", 35, tmp_path / "n2", [])
     # train.py as a module, found wherever segscale is installed
     assert command[1:4] == ["-m", "segscale.cli.train", "model.encoder=resnet50"]
     for expected in (
@@ -44,12 +62,92 @@ def test_scaling_command_runs_train_py_with_ddp_and_a_step_timer(tmp_path: Path)
         assert expected in command
 
 
-def test_sync_batchnorm_follows_the_users_override_else_the_default():
-    assert sync_batchnorm(["model.encoder=resnet50"]) is True  # conf/train.yaml
-    assert sync_batchnorm(["training.sync_batchnorm=false"]) is False
+def test_scaling_command_loads_the_config_folders_bench_loaded(tmp_path: Path):
+    command = scaling_command(["datamodule/classes=mine"], 2, "cpu", 35, tmp_path, THEIR_CONFIG)
+    # before the overrides, as --config-dir must be
+    assert command[3:7] == [*THEIR_CONFIG, "datamodule/classes=mine"]
+
+
+def test_without_key_drops_every_override_of_the_key():
     assert without_key(["a=1", "training.sync_batchnorm=false"], "training.sync_batchnorm") == [
         "a=1"
     ]
+
+
+def test_each_scaling_run_gets_the_config_options_and_the_composed_sync_batchnorm(
+    tiny_data_root: Path, tmp_path: Path, monkeypatch
+):
+    # Synchronized batch norm off in the composed config but in no override (a user's
+    # preset, say): the variant run turns it on, and the runs are said to have it off.
+    cfg = compose_config(
+        "bench",
+        *tiny_overrides(tiny_data_root, tmp_path),
+        "training.sync_batchnorm=false",
+        "bench.warmup_steps=0",
+        "bench.window_steps=2",
+        "bench.windows=1",
+    )
+    commands: list[list[str]] = []
+
+    def run(command, folder, devices, *_):
+        commands.append(command)
+        if devices == 2:
+            return ScalingPoint(devices, None, 0, "exit 1: In 'x': Could not find 'y'")
+        return ScalingPoint(devices, summarize_steps([0.1, 0.1], 0, 1), 4)
+
+    monkeypatch.setattr(ddp_runs, "run_scaling_point", run)
+    monkeypatch.setattr(ddp_runs, "measure_allreduce", lambda *_: None)
+    compute = {"gradient_bytes": 1000}
+    progress = Progress(3)
+    measured, _ = measure_scaling(cfg, [], THEIR_CONFIG, [1, 2], 1, compute, progress)
+    progress.close()
+    assert all(command[3:6] == THEIR_CONFIG for command in commands)
+    assert measured["sync_batchnorm"] is False
+    assert "training.sync_batchnorm=true" in commands[-1]
+    rows = measured["measured"]
+    assert [(r["devices"], r["variant"], r["error"] is None) for r in rows] == [
+        (1, None, True),
+        (2, None, False),
+        (2, "training.sync_batchnorm=true", False),
+    ]
+    assert rows[1]["console"] == "scaling/devices_2/console.log"
+    assert rows[1]["speedup"] is None and rows[0]["speedup"] == 1.0
+
+
+REPLAY = "import sys; sys.stdout.write(open(sys.argv[1]).read()); sys.exit(int(sys.argv[2]))"
+"""A process that writes a file's text as its output and exits with the status given."""
+
+
+def test_a_run_that_fails_is_the_first_error_its_output_names(tmp_path: Path):
+    # Hydra's own words for a config that does not compose, as the scaling runs met them
+    # with the user's classes file in a config folder they were not given: a Hydra
+    # program run here (a process would spend seconds discovering Hydra's plugins), its
+    # output written by a process that exits as Hydra's does.
+    (tmp_path / "conf" / "classes").mkdir(parents=True)
+    (tmp_path / "conf" / "config.yaml").write_text("defaults:\n  - classes: theirs\n")
+    (tmp_path / "conf" / "classes" / "theirs.yaml").write_text("num_classes: 2\n")
+    app = hydra.main(version_base="1.3", config_path=str(tmp_path / "conf"), config_name="config")
+    done = run_in_process(app(lambda cfg: None), "classes=mine", cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.rstrip().splitlines()[-1].startswith(HYDRA_HINT)
+    (tmp_path / "hydra.txt").write_text(done.stderr)
+    command = [sys.executable, "-c", REPLAY, str(tmp_path / "hydra.txt"), "1"]
+    point = run_scaling_point(command, tmp_path / "run", 1, 1, 0, 1, timeout_s=60)
+    assert point.timing is None and point.throughput is None
+    assert point.error == "exit 1: In 'config': Could not find 'classes/mine'"
+    assert (tmp_path / "run" / "console.log").read_text() == done.stderr
+
+
+def test_a_run_past_its_time_is_stopped_and_its_output_kept(tmp_path: Path):
+    command = [sys.executable, "-c", "print('step 1', flush=True); import time; time.sleep(60)"]
+    point = run_scaling_point(command, tmp_path, 1, 1, 0, 1, timeout_s=2)
+    assert point.error == "no result within 2 s" and point.timing is None
+    assert (tmp_path / "console.log").read_text().strip() == "step 1"
+
+
+def test_a_run_that_ends_without_a_step_timing_says_so():
+    assert run_error(0, "ran\n") == "exit 0: it wrote no step timing (steps.json)"
+    assert run_error(-9, "") == "killed by signal 9: no output"
+    assert run_error(1, "step 3\nsomething odd\n") == "exit 1: something odd"
 
 
 @pytest.mark.slow
@@ -62,3 +160,33 @@ def test_this_machines_allreduce_is_a_curve_through_measured_points():
     times = [t for _, t in link.points]
     assert times == sorted(times) and times[0] > 0
     assert link.allreduce_time(2 * 2**20, 2) == times[-1]
+
+
+class _JoinedError(Exception):
+    """Raised in place of joining a process group: the rank stops there."""
+
+
+@pytest.mark.parametrize(
+    ("platform", "cuda", "backend"),
+    [
+        ("linux", True, "nccl"),
+        ("linux", False, "gloo"),
+        ("win32", True, "gloo"),  # Windows' GPUs: no NCCL there
+        ("darwin", False, "gloo"),
+    ],
+)
+def test_the_allreduce_ranks_join_the_platforms_backend(platform, cuda, backend, monkeypatch):
+    joined = []
+
+    def join(name: str, **kwargs: object) -> None:
+        joined.append(name)
+        raise _JoinedError
+
+    monkeypatch.setattr(ddp_runs.dist, "init_process_group", join)
+    monkeypatch.setattr(ddp_runs.torch.cuda, "set_device", lambda device: None)
+    for variable in ("MASTER_ADDR", "MASTER_PORT"):  # the rank sets them: restored after
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(sys, "platform", platform)
+    with pytest.raises(_JoinedError):
+        ddp_runs._allreduce_rank(0, 2, 29500, 4, 1, "unused.json", cuda)
+    assert joined == [backend]

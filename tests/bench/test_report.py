@@ -1,4 +1,14 @@
-from segscale.bench.report import alternatives, storage_rows
+from pathlib import Path
+
+from segscale.bench.predicted_scaling import prediction_rows
+from segscale.bench.report import (
+    alternatives,
+    gloo_rows,
+    plot_scaling,
+    predicted_rows,
+    storage_rows,
+)
+from tests.bench.test_predicted_scaling import OPTIONS, WINDOWS, gloo_link, measured
 
 
 def test_the_table_shows_the_other_spread_and_sync_batchnorm_off_on_the_most_devices():
@@ -49,3 +59,70 @@ def test_the_table_sets_the_tiles_as_stored_beside_the_tiles_in_memory():
     skipped = storage | {"stored": [], "in_memory": [], "ratio": None, "skipped": "too big"}
     assert storage_rows(skipped)[0][1] == "not compared: too big"
     assert storage_rows(None) == []  # a bench.json from before
+
+
+def scaling_results(*measured: dict) -> dict:
+    """The part of bench.json that the scaling plot reads, as measured on a CPU."""
+    prediction = {"rows": [], "one_device_throughput": 10.0, "this_machine_rows": []}
+    return {
+        "scaling": {"sync_batchnorm": True, "measured": list(measured)},
+        "prediction": prediction,
+    }
+
+
+def run(devices: int, throughput: float | None, error: str | None = None) -> dict:
+    efficiency = throughput / (10.0 * devices) if throughput else None
+    return {
+        "devices": devices,
+        "variant": None,
+        "error": error,
+        "throughput": throughput,
+        "efficiency": efficiency,
+    }
+
+
+def test_no_scaling_plot_without_a_measured_point(tmp_path: Path):
+    failed = scaling_results(run(1, None, "exit 1: x"), run(2, None, "exit 1: x"))
+    assert plot_scaling(failed, tmp_path / "scaling.png") is False
+    assert not (tmp_path / "scaling.png").exists()
+    # a point measured, one failed: the plot, with the failed run named on it
+    some = scaling_results(run(1, None, "exit 1: x"), run(2, 18.0))
+    some["prediction"]["this_machine_rows"] = [
+        {"devices": 2, "sync_batchnorm": True, "throughput": 17.0, "efficiency": 0.85}
+    ]
+    assert plot_scaling(some, tmp_path / "scaling.png") is True
+    assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+def test_the_table_says_that_no_gpu_is_predicted_where_none_was_measured():
+    assert predicted_rows([]) == [
+        "Scaling, predicted on GPUs: none (bench measured no GPU; the verdict says why)"
+    ]
+    summary = {"speedup": 1.9, "efficiency": 0.95, "data_bound": False}
+    assert predicted_rows([{"interconnect": "NVLink H100", "devices": 2, **summary}]) == [
+        "Scaling, predicted: speed-up (efficiency) on 2 devices",
+        "  NVLink H100  1.90× (95%)",
+        "  * limited by the data pipeline",
+    ]
+
+
+def test_the_table_shows_the_gloo_link_and_its_rows_under_gloo(tmp_path: Path):
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    prediction = prediction_rows(inputs, OPTIONS, None, [1], True, WINDOWS, gloo_link())
+    lines = gloo_rows(prediction)
+    assert lines[0] == (
+        "Scaling, predicted under gloo (Windows has no NCCL): gloo through host memory, "
+        "copies 11.4 GB/s to the host and 9.6 back, host all-reduce 0.10 ms latency, "
+        "0.76 GB/s bus bandwidth"
+    )
+    two = prediction["gloo"]["rows"][0]
+    assert lines[1].startswith(
+        f"  2 devices  {two['speedup']:.2f}× ({two['efficiency']:.0%}): step"
+    )
+    assert "gradients" in lines[1] and "synchronized batch norm" in lines[1]
+    assert lines[2].startswith("  8 devices")
+    assert gloo_rows(prediction | {"gloo": None}) == []
+    # the scaling plot draws the gloo rows beside the NCCL ones
+    results = scaling_results(run(1, 10.0), run(2, 18.0))
+    results["prediction"] |= {"rows": prediction["rows"], "gloo": prediction["gloo"]}
+    assert plot_scaling(results, tmp_path / "scaling.png") is True

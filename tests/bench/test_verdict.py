@@ -1,13 +1,26 @@
 import json
+import re
 from dataclasses import replace
 
 import pytest
 
 from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread
 from segscale.bench.interconnects import find_interconnect
+from segscale.bench.predicted_scaling import prediction_rows
 from segscale.bench.step_model import predict
 from segscale.bench.step_profile import BatchNormSync, Collectives, Gradients, StepProfile
-from segscale.bench.verdict import NVLINK, PCIE, Findings, bottleneck, findings_from, verdict
+from segscale.bench.verdict import (
+    GLOO_TERMS,
+    NVLINK,
+    PCIE,
+    Findings,
+    bottleneck,
+    failed_measurements,
+    findings_from,
+    gpu_basis,
+    verdict,
+)
+from tests.bench.test_predicted_scaling import OPTIONS, WINDOWS, gloo_link, measured
 from tests.conftest import REPO
 
 
@@ -21,10 +34,26 @@ def numbers(**changes) -> Findings:
         "best_pipeline_rate": 700.0,
         "framework_ratio": 1.01,
         "steps_per_epoch": 500,
+        "most_devices": 8,
         "predicted": {PCIE: {2: 0.98, 4: 0.95, 8: 0.90}, NVLINK: {2: 0.99, 4: 0.98, 8: 0.97}},
         "best_option": ("trainer.precision=bf16-mixed", 1.8),
+        "device": "NVIDIA H100 80GB HBM3",
+        "gpu_basis": GPU_BASIS,
     }
     return Findings(**(values | changes))
+
+
+GPU_BASIS = {
+    "device": "NVIDIA H100 80GB HBM3",
+    "step_s": 0.08,
+    "step": "the 1-device train.py run's",
+}
+
+
+def on_a_cpu(**changes) -> Findings:
+    """``numbers()`` as bench measures them on a CPU: no GPU prediction, no basis for one."""
+    cpu = {"predicted": {}, "gpu_basis": None, "device": "CPU (2 cores)", "flops_per_patch": 9e7}
+    return numbers(**(cpu | changes))
 
 
 def test_compute_bound_says_how_much_more_devices_give_and_names_the_best_option():
@@ -103,13 +132,110 @@ def test_compute_bound_without_measured_options_says_so():
     assert "no speed option was measured" in verdict(numbers(best_option=None))
 
 
+def sentences(text: str) -> list[str]:
+    """A verdict's sentences (each ends with a full stop and the next starts a capital)."""
+    return re.split(r"(?<=\.) (?=[A-Z])", text)
+
+
 @pytest.mark.parametrize("run", ["cpu-default", "cpu-512"])
-def test_the_verdict_of_a_stored_run_is_made_from_its_numbers(run):
+def test_a_stored_cpu_run_no_longer_predicts_gpus_from_its_cpu_step(run):
     results = json.loads((REPO / "experiments" / "scaling" / run / "bench.json").read_text())
-    # Stored before strategy.sync_batchnorm became training.sync_batchnorm: the verdict
-    # names the key as it was then; the numbers and every other word are the same.
+    # Stored before strategy.sync_batchnorm became training.sync_batchnorm, and before
+    # bench stopped scaling a CPU's step into GPU predictions (issue 46): every sentence
+    # of today's verdict but the two that replace the GPU ones is the stored verdict's.
     stored = results["verdict"].replace("strategy.sync_batchnorm", "training.sync_batchnorm")
-    assert verdict(findings_from(results)) == stored
+    text = verdict(findings_from(results))
+    new = [s for s in sentences(text) if s not in sentences(stored)]
+    assert new == [
+        "The data pipeline keeps up with this machine's CPU (2 cores).",
+        *sentences(gpu_basis(findings_from(results))[0]),
+    ]
+    assert new[1].startswith("GPUs are not predicted: bench measured CPU (2 cores), not a GPU")
+    gone = [s for s in sentences(stored) if s not in sentences(text)]
+    assert len(gone) == 3 and all("GPU" in s or "NVLink" in s for s in gone), gone
+    assert "NVLink" not in text and "PCIe" not in text
+
+
+def test_a_cpu_verdict_says_bench_has_no_basis_for_gpus_and_predicts_none():
+    cpu = on_a_cpu()
+    assert bottleneck(cpu) is None  # the pipeline keeps up; GPUs are not predicted
+    text = verdict(cpu)
+    assert (
+        "GPUs are not predicted: bench measured CPU (2 cores), not a GPU, and has no basis "
+        "for this config's step on one (it holds no published step time of this config, its "
+        "0.09 GFLOP per patch give a GPU's step only at a share of that GPU's peak that "
+        "bench has not measured, and a CPU's step is not a GPU's)."
+    ) in text
+    assert "run bench.py on a machine with one GPU" in text
+    assert "×" not in text.replace("1.80× faster per step", "")  # no GPU speed-up
+    assert "Change first trainer.precision=bf16-mixed: measured 1.80× faster per step" in text
+    assert "bottleneck is compute" not in text and "more devices help" not in text
+    assert "An epoch is 40 steps on one device, 5.0 on each of 8" in verdict(
+        on_a_cpu(steps_per_epoch=40)
+    )
+
+
+def test_a_data_bound_cpu_verdict_says_so_and_predicts_no_gpus():
+    text = verdict(on_a_cpu(pipeline_rate=60.0))
+    assert "bottleneck is the data pipeline" in text and "GPUs are not predicted" in text
+
+
+def test_a_gpu_verdict_says_its_predictions_are_built_from_the_step_measured_on_that_gpu():
+    text = verdict(numbers())
+    assert (
+        "The GPU predictions are built from the step measured here on one NVIDIA H100 80GB "
+        "HBM3 (80.0 ms for 8 patches, the 1-device train.py run's): each row is N of these "
+        "GPUs over its interconnect"
+    ) in text
+    assert "GPUs are not predicted" not in text
+
+
+FAILED = ("ddp on 2 devices", "exit 1: In 'datamodule/synthetic': Could not find 'x'", "s/c.log")
+
+
+def test_a_failed_measurement_opens_the_verdict_with_its_error():
+    text = verdict(on_a_cpu(failed=(FAILED,)))
+    assert text.startswith(
+        "1 of bench's measurements failed, and what follows is made without it: ddp on 2 "
+        "devices (exit 1: In 'datamodule/synthetic': Could not find 'x'; its output: s/c.log)."
+    )
+    assert "Without the 1-device train.py run" not in text
+    one = ("ddp on 1 device", "exit 2: bad", "scaling/devices_1/console.log")
+    option = ("the bare step, training.compile=true", "RuntimeError: no compiler", None)
+    text = verdict(numbers(failed=(one, option)))
+    assert text.startswith(
+        "2 of bench's measurements failed, and what follows is made without them: ddp on 1 "
+        "device (exit 2: bad; its output: scaling/devices_1/console.log); the bare step, "
+        "training.compile=true (RuntimeError: no compiler)."
+    )
+    assert "Without the 1-device train.py run the prediction starts from bench's own step" in text
+    assert "failed" not in verdict(numbers())
+
+
+def test_failed_measurements_are_read_from_bench_json():
+    def run(devices, variant=None, error=None):
+        return {"devices": devices, "variant": variant, "error": error, "console": "c.log"}
+
+    results = {
+        "scaling": {
+            "measured": [run(1), run(2, error="exit 1: x"), run(2, "b=false", error="exit 1: y")]
+        },
+        "options": [
+            {"option": "as configured", "error": None},
+            {"option": "training.compile=true", "error": "RuntimeError: z"},
+        ],
+    }
+    assert failed_measurements(results) == [
+        {"measurement": "ddp on 2 devices", "error": "exit 1: x", "output": "c.log"},
+        {"measurement": "ddp on 2 devices, b=false", "error": "exit 1: y", "output": "c.log"},
+        {
+            "measurement": "the bare step, training.compile=true",
+            "error": "RuntimeError: z",
+            "output": None,
+        },
+    ]
+    results["scaling"]["measured"][0]["error"] = "exit 1: w"
+    assert failed_measurements(results)[0]["measurement"] == "ddp on 1 device"
 
 
 def test_the_verdict_names_what_limits_this_machine_with_its_numbers():
@@ -219,3 +345,119 @@ def test_a_compute_bound_verdict_gives_the_sync_batchnorm_lever_when_it_is_the_l
     text = verdict(compute_bound)
     assert "largest cost beyond compute would be synchronized batch norm: 42.3 ms" in text
     assert "Without it, training.sync_batchnorm=false: predicted" in text
+
+
+def on_windows(**changes) -> Findings:
+    """Two V100s under gloo: the seed's question, with a gloo row on 2 GPUs (hand numbers)."""
+    gloo = {
+        "devices": 2,
+        "sync_batchnorm_s": 0.218,
+        "exposed_communication_s": 0.025,
+        "collectives_s": 0.001,
+        "straggler_s": 0.005,
+        "overhead_s": 0.0,
+        "step_s": 0.651,
+        "speedup": 1.24,
+        "efficiency": 0.62,
+        "gloo_parts": {
+            "device_to_host_s": 0.010,
+            "host_allreduce_s": 0.154,
+            "host_to_device_s": 0.012,
+        },
+        "without_sync_batchnorm": {"efficiency": 0.93, "speedup": 1.86},
+    }
+    predicted = {
+        "PCIe 3.0 x16": {2: 0.84, 8: 0.6},
+        PCIE: {2: 0.95, 8: 0.8},
+        NVLINK: {2: 0.98, 8: 0.9},
+    }
+    values = {
+        "batch": 10,
+        "device": "Tesla V100-PCIE-16GB",
+        "predicted": predicted,
+        "gloo_reason": "Windows has no NCCL",
+        "gloo_terms": gloo,
+    }
+    return numbers(**(values | changes))
+
+
+def test_under_gloo_the_verdict_names_synchronized_batch_norm_through_host_memory():
+    example = on_windows()
+    assert bottleneck(example) == "communication"  # 62 % under gloo, whatever NCCL gives
+    text = verdict(example)
+    assert (
+        "The bottleneck is communication through host memory: these GPUs' ranks would use "
+        "gloo (Windows has no NCCL), which copies every all-reduce to host memory"
+    ) in text
+    assert (
+        "on 2 GPUs synchronized batch norm through host memory takes 218.0 ms of a 651 ms "
+        "step (two collectives per batch-norm layer, each a host sync under gloo), which "
+        "leaves 62% (1.2×)."
+    ) in text
+    assert (
+        "With NCCL (on Linux, or in WSL2 on this machine) the same config on 2 GPUs would "
+        "reach 84% (1.7×) over PCIe 3.0 x16, 95% (1.9×) over PCIe 5.0 x16 and 98% (2.0×) "
+        "over NVLink H100."
+    ) in text
+    assert "Change first training.sync_batchnorm=false: predicted 93% (1.9×) under gloo" in text
+    assert "slower than one GPU" not in text
+
+
+def test_under_gloo_the_verdict_names_the_gradient_all_reduce_and_its_parts_when_largest():
+    terms = on_windows().gloo_terms | {
+        "sync_batchnorm_s": 0.0,
+        "exposed_communication_s": 0.450,
+        "step_s": 0.860,
+        "speedup": 0.94,
+        "efficiency": 0.47,
+    }
+    text = verdict(on_windows(gloo_terms=terms))
+    assert (
+        "on 2 GPUs the gradient all-reduce through host memory past the backward pass takes "
+        "450.0 ms of a 860 ms step (the step's gradients spend 10.0 ms copied to the host, "
+        "154.0 ms in gloo's host all-reduce and 12.0 ms copied back; what runs beside the "
+        "backward pass is hidden), which leaves 47% (0.9×), slower than one GPU."
+    ) in text
+    assert "Change first the backend: train with NCCL (WSL2 or Linux)." in text
+    assert "84% (1.7×) over PCIe 3.0 x16" in text
+
+
+def test_under_gloo_a_compute_bound_verdict_still_sets_nccl_beside_it():
+    terms = on_windows().gloo_terms | {"sync_batchnorm_s": 0.0, "step_s": 0.43, "efficiency": 0.93}
+    example = on_windows(gloo_terms=terms)
+    assert bottleneck(example) == "compute"
+    text = verdict(example)
+    assert (
+        "The bottleneck is compute, so more devices help even though these GPUs' ranks would "
+        "use gloo (Windows has no NCCL)"
+    ) in text
+    assert "largest cost beyond compute being the gradient all-reduce through host memory" in text
+    assert "With NCCL (on Linux, or in WSL2 on this machine)" in text
+    assert "Change first trainer.precision=bf16-mixed" in text  # the options advice follows
+
+
+def test_without_gloo_the_verdict_says_nothing_of_host_memory():
+    for example in (numbers(), h100_example()):
+        assert "host memory" not in verdict(example) and "gloo" not in verdict(example)
+
+
+def test_a_gpu_bench_json_under_gloo_gives_the_gloo_verdict_on_this_machine_s_gpus():
+    # A stored bench.json (2 processes measured) as a GPU machine's under gloo would hold
+    # it: its prediction built by prediction_rows from a V100's step over gloo's link.
+    results = json.loads(
+        (REPO / "experiments" / "scaling" / "cpu-default" / "bench.json").read_text()
+    )
+    results["config"]["accelerator"] = "cuda"
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    results["prediction"] = prediction_rows(
+        inputs, OPTIONS, None, [1, 2], True, WINDOWS, gloo_link(0.3e9)
+    )
+    findings = findings_from(results)
+    assert findings.gloo_reason == "Windows has no NCCL"
+    assert findings.gloo_terms["devices"] == 2  # this machine's (at least 2)
+    text = verdict(findings)
+    key = max(GLOO_TERMS, key=lambda name: findings.gloo_terms[name])
+    assert f"on 2 GPUs {GLOO_TERMS[key]} takes" in text
+    assert "With NCCL (on Linux, or in WSL2 on this machine) the same config on 2 GPUs" in text
+    del results["prediction"]["gloo"]  # a bench.json from before: no gloo rows
+    assert findings_from(results).gloo_terms is None

@@ -9,14 +9,33 @@ from hydra.utils import instantiate
 
 from segscale.bench.bench_config import device_counts
 from segscale.bench.benchmark import bench
-from segscale.bench.interconnects import INTERCONNECTS
 from segscale.bench.pipeline import rank_data_rate
-from segscale.cli.bench import main
+from segscale.cli import bench as bench_command
+from segscale.cli.bench import EXIT_FAILED_MEASUREMENT, main
 from segscale.data import loader_workers
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build, build_datamodule
 from tests.conftest import REPO, compose_config, tiny_overrides
 from tests.in_process import run_in_process
+
+MINE = """# @package datamodule
+num_classes: 6
+class_names: [road, roof, grass, tree, car, other]
+class_colors: [[128, 128, 128], [200, 0, 0], [0, 200, 0], [0, 90, 0], [200, 200, 0], [0, 0, 0]]
+ignore_index: 255
+label_ids: null
+ignore_ids: []
+"""
+"""A user's own classes file (``datamodule/classes=mine``): the synthetic masks' six classes."""
+MINE_NAMES = ["road", "roof", "grass", "tree", "car", "other"]
+
+
+def user_config_folder(folder: Path) -> Path:
+    """A config folder of the user's own holding ``datamodule/classes/mine.yaml``."""
+    (folder / "datamodule" / "classes").mkdir(parents=True)
+    (folder / "datamodule" / "classes" / "mine.yaml").write_text(MINE)
+    return folder
+
 
 QUICK = [
     "bench.seconds=0.1",
@@ -36,11 +55,17 @@ QUICK = [
 def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
     run = tmp_path / "bench"
     # bench.py's entry point in this process, whose imports are done (python bench.py
-    # would spend ~9 s on them); the runs it measures are processes of their own.
+    # would spend ~9 s on them); the runs it measures are processes of their own. The
+    # classes are the user's own, in a config folder of theirs: the ddp runs must find
+    # it too (they once failed, every one, and bench answered all the same).
+    conf = user_config_folder(tmp_path / "myconf")
     overrides = [*tiny_overrides(tiny_data_root, None), *QUICK, f"hydra.run.dir={run}"]
-    done = run_in_process(main, *overrides, cwd=tmp_path, program="bench.py")
+    args = ["--config-dir", str(conf), "datamodule/classes=mine", *overrides]
+    done = run_in_process(main, *args, cwd=tmp_path, program="bench.py")
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((run / "bench.json").read_text())
+    assert results["failed"] == []
+    assert " ".join(["--config-dir", str(conf)]) in " ".join(results["config"]["config_options"])
 
     pipeline = results["pipeline"]
     assert pipeline["loader"]["1"] > 0 and pipeline["crop_only"] > pipeline["crop_and_warp"] > 0
@@ -74,6 +99,9 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
         (2, "training.sync_batchnorm=false"),  # on by default: what it costs
     ]
     assert all(row["error"] is None and row["throughput"] > 0 for row in measured), measured
+    for row in measured:  # each run composed the user's classes
+        composed = (run / Path(row["console"]).parent / ".hydra" / "config.yaml").read_text()
+        assert all(name in composed for name in MINE_NAMES), row
     assert measured[0]["speedup"] == 1.0
     assert measured[1]["global_batch"] == 8  # per-device batch 4 on each of 2 ranks
 
@@ -86,16 +114,16 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
     assert shared["devices"] == 2 and shared["slowdown"] >= 1.0
     assert shared["together"]["sync_points"] == compute["batchnorm_layers"]
 
-    rows = results["prediction"]["rows"]
-    assert len(rows) == 3 * len(INTERCONNECTS)  # 2, 4, 8 devices
-    assert all(0 < row["efficiency"] <= 1 for row in rows)
+    # A CPU's step is no GPU's: no GPU predicted, and the verdict says why
+    assert results["prediction"]["rows"] == [] and results["prediction"]["gpu_basis"] is None
+    assert "GPUs are not predicted: bench measured CPU" in results["verdict"]
+    assert "Scaling, predicted on GPUs: none" in done.stdout
     here = results["prediction"]["this_machine_rows"]
     assert [(row["devices"], row["sync_batchnorm"]) for row in here] == [(2, True), (2, False)]
     assert here[0]["sync_batchnorm_s"] > 0 and here[1]["sync_batchnorm_s"] == 0
     assert all(row["compute_s"] > 0 and row["throughput"] > 0 for row in here)
     assert "This machine: predicted against measured" in done.stdout
 
-    assert "bottleneck" in results["verdict"]
     assert "Verdict" in done.stdout and results["verdict"] in done.stdout
     for plot in ("bench_scaling.png", "bench_pipeline.png"):
         assert (run / plot).stat().st_size > 0
@@ -127,6 +155,32 @@ def test_bad_bench_value_names_the_key(tiny_data_root: Path, tmp_path: Path, ove
     with pytest.raises(ConfigError, match=re.escape(message)):
         bench(cfg, [])
     assert not (tmp_path / "run" / "bench.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("platform", "value", "message"),
+    [
+        (
+            "linux",
+            "mpi",
+            "strategy.process_group_backend='mpi' is not allowed: not a process-group",
+        ),
+        (
+            "win32",
+            "nccl",
+            "strategy.process_group_backend='nccl' is not allowed: Windows has no NCCL",
+        ),
+    ],
+)
+def test_a_backend_bench_cannot_predict_is_refused_first(
+    tiny_data_root: Path, tmp_path: Path, monkeypatch, platform, value, message
+):
+    overrides = [*tiny_overrides(tiny_data_root, tmp_path / "run"), "strategy=ddp"]
+    cfg = compose_config("bench", *overrides, f"strategy.process_group_backend={value}")
+    monkeypatch.setattr(sys, "platform", platform)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        bench(cfg, [])
+    assert not (tmp_path / "run").exists()
 
 
 def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
@@ -168,3 +222,41 @@ def test_bare_bench_py_composes_its_config_and_picks_its_own_folder(
     assert done.returncode == 2 and "bench.windows=0 is not allowed" in output, output[-3000:]
     (folder,) = (tmp_path / "outputs" / "bench").iterdir()
     assert "bench.windows=0 is not allowed" in (folder / "bench.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("folder_option", "failed", "status"),
+    [
+        ("--config-dir", [{"measurement": "ddp on 2 devices", "error": "exit 1: x"}], 3),
+        ("hydra.searchpath", [], 0),
+    ],
+)
+def test_bench_gives_its_runs_its_config_folders_and_fails_with_a_failed_measurement(
+    tmp_path: Path, monkeypatch, failed, status, folder_option
+):
+    # bench() itself stands in: what the command passes it and what it makes of the result.
+    conf = user_config_folder(tmp_path / "myconf")
+    given = {}
+
+    def measured(cfg, overrides, config):
+        given.update(classes=list(cfg.datamodule.class_names), config=config)
+        return {"failed": failed}
+
+    monkeypatch.setattr(bench_command, "bench", measured)
+    monkeypatch.setattr(bench_command, "finish", lambda results, folder: "the table")
+    if folder_option == "--config-dir":
+        folders = ["--config-dir", str(conf)]
+    else:
+        folders = [f"hydra.searchpath=[file://{conf.as_posix()}]"]
+    run = tmp_path / "run"
+    args = [*folders, "datamodule/classes=mine", f"hydra.run.dir={run}"]
+    done = run_in_process(main, *args, cwd=tmp_path, program="bench.py")
+    assert done.returncode == status, done.stderr[-2000:]
+    assert status in (0, EXIT_FAILED_MEASUREMENT)
+    assert given["classes"] == MINE_NAMES
+    config = given["config"]  # what the train.py runs get: bench's folders and primary config
+    assert " ".join(folders) in " ".join(config)
+    assert "--config-name bench" in " ".join(config)
+    assert "the table" in done.stdout
+    log = (run / "bench.log").read_text()
+    assert ("bench could not measure: ddp on 2 devices" in log) == bool(failed)

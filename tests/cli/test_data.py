@@ -7,9 +7,11 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pytest
 from omegaconf import OmegaConf
 
 from segscale.cli import data as data_cli
+from segscale.errors import ConfigError
 from tests.conftest import REPO, write_pair
 from tests.in_process import run_in_process
 
@@ -60,6 +62,9 @@ def test_the_classes_of_a_tree_are_shown_and_written_without_training(tmp_path):
     assert classes.label_ids == [10, 20, 30] and classes.ignore_ids == [0]
     frequencies = json.loads((out / "class_frequencies.json").read_text())
     assert frequencies["ignored"]["train"] == {"pixels": 128, "share": 0.0625}
+    # The folder is said, with what it holds.
+    written = "class_frequencies.csv, class_frequencies.json, classes.yaml, data.log"
+    assert f"written to {out}: {written}" in done.stdout + done.stderr
     # No network, no checkpoint: the run folder holds the report and nothing else.
     assert sorted(p.name for p in out.iterdir()) == [
         ".hydra",
@@ -84,6 +89,37 @@ def test_a_classes_file_that_does_not_fit_is_refused_as_training_refuses_it(tmp_
     assert "3 mask(s) hold 3 values that datamodule/classes=binary does not know" in log
     assert "Traceback" not in done.stdout + done.stderr
     assert not (out / "classes.yaml").exists()
+    assert f"written to {out}: data.log" in done.stdout + done.stderr  # where the log is
+
+
+def test_palette_masks_are_counted_by_their_colours_under_colour_classes(tmp_path):
+    from tests.data.palette_files import write_palette_mask
+
+    colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]
+    root, out = tmp_path / "data", tmp_path / "out"
+    for split, name in (("train", "a"), ("train", "b"), ("val", "c")):
+        mask = np.zeros((32, 32), np.uint8)
+        mask[8:16], mask[16:20] = 1, 2
+        write_pair(root, split, name, np.zeros((32, 32, 3), np.uint8), mask)
+        # one palette for all (classes=auto would read them by index), but colour classes
+        write_palette_mask(root / split / f"masks/{name}.png", mask, colours, [1, 2, 0])
+    done = _data(
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule/classes=potsdam_rgb",
+        "datamodule.num_classes=3",
+        "datamodule.class_names=[building,land,road]",
+        f"datamodule.class_colors={[list(c) for c in colours]}".replace(" ", ""),
+        "datamodule.patch_size=16",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (out / "data.log").read_text()
+    kind = "RGB colours (2 palette mask(s) read by their palettes' colours)"
+    assert f"classes (of the classes file), in the training masks ({kind}):" in log
+    table = log[log.index("  class ") :].splitlines()
+    assert table[1].split() == ["building", "[60,", "16,", "152]", "1,280", "62.50%", "2"]
+    assert table[3].split() == ["road", "[110,", "193,", "228]", "256", "12.50%", "2"]
 
 
 def test_a_missing_root_is_named(tmp_path):
@@ -149,3 +185,64 @@ def test_a_min_valid_no_window_holds_is_refused_naming_the_key(tmp_path):
     output = done.stdout + done.stderr
     assert "datamodule.sampling.min_valid=0.9 is not allowed" in output
     assert "(the best holds 0.781)" in output and "Traceback" not in output
+
+
+def test_a_setting_of_train_py_is_refused_naming_what_data_py_takes(tmp_path):
+    out = tmp_path / "out"
+    done = _data("model=unet", f"hydra.run.dir={out}")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.startswith("Error: model=unet: not a setting of data.py, which checks")
+    assert "takes datamodule=<option>, datamodule.<key>=..., datamodule/classes=<option>" in (
+        done.stderr
+    )
+    assert "python train.py model=unet trains with it" in done.stderr
+    assert "+model" not in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()  # refused before Hydra made the run folder
+
+
+def test_every_refused_override_is_listed_and_only_train_pys_suggested():
+    with pytest.raises(ConfigError) as refused:
+        data_cli.refuse_other_keys(["+model=unet", "optimizer.lr=1", "foo=2", "seed=3"])
+    message = str(refused.value)
+    assert message.startswith("+model=unet, optimizer.lr=1, foo=2: not settings of data.py")
+    assert "; model=unet, optimizer.lr=1 are train.py's: python train.py model=unet " in message
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model=unet",
+        "++model=unet",
+        "~model",
+        "datamodulex.patch_size=16",  # a longer name that starts like one data.py takes
+        "datamodule_extra=1",
+        "Datamodule=folder",
+        "model.datamodule=folder",  # the allowed name below another key
+        "hydras.run.dir=x",
+        "trainer.max_epochs=1",
+        "training=null",
+    ],
+)
+def test_an_override_outside_data_pys_keys_is_refused(override):
+    with pytest.raises(ConfigError, match=r": not a setting of data\.py"):
+        data_cli.refuse_other_keys([override])
+
+
+def test_data_pys_own_keys_and_hydras_flags_pass():
+    data_cli.refuse_other_keys(
+        [
+            "datamodule=folder",
+            "datamodule.source.root=/data/x",
+            "datamodule/classes=auto",
+            "+datamodule.extra=1",
+            "~datamodule.ignore_ids",
+            "hydra.run.dir=/tmp/x",
+            "hydra/job_logging=disabled",
+            "seed=3",
+            "task_name=look",
+            "output_dir=/tmp/y",
+            "--cfg",
+            "job",
+        ]
+    )
+    data_cli.refuse_other_keys(["datamodule.patch_size=[", "--no-such-flag"])  # Hydra's to say

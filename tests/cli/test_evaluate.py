@@ -1,7 +1,6 @@
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +20,15 @@ from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.models.checkpoint.trained import load_trained
 from tests.conftest import (
-    REPO,
     compose_config,
     float_oracle_checkpoint,
     oracle_checkpoint,
     oracle_image,
+    oracle_process,
     write_pair,
 )
 from tests.in_process import run_in_process
+from tests.models.checkpoint.test_init_from import trained_checkpoint
 
 LABEL_IDS = [10, 20, 30]
 """Grey levels of the classes of ``_labelled``'s masks (99: void)."""
@@ -353,8 +353,8 @@ def test_images_of_another_pixel_type_than_the_checkpoint_s_are_refused(tmp_path
 def test_a_folder_dataset_without_its_root_names_the_key(tmp_path: Path):
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
     args = (f"ckpt={ckpt}", "datamodule=folder", f"output_dir={tmp_path / 'out'}")
-    # The suite's real ``python evaluate.py``: its exit status is the process's own.
-    command = [sys.executable, str(REPO / "evaluate.py"), *args]
+    # ``python evaluate.py`` in a process of its own: its exit status is the process's.
+    command = oracle_process("evaluate.py", *args)
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == EXIT_BAD_INPUT, output[-3000:]
@@ -491,6 +491,22 @@ def test_a_tiled_tiff_is_evaluated_band_by_band_never_decoded_whole(tmp_path, mo
     assert max(reads) <= 32 * 200  # a band of tiles at a time, not the image
 
 
+def test_a_palette_mask_is_scored_by_its_palette_s_colours(tmp_path):
+    from tests.data.palette_files import write_palette_mask
+
+    mask = np.random.default_rng(5).integers(0, 3, (40, 30)).astype(np.uint8)
+    colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]
+    Image.fromarray(oracle_image(mask)).save(tmp_path / "a.png")
+    write_palette_mask(tmp_path / "a_mask.png", mask, colours, order=[2, 0, 1])
+    pair = ImageMaskPair(tmp_path / "a.png", tmp_path / "a_mask.png")
+    trained = load_trained(str(oracle_checkpoint(tmp_path / "oracle.ckpt")))
+    labels = LabelMap(3, 255, colours)  # a checkpoint of colour classes
+    confusion = image_confusion(
+        pair, trained, SlidingWindow(tile_size=32), labels, torch.device("cpu")
+    )
+    assert int(confusion.trace()) == confusion.sum() == 40 * 30  # the oracle is right
+
+
 def _shifted_squares(root: Path) -> Path:
     """Two 12×12 test images, a 6×6 square of class 1 at rows 2-7, cols 2-7 in each mask.
 
@@ -587,6 +603,28 @@ def test_a_mask_on_another_grid_is_refused_or_warped_onto_its_image(tmp_path: Pa
     truth = WarpedLabels(
         root / "test/masks/g.tif", read_grid(root / "test/images/g.tif"), LabelMap(3)
     )
-    rows = (tmp_path / "out/confusion_matrix.csv").read_text().splitlines()
+    rows = (tmp_path / "out/confusion_matrix.csv").read_text(encoding="utf-8").splitlines()
     counted = sum(int(v) for row in rows[1:] for v in row.split(",")[1:])
     assert counted == (np.asarray(truth) < 3).sum() > 0.95 * classes.size
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_tile_side_the_network_cannot_take_is_named_where_it_came_from(tmp_path, given):
+    # An edited checkpoint records a validation patch side of 63 for an FPN (multiples of
+    # 32): the user gave no tile size, so the refusal names the checkpoint's field.
+    ckpt, _ = trained_checkpoint(tmp_path / "fpn.ckpt", ["a", "b", "c"])
+    content = load_checkpoint_file(ckpt, "ckpt")
+    content["segscale"]["validation_inference"] = {"tile_size": 63, "overlap": 0.0, "blend": "none"}
+    save_checkpoint_file(content, ckpt)
+    tile = ["inference.tile_size=63"] if given else []  # else inference=validation's "checkpoint"
+    cfg = compose_config("evaluate", f"ckpt={ckpt}", f"output_dir={tmp_path / 'out'}", *tile)
+    with pytest.raises(ConfigError) as refused:
+        evaluate(cfg)
+    message = str(refused.value)
+    rule = "63 is not allowed: FPN (output stride 32) takes sides that are multiples of 32"
+    if given:
+        assert message.startswith(f"inference.tile_size={rule}")
+    else:
+        prefix = f"ckpt={str(ckpt)!r}: its segscale.validation_inference.tile_size={rule}"
+        assert message.startswith(prefix) and " inference.tile_size=63" not in message
+        assert "give inference.tile_size=<side>" in message

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from segscale.cli.export import export, main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.export_formats import load_exported
-from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
+from tests.conftest import compose_config, oracle_checkpoint, oracle_image, oracle_process
 from tests.in_process import run_in_process
 
 
@@ -72,7 +71,7 @@ def _export_command(tmp_path: Path, *overrides: str) -> subprocess.CompletedProc
 
 def _export_process(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     """``python export.py`` as a process of its own, its run folder under ``tmp_path``."""
-    command = [sys.executable, str(REPO / "export.py"), f"hydra.run.dir={tmp_path / 'run'}"]
+    command = oracle_process("export.py", f"hydra.run.dir={tmp_path / 'run'}")
     return subprocess.run(
         [*command, *overrides], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )

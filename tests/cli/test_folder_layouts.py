@@ -4,22 +4,31 @@ CamVid: ``train/``, ``trainannot/``, ... and ``train.txt`` listing SegNet's path
 (``/SegNet/CamVid/train/a.png /SegNet/CamVid/trainannot/a.png``). Cityscapes:
 ``leftImg8bit/<split>/<city>/<frame>_leftImg8bit.png`` ↔
 ``gtFine/<split>/<city>/<frame>_gtFine_labelIds.png``, beside other ``gtFine_*`` files.
+The Dubai aerial set: ``Tile N/images/image_part_00M.jpg`` ↔ ``Tile N/masks/...png``, RGB
+and palette masks, walked from data.py to predict.py by the commands of docs/own-data.md.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import numpy as np
 import pytest
+import rasterio
 from PIL import Image
+from rasterio.transform import Affine
 
+from segscale.cli.data import main as data_main
+from segscale.cli.predict import main as predict_main
 from segscale.cli.train import main as train_main
 from segscale.data.synthetic import draw_tile
 from segscale.errors import EXIT_BAD_INPUT
 from segscale.inference.checkpoint_evaluation import evaluate
-from tests.conftest import compose_config, oracle_checkpoint, oracle_image
+from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
+from tests.data.palette_files import DUBAI, UNLABELLED, write_palette_mask
 from tests.in_process import run_in_process
 
 SIZE = 64
@@ -164,3 +173,100 @@ def test_a_split_of_the_wrong_form_or_not_there_is_one_line_exit_2(
     assert done.returncode == EXIT_BAD_INPUT, output[-3000:]
     assert "Traceback" not in output
     assert message.replace("{root}", str(root)) in output
+
+
+WALK = "## Tiles as distributed: a tree of folders (the Dubai aerial set)"
+DOCS_ROOT = "/data/Semantic segmentation dataset"
+DOCS_GEOTIFF = "/data/geotiffs/image_part_001.tif"
+TO_DUBAI = np.array([2, 0, 5, 3, 4, 1])
+"""The synthetic tiles' classes as Dubai's: impervious → road, building, low vegetation →
+unlabelled (its 6th colour), tree → vegetation, car → water, clutter → land."""
+
+
+def _walk() -> str:
+    page = (REPO / "docs/own-data.md").read_text()
+    return page[page.index(WALK) :].split("\n## ", 1)[0]
+
+
+def _fence(section: str, language: str, after: str = "") -> str:
+    """The first ``language`` code block of ``section`` after the text ``after``."""
+    text = section[section.index(after) :] if after else section
+    found = re.search(rf"^```{language}\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert found, f"no {language} block in the walk"
+    return found.group(1)
+
+
+def _dubai_as_distributed(root: Path) -> None:
+    """Three tiles of two parts (80-200 px): JPEG images, RGB and palette PNG masks."""
+    shapes = [(96, 128), (80, 200), (144, 112), (200, 160), (128, 128), (88, 104)]
+    colours = [*DUBAI, UNLABELLED]
+    for index, (height, width) in enumerate(shapes):
+        tile, part = ("Tile 1", "Tile 2", "Tile 8")[index // 2], index % 2 + 1
+        image, classes = draw_tile(max(height, width), seed=48, index=index)
+        image, classes = image[:height, :width], TO_DUBAI[classes[:height, :width]]
+        name = f"image_part_{part:03}"
+        (root / tile / "images").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(root / tile / "images" / f"{name}.jpg", quality=92)
+        mask = root / tile / "masks" / f"{name}.png"
+        if index % 2:  # a palette PNG, each file its own palette order
+            order = np.random.default_rng(index).permutation(len(colours))
+            write_palette_mask(mask, classes, colours, order=order)
+        else:
+            _write(mask, np.array(colours, np.uint8)[classes])
+
+
+@pytest.mark.slow
+def test_the_dubai_layout_as_distributed_walks_from_its_tiles_to_a_geotiff(tmp_path: Path):
+    # The commands of docs/own-data.md's walk, as written, on a generated copy of the
+    # layout; only the paths of the docs are this test's, and the tiny-run overrides.
+    section = _walk()
+    root = tmp_path / "data/Semantic segmentation dataset"
+    _dubai_as_distributed(root)
+    (root / "val.txt").write_text(_fence(section, "text", "`val.txt`"))
+    classes = tmp_path / "myconf/datamodule/classes/dubai.yaml"
+    classes.parent.mkdir(parents=True)
+    classes.write_text(_fence(section, "yaml"))
+    geotiff = tmp_path / "geotiffs/image_part_001.tif"  # Tile 8's first part, georeferenced
+    pixels = np.asarray(Image.open(root / "Tile 8/images/image_part_001.jpg"))
+    geotiff.parent.mkdir()
+    profile = {"driver": "GTiff", "width": 128, "height": 128, "count": 3, "dtype": "uint8"}
+    transform = Affine(0.5, 0.0, 302000.0, 0.0, -0.5, 2785000.0)  # UTM 40N, 0.5 m
+    with rasterio.open(geotiff, "w", crs="EPSG:32640", transform=transform, **profile) as out:
+        out.write(np.moveaxis(pixels, -1, 0))
+    tiny = re.search(r"tiny-run overrides\s+`([^`]+)`", section)
+    assert tiny, "the walk names no tiny-run overrides"
+    script = _fence(section, "bash", "runs these commands").replace("\\\n", " ")
+    work = tmp_path / "work"
+    work.mkdir()
+    programs = {"data.py": data_main, "train.py": train_main, "predict.py": predict_main}
+    outputs = {}
+    for line in script.splitlines():
+        words = shlex.split(line.replace("~/myconf", str(tmp_path / "myconf")))
+        words = [w.replace(DOCS_ROOT, str(root)).replace(DOCS_GEOTIFF, str(geotiff)) for w in words]
+        assert words[0] == "python" and words[1] in programs, line
+        if words[1] != "predict.py":  # data.py takes the datamodule's alone
+            words += [
+                o
+                for o in tiny.group(1).split()
+                if words[1] == "train.py" or o.startswith("datamodule.")
+            ]
+        if words[1] == "predict.py":
+            (run,) = (work / "outputs/aerial").iterdir()  # where the docs say the run is
+            words = [w.replace("<run>", run.name) for w in words]
+        done = run_in_process(programs[words[1]], *words[2:], cwd=work, program=words[1])
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, f"{line}\n{output[-4000:]}"
+        assert "Traceback" not in output
+        outputs[words[1]] = output
+    checked = outputs["data.py"]
+    # The keys of the tree: Tile 8 held out whole, the same names in every tile paired.
+    assert "images: 4 training, 2 validation" in checked
+    assert "palette mask(s) read by their palettes' colours" in checked
+    assert re.search(r"ignore_ids \[\[155, 155, 155\]\]: [\d,]+ px, [\d.]+% of training", checked)
+    assert re.search(r"written to \S.*outputs/data/\S+: class_frequencies.csv", checked)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished"
+    (predicted,) = (work / "outputs/predict").glob("*/image_part_001.tif")
+    with rasterio.open(geotiff) as given, rasterio.open(predicted) as mask:
+        assert mask.crs == given.crs and mask.transform == given.transform
+        assert mask.count == 1 and int(mask.read(1).max()) < len(DUBAI)

@@ -1,6 +1,5 @@
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +18,11 @@ from segscale.inference.prediction import predict, run_prediction
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import (
-    REPO,
     compose_config,
     float_oracle_checkpoint,
     oracle_checkpoint,
     oracle_image,
+    oracle_process,
 )
 from tests.data.declared_size import png_declaring
 from tests.in_process import run_in_process
@@ -169,8 +168,8 @@ def test_unreadable_inputs_are_all_listed_before_anything_is_predicted(tmp_path:
 def test_skip_unreadable_predicts_the_others_and_exits_3(tmp_path: Path):
     truths = _images(tmp_path / "in")
     bad = _corrupt(tmp_path / "in")
-    # A real ``python predict.py``: its exit status 3 is the process's own.
-    command = [sys.executable, str(REPO / "predict.py"), *_predict_args(tmp_path)]
+    # ``python predict.py`` in a process of its own: its exit status 3 is the process's.
+    command = oracle_process("predict.py", *_predict_args(tmp_path))
     command.append("skip_unreadable=true")
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr

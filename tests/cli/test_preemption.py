@@ -127,6 +127,8 @@ def assert_preempted_at(run: Path, stopped: subprocess.CompletedProcess, step: i
         in (run / "train.log").read_text()
     )
     assert not list(run.rglob("*.tmp*")), "a temporary file was left behind"
+    # The save asks Lightning for the whole state itself (no "defaulting to False" line).
+    assert "weights_only" not in stopped.stdout + stopped.stderr
 
 
 def assert_resumed_from(run: Path, step: int) -> None:

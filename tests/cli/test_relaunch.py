@@ -144,6 +144,11 @@ def _attacks(marker: Path) -> dict[str, tuple[str, str, str]]:
             f"callbacks.model_checkpoint.dirpath={marker.parent}",
             "outside its run folder",
         ),
+        "generates tiles elsewhere": (
+            "overrides.yaml",
+            f"datamodule.source.root={marker}",  # the tiles would go into a folder there
+            "generate a tile set in",
+        ),
         "config.yaml builds an object": (
             "launch-2/config.yaml",
             "!!python/object/apply:numpy.savetxt [" + str(marker) + ", [1]]",

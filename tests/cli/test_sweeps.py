@@ -10,6 +10,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from hydra_plugins.segscale_plugins import parallel_launcher
+from segscale import command_line
 from segscale.cli.train import main
 from segscale.models.nonfinite import EXIT_NONFINITE
 from segscale.training.ranks import launch
@@ -54,6 +55,7 @@ def jobs_run_train_py(monkeypatch) -> None:
     this test's patch depending on whether an earlier test started Hydra.
     """
     program = [sys.executable, str(REPO / "train.py")]
+    monkeypatch.setattr(command_line, "program_command", lambda: program)  # the definition
     monkeypatch.setattr(launch, "program_command", lambda: program)
     monkeypatch.setattr(parallel_launcher, "program_command", lambda: program)
 

@@ -1,3 +1,4 @@
+import csv
 import json
 import logging
 import subprocess
@@ -11,13 +12,14 @@ from PIL import Image
 
 from segscale.cli.train import main
 from segscale.configs import CONFIG_DIR
-from segscale.data.sources import read_mask_values
+from segscale.data.sources import read_mask
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
 from segscale.inference.prediction import predict
 from segscale.training.run.builders import instantiate_each
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
+from tests.data.palette_files import write_palette_mask
 from tests.in_process import run_in_process
 from tests.training.record_threads import recorded_threads
 
@@ -74,7 +76,10 @@ def test_every_option_composes_and_instantiates(make_config, group, option, tmp_
 
 def test_single_device_run_writes_the_run_folder(make_config, tmp_path):
     threads_before = torch.get_num_threads()
-    summary = train(make_config("training.threads=3", *record_threads(tmp_path / "threads")))
+    # At optimizer.lr=0.1 the two validations score far apart (0.09 and 0.23 mIoU here;
+    # at the default 0.03 they tie): which one best.ckpt holds is then a real choice.
+    overrides = ["training.threads=3", "optimizer.lr=0.1", *record_threads(tmp_path / "threads")]
+    summary = train(make_config(*overrides))
     # training.threads reached the training process, and the next job starts as before.
     assert recorded_threads(tmp_path / "threads") == {"rank0": 3}
     assert torch.get_num_threads() == threads_before
@@ -87,11 +92,29 @@ def test_single_device_run_writes_the_run_folder(make_config, tmp_path):
     on_disk = json.loads((run / "summary.json").read_text())
     assert on_disk == summary
     assert summary["world_size"] == 1 and summary["per_device_batch_sizes"] == [4]
-    assert summary["global_batch_size"] == 4 and summary["learning_rate"] == 0.03
+    assert summary["global_batch_size"] == 4 and summary["learning_rate"] == 0.1
     assert summary["train_patches"] == 2 * 16 and summary["steps"] == 2 * 4
     assert summary["throughput_patches_per_s"] > 0 and summary["wall_time_s"] > 0
     assert 0 <= summary["metrics"]["val/mIoU"] <= 1
     assert summary["best_checkpoint"].endswith("best.ckpt")
+    # best.ckpt is the best of the two validations by the optimized metric (val/mIoU,
+    # the higher the better), not the worse one (model_checkpoint.mode=min, say).
+    scores = validation_scores(run / "metrics.csv", "val/mIoU")
+    assert len(scores) == 2 and len(set(scores.values())) == 2, scores
+    best = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
+    assert (best["epoch"], best["global_step"]) == max(scores, key=scores.__getitem__)
+    assert summary["best_score"] == pytest.approx(max(scores.values()))
+
+
+def validation_scores(metrics_csv: Path, metric: str) -> dict[tuple[int, int], float]:
+    """``metric`` of each validation in ``metrics_csv``, by the checkpoint's (epoch, step).
+
+    Lightning logs a validation at the step of the last optimizer step before it, the
+    ``global_step`` its checkpoint records less one.
+    """
+    with metrics_csv.open() as file:
+        rows = [row for row in csv.DictReader(file) if row[metric]]
+    return {(int(row["epoch"]), int(row["step"]) + 1): float(row[metric]) for row in rows}
 
 
 def record_threads(folder: Path) -> list[str]:
@@ -162,6 +185,10 @@ BAD_INPUT = [
         ["model.encoder=resnet18", "datamodule.patch_size=100"],  # the default network
         "datamodule.patch_size=100 is not allowed: DeepLabV3Plus (resnet18, output stride 16) "
         "takes sides that are multiples of 16, such as 96 or 112",
+    ),
+    (
+        ["training.preemption_signals=[SIGTERM,SIGBREAK]"],  # Windows' Ctrl-Break, not Linux's
+        "training.preemption_signals: 'SIGBREAK' does not exist on Linux; it has SIGTERM, SIGINT",
     ),
     (["trainer.no_such_key=1"], "trainer.no_such_key"),  # refused by Hydra itself
 ]
@@ -255,7 +282,7 @@ def test_default_run_learns(learning_data, tmp_path):
         "callbacks=none",
     )
     summary = train(cfg)
-    masks = [read_mask_values(p.mask) for p in instantiate(cfg.datamodule.source).pairs("val")]
+    masks = [read_mask(p.mask).values for p in instantiate(cfg.datamodule.source).pairs("val")]
     counts = np.bincount(np.concatenate([m.ravel() for m in masks]), minlength=6)
     majority_miou = counts.max() / counts.sum() / np.count_nonzero(counts)
     # Measured here: mIoU 0.55 against a majority-class mIoU of 0.04.
@@ -326,10 +353,16 @@ def _folder_overrides(root: Path, output_dir: Path) -> list[str]:
 
 def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
     colours = np.array(compose_classes("potsdam").class_colors, np.uint8)
+    masks = {}
     for split, count in (("train", 2), ("val", 1)):
         for i in range(count):
             image, mask = draw_tile(64, seed=0, index=i + 10 * (split == "val"))
             write_pair(tmp_path / "data", split, f"t{i}", image, colours[mask])
+            masks[split, i] = mask
+            if (split, i) != ("train", 0):  # palette PNGs, each its palette in its own order
+                order = [5, 2, 0, 4, 1, 3] if split == "train" else [1, 3, 5, 0, 2, 4]
+                path = tmp_path / "data" / split / "masks" / f"t{i}.png"
+                write_palette_mask(path, mask, colours.tolist(), order)
     cfg = compose_config(
         "train",
         *_folder_overrides(tmp_path / "data", tmp_path / "run"),
@@ -339,6 +372,12 @@ def test_rgb_palette_masks_train_and_the_checkpoint_predicts(tmp_path):
     assert summary["epochs"] == 1
     frequencies = (tmp_path / "run/class_frequencies.csv").read_text().splitlines()
     assert frequencies[0].startswith("class,train_pixels") and len(frequencies) == 8
+    train_pixels = np.bincount(np.concatenate([masks["train", 0], masks["train", 1]]).ravel())
+    counted = [int(row.split(",")[1]) for row in frequencies[1:7]]
+    assert counted == np.pad(train_pixels, (0, 6 - len(train_pixels))).tolist()
+    confusion = (tmp_path / "run/evaluation/confusion_matrix.csv").read_text().splitlines()
+    scored = sum(int(float(v)) for row in confusion[1:] for v in row.split(",")[1:])
+    assert scored == 64 * 64  # the val palette mask's every pixel has its class
     predict_cfg = compose_config(
         "predict",
         f"ckpt={tmp_path / 'run/checkpoints/last.ckpt'}",

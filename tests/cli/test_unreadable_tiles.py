@@ -2,6 +2,7 @@
 
 import json
 
+import albumentations as A
 import numpy as np
 import pytest
 import torch
@@ -44,13 +45,33 @@ def test_the_run_stops_naming_the_file_and_resumes_from_its_last_step(tiny_data_
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["last_checkpoint"].endswith("last.ckpt")
 
-    resumed = run_in_process(main, *common, cwd=tmp_path)  # the file is whole again
+    assert summary["left_out_tiles"] == []  # stopped at the tile, not left out
+
+    # Resumed as the message says, with skip_unreadable=true; the file, whole again, breaks
+    # again after step 4 (epoch 0's last): the resumed launch leaves it out from epoch 1 on.
+    skipped = [
+        "datamodule.skip_unreadable=true",
+        "+callbacks.broken._target_=tests.training.failing.BreakTileAt",
+        "+callbacks.broken.step=4",
+    ]
+    resumed = run_in_process(main, *common, *skipped, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     batches, _ = recorded(tmp_path / "record")
     # 2 epochs of 4 steps: steps 1-2 trained, then 3-8 after the resume, each batch once.
     assert [b["step"] for b in batches] == list(range(1, 9))
     keys = [tuple(k) for b in batches for k in b["keys"]]
     assert len(keys) == len(set(keys)) == 8 * 4
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished"
+    assert summary["left_out_tiles"] == [
+        {
+            "file": "tile1.tif",
+            "reason": "tile1.tif: rows 0-1 cannot be read (injected)",
+            "split": "train",
+            "epoch": 1,
+            "step": 4,  # the optimizer steps before the batch that left it out
+        }
+    ]
 
 
 def test_skip_unreadable_leaves_the_tile_out_with_one_warning(caplog):
@@ -67,6 +88,33 @@ def test_skip_unreadable_leaves_the_tile_out_with_one_warning(caplog):
     assert torch.equal(substitute["image"], data[(0, 2 + len(data))]["image"])
     with pytest.raises(UnreadableTileError, match=r"broken\.tif: rows 0-1 cannot be read"):
         RandomPatchDataset(tiles, 32, 4, Augmentation())[(0, 1)]
+
+
+def with_a_broken_tile(augmentation: Augmentation) -> RandomPatchDataset:
+    """Patches of 3 tiles (4 each), tile 1 unreadable and skipped, seed 3."""
+    tiles = [Tile(*draw_tile(96, seed=0, index=i)) for i in range(3)]
+    image = tiles[1].image
+    tiles[1] = Tile(BrokenRaster(image.shape, image.dtype), tiles[1].mask)
+    return RandomPatchDataset(tiles, 32, 4, augmentation, seed=3, unreadable=UnreadableTiles(True))
+
+
+def test_a_replacement_patch_is_drawn_from_seed_epoch_and_index_albumentations_too():
+    # "Randomness addressed by index": the patch standing in for an unreadable tile's is
+    # the same whichever process draws it, and whatever it drew before.
+    transforms = [A.HorizontalFlip(), A.RandomBrightnessContrast(p=1.0), A.GaussNoise(p=1.0)]
+    first, second = (with_a_broken_tile(Augmentation(transforms=transforms)) for _ in range(2))
+    key = (1, 4)  # tile 1's, in epoch 1
+    drawn = first[key]["image"]
+    for index in range(len(first)):  # other patches move albumentations' own generator
+        first[(1, index)]
+    assert torch.equal(first[key]["image"], drawn)
+    assert torch.equal(second[key]["image"], drawn)
+    # The transforms act (they are not what keeps the patch the same) ...
+    plain = with_a_broken_tile(Augmentation())[key]["image"]
+    assert not torch.equal(plain, drawn)
+    # ... and the replacement is the next tile's fresh patch, transforms and all.
+    assert first.draw(1, 4 + 1 + len(first)).tile == 2
+    assert torch.equal(second[(1, 4 + 1 + len(second))]["image"], drawn)
 
 
 def test_a_workers_error_comes_back_as_its_own_line():

@@ -96,6 +96,8 @@ PAYLOAD_TARGETS = [
     # Hydra's _locate reaches torch.load through any module that imports torch.
     ("segscale.models.weights.torch.load", {"f": "payload.pt", "weights_only": False}),
     ("torch.nn.modules.module.torch.load", {"f": "payload.pt", "weights_only": False}),
+    # A module of torch with no weights to miss: it loaded, then failed predicting.
+    ("torch.nn.Identity", {}),
 ]
 
 
@@ -108,12 +110,17 @@ def test_a_checkpoint_whose_metadata_calls_other_code_is_refused(tmp_path, targe
     content.pop("segscale_sha256")
     paths = {k: str(tmp_path / v) if k in ("file", "f") else v for k, v in arguments.items()}
     content["segscale"]["model"] = {"_target_": target, **paths}
+    content["state_dict"] = {}  # weights the network would load: none
     save_checkpoint_file(content, ckpt)  # a valid digest: the file is as its author wrote it
     image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
     out = tmp_path / "out"
     cfg = compose_config("predict", f"ckpt={ckpt}", f"input={image}", f"output_dir={out}")
-    with pytest.raises(ConfigError, match=rf"its network config names _target_='{target}'"):
+    with pytest.raises(ConfigError) as refused:
         predict(cfg)
+    assert str(refused.value).startswith(
+        f"ckpt={str(ckpt)!r}: its segscale.model._target_={target!r} is not a network "
+        "segscale builds; expected segscale.models.networks.build_network"
+    )
     assert not marker.exists()
 
 

@@ -23,6 +23,22 @@ def test_rgb_palette_masks_map_to_class_indices():
     assert labels.unknown(np.unique(labels.codes(odd))) == [(1, 2, 3)]
 
 
+def test_colour_labels_read_a_palette_mask_by_its_colours_others_by_index():
+    colours = [[255, 255, 255], [0, 0, 255], [0, 255, 0]]
+    labels = LabelMap(3, ignore_index=255, label_ids=colours, ignore_ids=[[0, 0, 0]])
+    # two files, one set of colours in two orders, an unknown colour, a void one
+    first = np.array([[0, 0, 255], [255, 255, 255], [0, 255, 0], [9, 9, 9]], np.uint8)
+    second = np.array([[0, 255, 0], [0, 0, 0], [0, 0, 255], [255, 255, 255]], np.uint8)
+    indices = np.array([[0, 1, 2, 3, 4]], np.uint8)  # index 4: beyond either palette
+    assert labels.decode(indices, labels.palette_table(first)).tolist() == [[1, 0, 2, 255, 255]]
+    assert labels.decode(indices, labels.palette_table(second)).tolist() == [[2, 255, 1, 0, 255]]
+    assert labels.palette_table(first).shape == (256,)
+    # class indices and grey levels read it by index: no table, as any one-channel mask
+    assert LabelMap(3).palette_table(first) is None
+    assert LabelMap(2, 255, label_ids=[0, 3]).palette_table(first) is None
+    assert labels.palette_table(None) is None
+
+
 def test_grey_level_label_ids_and_several_ids_per_class():
     labels = LabelMap(2, ignore_index=254, label_ids=[0, [128, 255]])
     raw = np.array([[0, 128, 255, 3]], np.uint8)

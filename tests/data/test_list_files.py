@@ -5,9 +5,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from segscale.configs import compose_config
+from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.folder import FolderTiles
-from segscale.data.list_files import read_list, resolve_listed
+from segscale.data.list_files import read_list, resolve_listed, split_fields
 from segscale.errors import ConfigError
+from segscale.training.run.inferred_classes import resolve_inferred_classes
 
 
 def _write(path: Path, array: np.ndarray) -> Path:
@@ -104,3 +107,107 @@ def test_read_list_strips_the_byte_order_mark_and_windows_line_ends(tmp_path: Pa
         ("1", ("a.png", "b.png")),
         ("4", ("c.png",)),
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "fields"),
+    [
+        (
+            '"Tile 1/images/a.jpg" "Tile 1/masks/a.png"',
+            ("Tile 1/images/a.jpg", "Tile 1/masks/a.png"),
+        ),
+        (
+            "'Tile 1/images/a.jpg'  'Tile 1/masks/a.png'",
+            ("Tile 1/images/a.jpg", "Tile 1/masks/a.png"),
+        ),
+        ("Tile 1/images/a.jpg\tTile 1/masks/a.png", ("Tile 1/images/a.jpg", "Tile 1/masks/a.png")),
+        ("  Tile 1/a.jpg  \t\t Tile 1/a.png \t# a comment", ("Tile 1/a.jpg", "Tile 1/a.png")),
+        ('"Tile 1/a.jpg"\t"Tile 1/a.png"', ("Tile 1/a.jpg", "Tile 1/a.png")),
+        ("O'Brien.png masks/O'Brien.png", ("O'Brien.png", "masks/O'Brien.png")),  # a letter
+        ('"a # b.png" c.png # comment', ("a # b.png", "c.png")),
+        ('"a.png"# comment', ("a.png",)),
+        ("D:\\CamVid\\train\\a.png x.png", ("D:\\CamVid\\train\\a.png", "x.png")),  # no escapes
+        ("a.png b.png", ("a.png", "b.png")),
+    ],
+)
+def test_a_lines_fields_are_read_in_quotes_between_tabs_or_between_spaces(line, fields):
+    assert split_fields(line) == (fields, split_fields(line)[1], "")
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('"Tile 1/a.jpg Tile 1/a.png', 'the quote " at column 1 is not closed'),
+        ("a.png 'b.png", "the quote ' at column 7 is not closed"),
+        ('"Tile 1"/a.jpg b.png', "'/a.jpg' follows the closing quote at column 8"),
+    ],
+)
+def test_a_quote_left_open_or_followed_by_more_is_the_lines_problem(line, problem):
+    assert split_fields(line)[2].startswith(problem)
+
+
+def _spaced(root: Path) -> None:
+    """CamVid's layout in a folder whose name has a space: ``CamVid 2/train/a.png``, ..."""
+    for stem in ("a", "b", "c"):
+        _write(root / "CamVid 2/train" / f"{stem}.png", np.zeros((8, 8, 3), np.uint8))
+        _write(root / "CamVid 2/trainannot" / f"{stem}.png", np.zeros((8, 8), np.uint8))
+
+
+def test_paths_with_spaces_pair_in_quotes_or_separated_by_tabs(tmp_path: Path):
+    _spaced(tmp_path)
+    text = (
+        '"CamVid 2/train/a.png" "CamVid 2/trainannot/a.png"\n'
+        "CamVid 2/train/b.png\tCamVid 2/trainannot/b.png\n"
+        f"'{tmp_path}/CamVid 2/train/c.png'\t'/elsewhere/CamVid 2/trainannot/c.png'\n"
+    )
+    pairs, problems = _listed(tmp_path, text.encode()).scan("train")
+    assert problems == []
+    assert [(p.image, p.mask) for p in pairs] == [
+        (tmp_path / f"CamVid 2/train/{s}.png", tmp_path / f"CamVid 2/trainannot/{s}.png")
+        for s in "abc"
+    ]
+
+
+def test_unquoted_spaces_and_open_quotes_are_problems_of_their_lines_all_listed(tmp_path: Path):
+    _spaced(tmp_path)
+    text = (
+        "CamVid 2/train/a.png CamVid 2/trainannot/a.png\n"
+        '"CamVid 2/train/b.png" "CamVid 2/trainannot/b.png\n'
+        '"CamVid 2/train/c.png" "CamVid 2/trainannot/c.png"\n'
+        "CamVid 2/train/b.png\n"  # two fields: an image 'CamVid' and a mask '2/train/b.png'
+    )
+    pairs, problems = _listed(tmp_path, text.encode()).scan("train")
+    assert [p.image.name for p in pairs] == ["c.png"]
+    assert [str(p.path).rsplit(":", 1)[1] for p in problems] == ["1", "2", "4"]
+    assert problems[0].reason == (
+        "4 fields; expected an image name, or an image path and its mask path (a path with "
+        'spaces goes in quotes ("Tile 1/images/a.jpg" "Tile 1/masks/a.png"), or the '
+        "line's fields are separated by a tab)"
+    )
+    assert problems[1].reason.startswith('the quote " at column 24 is not closed')
+    assert problems[2].reason.endswith(
+        "; 'CamVid 2/train/b.png' is there: a path with spaces goes in quotes "
+        '("Tile 1/images/a.jpg" "Tile 1/masks/a.png"), or the line\'s fields are separated '
+        "by a tab"
+    )
+    _, problems = _listed(tmp_path, b"zzz.png yyy.png\n").scan("train")
+    assert "is there" not in problems[0].reason  # no hint where no path has a space
+
+
+def test_classes_auto_refusing_the_train_list_lists_the_val_lists_bad_lines_too(tmp_path: Path):
+    _spaced(tmp_path)
+    for split in ("train", "val"):
+        (tmp_path / f"{split}.txt").write_text(
+            "CamVid 2/train/a.png CamVid 2/trainannot/a.png\n'CamVid 2/train/b.png\n"
+        )
+    cfg = compose_config(
+        "train",
+        ["datamodule=folder", f"datamodule.source.root={tmp_path}", "datamodule/classes=auto"],
+    )
+    with pytest.raises(InvalidDatasetError) as refused:
+        resolve_inferred_classes(cfg)
+    message = str(refused.value)
+    assert message.startswith("4 problem(s) in the dataset")
+    for split in ("train", "val"):
+        for number in (1, 2):
+            assert f"{tmp_path}/{split}.txt:{number}: " in message

@@ -10,7 +10,7 @@ import rasterio
 import tifffile
 
 from segscale.data.rasters import WindowedRaster, interleaved
-from segscale.data.sources import read_image, read_mask_values
+from segscale.data.sources import read_image, read_mask
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +76,10 @@ def test_a_mask_is_h_by_w_and_loses_its_alpha(tmp_path):
         photometric="rgb",
         extrasamples=["unassalpha"],
     )
-    raw = read_mask_values(tmp_path / "m.tif")
+    raw = read_mask(tmp_path / "m.tif").values
     assert raw.shape == (50, 40) and raw.ndim == 2
     np.testing.assert_array_equal(raw[5:20, 7:9], mask[5:20, 7:9])
-    colour = read_mask_values(tmp_path / "rgba.tif")
+    colour = read_mask(tmp_path / "rgba.tif").values
     assert colour.shape == (50, 40, 3)
     np.testing.assert_array_equal(np.asarray(colour), rgba[:, :, :3])
 

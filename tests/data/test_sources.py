@@ -12,7 +12,7 @@ from segscale.data.sources import (
     ImageHeader,
     read_image,
     read_image_header,
-    read_mask_values,
+    read_mask,
 )
 from tests.data.declared_size import png_declaring
 
@@ -52,7 +52,7 @@ def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ImageFile.ImageFile, "load", decode)
 
 
-@pytest.mark.parametrize("reader", [read_image, read_mask_values])
+@pytest.mark.parametrize("reader", [read_image, read_mask])
 def test_a_header_past_the_limit_is_refused_before_decoding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader
 ):
@@ -77,7 +77,7 @@ def test_a_raised_limit_lets_the_header_through(tmp_path: Path, limit: int | Non
     with pytest.raises(OSError, match="truncated"):
         read_image(path, max_image_pixels=limit)
     with pytest.raises(OSError, match="truncated"):
-        read_mask_values(path, max_image_pixels=limit)
+        read_mask(path, max_image_pixels=limit)
 
 
 def test_sizes_between_pillows_warning_and_its_limit_read_without_a_warning(tmp_path: Path):
@@ -94,7 +94,7 @@ def test_tiffs_are_exempt_from_the_limit_as_they_are_never_decoded_whole(tmp_pat
     tifffile.imwrite(tmp_path / "plain.tif", pixels)
     windowed = read_image(tmp_path / "z.tif", max_image_pixels=1000)
     assert isinstance(windowed, WindowedRaster) and windowed.shape == (30, 40, 3)
-    assert read_mask_values(tmp_path / "z.tif", max_image_pixels=1000).shape == (30, 40, 3)
+    assert read_mask(tmp_path / "z.tif", max_image_pixels=1000).values.shape == (30, 40, 3)
     assert read_image_header(tmp_path / "z.tif", 1000) == ImageHeader(40, 30, 3, "uint8")
     mapped = read_image(tmp_path / "plain.tif", max_image_pixels=1000)
     assert isinstance(mapped.base, np.memmap) or isinstance(mapped, np.memmap)
@@ -143,3 +143,30 @@ def test_the_header_check_finds_damaged_pngs_and_unsupported_types(tmp_path: Pat
             read_image(tmp_path / name)
         with pytest.raises(ValueError, match=rf"{name}: pixels of type {dtype} are not supported"):
             read_image_header(tmp_path / name)
+
+
+def test_a_palette_mask_gives_its_indices_and_its_palette_beside_them(tmp_path: Path):
+    indices = np.array([[0, 1, 2], [2, 2, 1]], np.uint8)
+    colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]
+    picture = Image.fromarray(indices)
+    picture.putpalette([v for colour in colours for v in colour])
+    picture.info["transparency"] = 0  # a tRNS chunk: alpha carries no label, as in RGBA
+    picture.save(tmp_path / "p.png")
+    mask = read_mask(tmp_path / "p.png")
+    np.testing.assert_array_equal(mask.values, indices)
+    assert mask.palette is not None and mask.palette[:3].tolist() == [list(c) for c in colours]
+    shown = np.asarray(Image.open(tmp_path / "p.png").convert("RGB"))  # what a viewer shows
+    np.testing.assert_array_equal(mask.palette[mask.values], shown)
+    # a TIFF's 16-bit colour map: the 8-bit colour x 257 (ours, GDAL's) or shifted by 8
+    for name, scale in (("x257.tif", 257), ("shifted.tif", 256)):
+        colormap = np.zeros((3, 256), np.uint16)
+        colormap[:, :3] = np.array(colours, np.uint16).T * scale
+        tifffile.imwrite(tmp_path / name, indices, photometric="palette", colormap=colormap)
+        tiff = read_mask(tmp_path / name)
+        np.testing.assert_array_equal(tiff.values, indices)
+        assert tiff.palette is not None and tiff.palette[:3].tolist() == [list(c) for c in colours]
+    Image.fromarray(indices).save(tmp_path / "grey.png")
+    Image.fromarray(np.zeros((2, 3, 3), np.uint8)).save(tmp_path / "rgb.png")
+    tifffile.imwrite(tmp_path / "grey.tif", indices)
+    for name in ("grey.png", "rgb.png", "grey.tif"):
+        assert read_mask(tmp_path / name).palette is None

@@ -1,6 +1,6 @@
 import numpy as np
 
-from segscale.data.sources import read_image, read_mask_values
+from segscale.data.sources import read_image, read_mask
 from segscale.data.synthetic import CLASS_NAMES, SyntheticTiles, draw_tile
 
 
@@ -37,7 +37,7 @@ def test_prepare_writes_once_and_reuses(tmp_path):
     tiles.prepare()
     assert pairs[0].image.stat().st_mtime_ns == stamp
     assert read_image(pairs[0].image).shape == (96, 96, 3)
-    assert read_mask_values(pairs[0].mask).max() < len(CLASS_NAMES)
+    assert read_mask(pairs[0].mask).values.max() < len(CLASS_NAMES)
     # Train and validation tiles differ.
-    assert not np.array_equal(read_mask_values(pairs[0].mask), read_mask_values(pairs[2].mask))
+    assert not np.array_equal(read_mask(pairs[0].mask).values, read_mask(pairs[2].mask).values)
     assert not list(tmp_path.glob(".staging-*"))

@@ -87,18 +87,21 @@ def test_ignore_ids_are_confirmed_with_their_share(tmp_path: Path):
     for split, name in (("train", "t1"), ("train", "t2"), ("val", "v1")):
         mask = np.asarray(Image.open(root / split / "masks" / f"{name}.png")).copy()
         mask[1:9] = 7  # a void value: 256 of 1024 pixels (row 0 holds the 255)
+        mask[1:3] = 9  # another: 64 of them
         Image.fromarray(mask).save(root / split / "masks" / f"{name}.png")
-    report = _validate(root, label_ids=[0, 1, 2], ignore_ids=[7, 9])
+    report = _validate(root, label_ids=[0, 1, 2], ignore_ids=[7, 9, 11])
     assert report.ignored_pixels("train") == 2 * 256 + 2  # the ignore index 255 as well
     assert report.ignored_share("train") == pytest.approx((2 * 256 + 2) / 2048)
-    assert report.ignored_lines("train") == [
-        "ignore_ids [7, 9]: 512 px, 25.0% of training pixels, ignored",
+    assert report.ignored_lines("train") == [  # each value counted on its own
+        "ignore_ids [7]: 384 px, 18.8% of training pixels, ignored",
+        "ignore_ids [9]: 128 px, 6.2% of training pixels, ignored",
+        "ignore_ids [11]: 0 px, 0.0% of training pixels, ignored",
         "ignore_index 255: 2 px, 0.1% of training pixels, ignored",
     ]
     masks = [root / "train/masks/t1.png", root / "train/masks/t2.png"]
     assert report.ignored["train"].files[7] == masks
     assert report.frequencies("train").sum() == pytest.approx(1.0)  # of the labelled pixels
-    assert "ignore_ids [7, 9]: 256 px, 25.0% of validation pixels" in report.table("val")
+    assert "ignore_ids [7]: 192 px, 18.8% of validation pixels" in report.table("val")
 
 
 def test_the_cache_is_the_users_not_the_datasets(tmp_path: Path, monkeypatch):

@@ -1,15 +1,22 @@
-"""The cached pass: valid cells are read again when missing or counted for other settings."""
+"""The cached pass: changed files read again; valid cells when missing or for other settings."""
 
 import json
+import os
+import shutil
+import sys
+import time
 
 import numpy as np
 import pytest
+from PIL import Image
 
-from segscale.data import validation_cache
+from segscale.data import source_identity, validation_cache
 from segscale.data.folder import FolderTiles
 from segscale.data.labels import LabelMap
 from segscale.data.user_cache import cache_file
 from segscale.data.validation import validate_dataset
+from segscale.errors import ConfigError
+from tests.conftest import write_pair
 from tests.data.valid_maps import geotiff_dataset
 
 NAMES = ("a", "b", "c")
@@ -81,3 +88,42 @@ def test_a_damaged_or_foreign_entry_is_counted_again_not_crashed_on(tmp_path, re
     path.write_text(json.dumps(cache))
     report = run_pass(root, min_valid=0.5)
     assert len(reads) == 5 and len(report.valid_windows["train"]) == 2
+
+
+@pytest.mark.parametrize("change_time", [True, False], ids=["change time", "content digest"])
+def test_a_mask_replaced_with_the_same_size_and_mtime_is_counted_again(
+    tmp_path, reads, monkeypatch, change_time
+):
+    # Without a change time (Windows), the identity holds a digest of the content.
+    monkeypatch.setattr(source_identity, "has_change_time", lambda: change_time)
+    root, replacement = tmp_path / "data", tmp_path / "new.png"
+    image = np.zeros((32, 32, 3), np.uint8)
+    for split, name in (("train", "t1"), ("val", "v1")):
+        write_pair(root, split, name, image, np.zeros((32, 32), np.uint8))
+    mask = root / "train/masks/t1.png"
+    Image.fromarray(np.zeros((32, 32), np.uint8)).save(mask, compress_level=0)
+    Image.fromarray(np.full((32, 32), 2, np.uint8)).save(replacement, compress_level=0)
+    assert mask.stat().st_size == replacement.stat().st_size  # uncompressed: the shape's size
+    assert run_pass(root).class_counts["train"].tolist() == [1024, 0, 0]
+    before = mask.stat()
+    time.sleep(0.02)  # past a tick of the kernel's coarse clock, which stamps the change time
+    shutil.copy2(replacement, mask)  # cp -p: the same size, and the old mtime put back
+    os.utime(mask, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (mask.stat().st_size, mask.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert run_pass(root).class_counts["train"].tolist() == [0, 0, 1024]
+    assert len(reads) == 3  # the two pairs, then the changed one alone
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no owner or mode bits on Windows")
+def test_the_cache_folder_is_private_and_a_shared_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    root = geotiff_dataset(tmp_path)
+    run_pass(root)
+    for folder in (tmp_path / "home/segscale", tmp_path / "home/segscale/validation"):
+        assert (folder.stat().st_mode & 0o777) == 0o700, folder
+    (tmp_path / "home/segscale/validation").chmod(0o777)
+    with pytest.raises(ConfigError) as refused:
+        run_pass(root)
+    folder = tmp_path / "home/segscale/validation"
+    assert f"the cache folder {folder} can be written by others (mode 777)" in str(refused.value)
+    assert "XDG_CACHE_HOME=<a folder of yours>" in str(refused.value)

@@ -4,7 +4,8 @@ Training in each precision with channels_last, torch.compile against eager, a re
 predict / evaluate / export from a GPU-trained checkpoint and that checkpoint on the CPU
 and back, the host syncs of a training step counted by CUDA itself, and two DDP ranks
 sharing one GPU (over gloo, as two single-device nodes) equal to one process, in bf16
-with synchronized batch norm. `experiments/gpu/run.sh` runs this tier on a GPU machine.
+with synchronized batch norm, and the GPU's copies through pinned host memory that bench's
+gloo link takes. `experiments/gpu/run.sh` runs this tier on a GPU machine.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.conftest import REPO, compose_config, tiny_overrides
 from tests.in_process import run_in_process
 from tests.training.record_dtype import recorded_dtypes
 
+from segscale.bench.host_staged_link import measure_copies
 from segscale.cli import evaluate as evaluate_cli
 from segscale.cli import export as export_cli
 from segscale.cli import predict as predict_cli
@@ -320,3 +322,12 @@ def test_two_ranks_sharing_one_gpu_train_as_one_process(tiny_data_root, tmp_path
     # Equal to bf16's rounding, and much nearer than without synchronized statistics.
     assert d_synced <= 1e-3 * size
     assert d_synced <= 0.5 * d_unsynced
+
+
+def test_the_gpu_s_copies_through_pinned_host_memory_are_measured():
+    # What gloo's link through host memory (bench/host_staged_link.py) takes from the GPU:
+    # its copies of one DDP bucket to pinned host memory and back, as gloo makes them.
+    copies = measure_copies(torch.device("cuda", 0), 25 * 2**20)
+    for bandwidth in (copies.device_to_host, copies.host_to_device):
+        assert 1e9 < bandwidth < 1e12  # PCIe 3.0 x16: ~12 GB/s; GH200 NVLink-C2C: ~450 GB/s
+    assert torch.cuda.get_device_name(0) in copies.source

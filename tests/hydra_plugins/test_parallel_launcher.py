@@ -1,6 +1,5 @@
 import csv
 import json
-import os
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -8,12 +7,15 @@ from typing import ClassVar
 
 import pytest
 import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hydra_plugins.segscale_plugins.parallel_launcher import ParallelLauncher
+from segscale.command_line import quoted_override
 from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
 from tests.cli.test_sweeps import jobs_run_train_py, multirun
 from tests.conftest import compose_for_plugins
+from tests.fake_cpus import fake_mask
 
 
 def process_lifetime(job: Path) -> tuple[datetime, datetime]:
@@ -84,8 +86,7 @@ def test_cpu_jobs_share_the_cores_this_process_may_use(monkeypatch, tmp_path):
     from hydra_plugins.segscale_plugins import parallel_launcher
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this sweep's
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    fake_mask(monkeypatch, 8)  # of a 64-core machine
     monkeypatch.setattr(parallel_launcher.subprocess, "Popen", FakeJob)
     FakeJob.envs = []
     config, context = compose_for_plugins(
@@ -96,6 +97,7 @@ def test_cpu_jobs_share_the_cores_this_process_may_use(monkeypatch, tmp_path):
     launcher.launch([["trainer.devices=2"], ["trainer.devices=1"]], initial_job_idx=0)
     # 8 cores, 2 jobs at once: 4 threads a job, shared by its processes.
     assert [env["OMP_NUM_THREADS"] for env in FakeJob.envs] == ["2", "4"]
+    assert all(env["PYTHONIOENCODING"] == "utf-8" for env in FakeJob.envs)  # console.log's
 
 
 class RecordingJob(FakeJob):
@@ -115,18 +117,26 @@ def test_jobs_load_the_sweeps_config_folders(monkeypatch, tmp_path):
     monkeypatch.setattr(parallel_launcher.subprocess, "Popen", RecordingJob)
     RecordingJob.commands = []
     searchpath = f"hydra.searchpath=[file://{tmp_path / 'myconf'}]"
+    sweep = tmp_path / r"D:\sweeps\it's a, b"  # one name here; a Windows path there
     config, context = compose_for_plugins(
-        "hydra/launcher=parallel", f"hydra.sweep.dir={tmp_path}", searchpath
+        "hydra/launcher=parallel", f"hydra.sweep.dir={quoted_override(str(sweep))}", searchpath
     )
     launcher = ParallelLauncher(cpu_jobs=1, poll_s=0)
     launcher.setup(hydra_context=context, task_function=None, config=config)
     launcher.launch([["trainer.devices=1"]], initial_job_idx=0)
     (command,) = RecordingJob.commands
+    assert hydra_values(command)["hydra.run.dir"] == str(sweep / "0")
     # the primary config folder and name, and the user's folder once: a preset there
     # (experiment=mine) composes in the job as it did in the sweep
     assert command[command.index("--config-path") + 1] == CONFIG_DIR
     assert command[command.index("--config-name") + 1] == "train"
     assert command.count(searchpath) == 1
+
+
+def hydra_values(command: list[str]) -> dict[str, object]:
+    """The ``hydra.*`` overrides of a job's command line, as Hydra reads them."""
+    overrides = [a for a in command if a.startswith("hydra.")]
+    return {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(overrides)}
 
 
 class TimedJob:
@@ -139,7 +149,7 @@ class TimedJob:
     times: ClassVar[dict[int, list[float]]] = {}
 
     def __init__(self, command: list[str], env: dict[str, str], **kwargs: object) -> None:
-        values = dict(a.split("=", 1) for a in command if a.startswith("hydra."))
+        values = hydra_values(command)
         self.folder = Path(values["hydra.run.dir"])
         self.number = int(values["hydra.job.num"])
         self.returncode: int | None = None

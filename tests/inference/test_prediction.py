@@ -14,10 +14,13 @@ from segscale.cli.predict import main as predict_main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference import probability_maps
 from segscale.inference.prediction import predict
+from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image
 from tests.in_process import run_in_process
 from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
 
+CLASS_NAMES = ("water", "building", "asphalt")
+"""The checkpoint's classes, not in sorted order: the bands must keep this one."""
 TILE = 32
 SHAPE = (70, 90)
 """Larger than a tile both ways, and no multiple of the stride: several bands of rows."""
@@ -30,9 +33,17 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, np.ndar
     truth = np.random.default_rng(5).integers(0, 3, SHAPE).astype(np.uint8)
     (root / "in").mkdir()
     image = geotiff(root / "in" / "scene.tif", oracle_image(truth), crs=UTM, transform=NORTH_UP)
-    ckpt = oracle_checkpoint(root / "oracle.ckpt")
+    ckpt = named_classes(oracle_checkpoint(root / "oracle.ckpt"), CLASS_NAMES)
     expected = segscale.load(ckpt, device="cpu", tile_size=TILE).predict_proba(image)
     return ckpt, root / "in", expected
+
+
+def named_classes(ckpt: Path, names: tuple[str, ...]) -> Path:
+    """``ckpt`` with its classes renamed ``names``, in that order."""
+    content = load_checkpoint_file(ckpt, "ckpt")
+    content["segscale"]["class_names"] = list(names)
+    save_checkpoint_file(content, ckpt)
+    return ckpt
 
 
 def _predict(ckpt: Path, images: Path, out: Path, *overrides: str) -> list[Path]:
@@ -74,7 +85,7 @@ def test_uint8_probabilities_are_the_in_memory_ones_rounded_and_keep_the_georefe
     # Each pixel's rounded values are within half a step per class of summing to 255.
     assert np.abs(stored.sum(axis=0, dtype=int) - 255).max() <= 1
     assert dataset.crs == UTM and dataset.transform == NORTH_UP
-    assert dataset.descriptions == ("class0", "class1", "class2")
+    assert dataset.descriptions == CLASS_NAMES  # band k is class k, the checkpoint's order
     assert dataset.scales == (1 / 255,) * 3
     mask = np.asarray(Image.open(tmp_path / "scene.png"))
     np.testing.assert_array_equal(mask, expected.argmax(axis=0))

@@ -87,6 +87,18 @@ def test_a_float_raster_of_a_plain_input_has_no_georeference(tmp_path: Path):
         np.testing.assert_array_equal(written.read(), values)
 
 
+def test_bands_are_the_classes_in_the_checkpoints_order_not_sorted(tmp_path: Path):
+    names = ("water", "building", "asphalt")  # a checkpoint's order, not the sorted one
+    values = (0.5, 0.375, 0.125)  # exact in float16: band k holds class k's value
+    probabilities = np.stack([np.full((3, 4), value, np.float32) for value in values])
+    files = ProbabilityFiles(tmp_path / "scene", (3, 4), names, ProbabilityOutputs("float16"), None)
+    files.write(0, probabilities)
+    (path,) = files.close()
+    with rasterio.open(path) as written:
+        assert written.descriptions == names
+        assert [float(np.unique(written.read(band))[0]) for band in (1, 2, 3)] == list(values)
+
+
 def test_discarded_files_leave_nothing(tmp_path: Path):
     outputs = ProbabilityOutputs("float16", "uint8")
     files = ProbabilityFiles(tmp_path / "scene", (4, 4), ("a", "b"), outputs, None)

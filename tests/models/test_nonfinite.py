@@ -1,14 +1,26 @@
 """A non-finite loss stops the run (exit 3) with the last good checkpoint, or is skipped."""
 
 import json
+import math
 import subprocess
 
+import lightning as L
 import pytest
 import torch
+from torch import nn
+from torch.utils.data import DataLoader
 
 from segscale.cli.train import main
 from segscale.errors import ConfigError
-from segscale.models.nonfinite import any_nonfinite, check_policy, describe
+from segscale.models.nonfinite import (
+    NonFiniteError,
+    any_nonfinite,
+    check_policy,
+    describe,
+    highest,
+    highest_rate,
+)
+from segscale.models.nonfinite_steps import NonFiniteSteps
 from segscale.training.run.training_run import train
 from tests.conftest import tiny_overrides, train_command
 from tests.in_process import run_in_process
@@ -149,6 +161,117 @@ def test_policy_and_message():
     message = describe("gradient", 7, 2, 0.5, "16-mixed")
     assert message.startswith("the gradient is not finite (NaN or inf) at step 7 (epoch 2)")
     assert "float16 overflow under trainer.precision=16-mixed" in message
+    assert "(up to 0.5 in the steps before: lower optimizer.lr" in message
+    assert "the learning rate itself is not finite" in describe("loss", 7, 2, math.inf, "32")
+    # No step has changed the weights: neither the rate nor exploding gradients did it.
+    first = describe("loss", 0, 0, None, "32-true")
+    assert first.startswith("the loss is not finite (NaN or inf) at step 0 (epoch 0), before any")
+    assert "learning rate" not in first and "gradient_threshold" not in first
+    assert "model.encoder_weights" in first and "NaN or infinite values in the images" in first
+
+
+def test_the_highest_rate_of_every_group_and_a_non_finite_one_first():
+    groups = [{"params": [torch.zeros(1, requires_grad=True)], "lr": lr} for lr in (0.1, 3.0)]
+    assert highest_rate([torch.optim.SGD(groups)]) == 3.0
+    assert highest_rate([]) is None
+    assert math.isnan(highest([2.0, math.nan, 5.0])) and highest([2.0, math.inf]) == math.inf
+
+
+class Diverging(NonFiniteSteps):
+    """A linear layer trained at ``rates`` (one a step, 0 after the last), NaN from ``bad`` on.
+
+    ``bad="validation"``: training stays finite and the validation loss is NaN.
+    """
+
+    def __init__(self, rates: tuple[float, ...], bad: int | str, on_nonfinite="stop") -> None:
+        super().__init__(on_nonfinite)
+        self.network = nn.Linear(2, 1)
+        self.rates, self.bad = rates, bad
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        loss = self.network(batch).pow(2).mean()
+        if self.bad == self.trainer.global_step:
+            loss = loss * math.nan
+        self._nonfinite = ~torch.isfinite(loss)
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.guard_step(list(self.network.parameters()), optimizer)
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        if self.bad == "validation":
+            raise NonFiniteError(self._describe_nonfinite("validation loss"))
+
+    def configure_optimizers(self) -> dict:
+        optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+        factors = [*self.rates, 0.0]  # a poly schedule's last factor: 0 for no step
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factors[step])
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def diverge(module: Diverging, caplog=None) -> str:
+    """Train ``module`` for one epoch, a step a rate; the NonFiniteError's message, or ``""``."""
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+    )
+    data = DataLoader([torch.ones(4, 2)] * len(module.rates), batch_size=None)
+    try:
+        trainer.fit(module, data, DataLoader([torch.ones(4, 2)], batch_size=None))
+    except NonFiniteError as error:
+        return str(error)
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("rates", "bad", "expected"),
+    [
+        # The verdict of step 1 is read at step 2: the rate named is step 0's, the rate
+        # that made the weights step 1 started from, not step 2's (nor step 1's own).
+        (
+            (2.0, 1e6, 3.0),
+            1,
+            "at step 1 (epoch 0). Likely causes: a learning rate too high "
+            "for this model and batch (up to 2 in the steps before",
+        ),
+        # The last step's verdict is read when training ends, where the schedule left
+        # the rate of a step that never comes: 0.
+        (
+            (1e6, 1e3, 1.0),
+            2,
+            "at step 2 (epoch 0). Likely causes: a learning rate too high "
+            "for this model and batch (up to 1e+06 in the steps before",
+        ),
+        (
+            (1e6, 1e3, 1.0),
+            "validation",
+            "the validation loss is not finite (NaN or inf) at "
+            "step 3 (epoch 0). Likely causes: a learning rate too high for this model and "
+            "batch (up to 1e+06 in the steps before",
+        ),
+        (
+            (1e6, 1e3, 1.0),
+            0,
+            "at step 0 (epoch 0), before any optimizer step changed the "
+            "weights. Likely causes: the weights the run started from",
+        ),
+    ],
+    ids=["step-1", "last-step", "validation", "first-step"],
+)
+def test_the_message_names_the_rate_of_the_steps_before_the_bad_one(rates, bad, expected):
+    assert expected in diverge(Diverging(rates, bad))
+
+
+def test_a_skipped_step_names_the_rate_of_the_steps_before_it(caplog):
+    with caplog.at_level("WARNING"):
+        assert diverge(Diverging((2.0, 1e6, 3.0), 1, on_nonfinite="skip")) == ""
+    assert "at step 1 (epoch 0)" in caplog.text and "(up to 2 in the steps before" in caplog.text
 
 
 @pytest.mark.slow

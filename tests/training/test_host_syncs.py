@@ -169,11 +169,15 @@ def _module_step_on_rank(rank: int) -> dict[str, Any]:
         gradient_threshold=0.01,
         gradient_threshold_method="l2norm",
     )
+    optimizer = torch.optim.SGD(seg.parameters(), lr=0.1)
     seg.trainer = SimpleNamespace(
-        world_size=2, global_step=1, log_every_n_steps=10, precision="32-true"
+        world_size=2,
+        global_step=1,
+        log_every_n_steps=10,
+        precision="32-true",
+        optimizers=[optimizer],
     )
     seg.log = lambda *args, **kwargs: None
-    optimizer = torch.optim.SGD(seg.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(rank)
     mask = torch.randint(0, 3, (2 + rank, 8, 8), generator=generator)
     mask[:, 0] = 255

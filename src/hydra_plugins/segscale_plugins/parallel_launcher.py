@@ -29,7 +29,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from segscale.command_line import config_options, program_command
+from segscale.command_line import UTF8_OUTPUT, config_options, program_command, quoted_override
 from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
 from segscale.sweeps.failed_jobs import JobFailedError
@@ -255,17 +255,17 @@ class ParallelLauncher(Launcher):
             *options,
             *plan.overrides,
             *hydra_overrides,
-            f"hydra.run.dir={plan.folder}",
+            f"hydra.run.dir={quoted_override(str(plan.folder))}",
             f"hydra.job.num={plan.number}",
         ]
-        env = dict(os.environ)
+        env = os.environ | UTF8_OUTPUT  # console.log is read back as UTF-8
         if plan.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(plan.granted)
         else:
             env["OMP_NUM_THREADS"] = str(max(1, threads // plan.processes))
         where = f"GPU {','.join(plan.granted)}" if plan.gpus else "CPU"
         log.info("\t#%d (%s): %s", plan.number, where, " ".join(filter_overrides(plan.overrides)))
-        console = plan.console.open("w")
+        console = plan.console.open("wb")  # the child writes its own bytes
         plan.started = time.perf_counter()
         plan.process = subprocess.Popen(
             command, env=env, stdout=console, stderr=subprocess.STDOUT, cwd=os.getcwd()
@@ -288,7 +288,7 @@ class ParallelLauncher(Launcher):
             # What the job's task function returned, from the summary it wrote.
             result.return_value = objective(plan.config, read_summary(plan.folder) or {})
             return result
-        output = plan.console.read_text(errors="replace").strip().splitlines()
+        output = plan.console.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         tail = "\n".join(output[-15:])
         log.error(
             "\t#%d failed with exit code %d after %.0f s; its output (%s):\n%s",

@@ -23,6 +23,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from segscale.command_line import quoted_override
 from segscale.errors import ConfigError
 
 
@@ -107,5 +108,5 @@ def _first(dist: BaseDistribution) -> Any:
 def _override_value(value: Any) -> str:
     """A sampled value as a Hydra override value (strings quoted when they need it)."""
     if isinstance(value, str) and not value.replace("_", "").replace("-", "").isalnum():
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return quoted_override(value)
     return str(value)

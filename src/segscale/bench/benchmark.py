@@ -11,13 +11,17 @@ overhead per step (``segscale.bench.overhead``), the performance options one at 
 devices (``segscale.bench.ddp_runs``) and, on CPUs, N loops side by side
 (``segscale.bench.sharing``). From these the step model (``segscale.bench.step_model``)
 predicts 2, 4 and 8 devices over the interconnects of ``segscale.bench.interconnects``
-and this machine's N; the verdict (``segscale.bench.verdict``), a table, ``bench.json``
-and two plots (``segscale.bench.report``) go into the run folder.
+(on GPUs whose ranks would use gloo, ``segscale.bench.gpu_backend``, also over gloo's
+link through host memory, ``segscale.bench.host_staged_link``) and this machine's N;
+the verdict (``segscale.bench.verdict``), a table, ``bench.json`` and two plots
+(``segscale.bench.report``) go into the run folder.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,11 +38,12 @@ from segscale.bench.compute import (
     gradient_bytes,
     parameter_count,
 )
-from segscale.bench.ddp_runs import (
-    measure_scaling,
-)
+from segscale.bench.ddp_runs import measure_allreduce, measure_scaling
 from segscale.bench.flops import measure_utilisation
+from segscale.bench.gpu_backend import gpu_backend
 from segscale.bench.gradients import buffer_bytes, measure_gradients
+from segscale.bench.host_staged_link import HostStagedLink, measure_copies
+from segscale.bench.interconnects import Link
 from segscale.bench.overhead import measure_overhead
 from segscale.bench.performance_options import measure_options, option_variants
 from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_counts
@@ -46,17 +51,22 @@ from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
 from segscale.bench.progress import Progress
 from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.storage import measure_storage
-from segscale.bench.verdict import findings_from, verdict
+from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run.prepare import prepare
 
+log = logging.getLogger(__name__)
 
-def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
+
+def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> dict[str, Any]:
     """Measure ``cfg`` on this machine, predict more devices; return ``bench.json``'s content.
 
-    ``overrides`` are the command line's, passed on to the ``train.py`` runs.
+    ``overrides`` are the command line's and ``config`` the options that load the config
+    folders bench's run loaded (``segscale.command_line.config_options``): both passed
+    on to the ``train.py`` runs. Its ``failed`` lists the measurements that failed.
     """
+    backend = gpu_backend(cfg.strategy.get("process_group_backend"))  # refused first
     prepare(cfg)  # datamodule/classes=auto resolved, the values checked
     check_bench(cfg.bench)
     options = cfg.bench
@@ -85,7 +95,10 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         threads = options.threads_per_process or max(1, cpus // max(counts))
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
     side_by_side_runs = 2 if threads and max(counts) > 1 else 0
-    progress = Progress(2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + 1)
+    staged = on_gpu and backend.name == "gloo"  # GPU ranks all-reduce through host memory
+    progress = Progress(
+        2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + staged + 1
+    )
     threads_before = torch.get_num_threads()
     try:
         if threads:
@@ -144,9 +157,17 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         option_rows = measure_options(
             cfg, variants, datamodule, effective.learning_rate, batch, device, options, progress
         )
-        measured, here = measure_scaling(
-            cfg, overrides, counts, threads, compute, options, progress
+        measured, measured_here = measure_scaling(
+            cfg, overrides, list(config), counts, threads, compute, progress, backend.name
         )
+        here: Link | None = measured_here
+        gloo = None
+        if staged:  # gloo's all-reduce between host processes, this GPU's copies
+            bucket = int(min(compute["gradient_bytes"], options.bucket_mb * 2**20))
+            host = measure_allreduce(max(2, *counts), bucket, cuda=False)
+            gloo = HostStagedLink(host, measure_copies(device, bucket))
+            here = gloo if max(counts) > 1 else None
+            progress("gloo through host memory")
         shared = None
         if side_by_side_runs:
             assert threads  # side_by_side_runs is 0 without threads
@@ -171,13 +192,18 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
             measured["sync_batchnorm"],
             one["timing"]["mean_s"] if one else None,
         )
-        prediction = prediction_rows(inputs, options, here, counts, on_gpu)
+        prediction = prediction_rows(inputs, options, here, counts, on_gpu, backend, gloo)
         progress("prediction")
     finally:
         progress.close()
         torch.set_num_threads(threads_before)
     results: dict[str, Any] = {
-        "config": {"overrides": overrides, "accelerator": accelerator, "cpus": cpus},
+        "config": {
+            "overrides": overrides,
+            "config_options": list(config),
+            "accelerator": accelerator,
+            "cpus": cpus,
+        },
         "pipeline": pipeline.as_dict()
         | {
             "configured_workers": configured_workers,
@@ -190,13 +216,18 @@ def bench(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
         "prediction": prediction,
         "sharing": shared.as_dict() if shared else None,
     }
+    results["failed"] = failed_measurements(results)
     results["verdict"] = verdict(findings_from(results))
     return results
 
 
 def finish(results: dict[str, Any], folder: Path) -> str:
-    """Write ``bench.json`` and the plots into ``folder``; the table to print."""
+    """Write ``bench.json`` and the plots into ``folder``; the table to print.
+
+    The scaling plot only with a measured point (``report.plot_scaling``).
+    """
     report.write_json(results, folder)
-    report.plot_scaling(results, folder / "bench_scaling.png")
+    if not report.plot_scaling(results, folder / "bench_scaling.png"):
+        log.warning("no ddp run measured a step: no scaling plot (bench_scaling.png)")
     report.plot_pipeline(results, folder / "bench_pipeline.png")
     return report.table(results)

@@ -2,8 +2,9 @@
 
 A sync point costs the all-reduce of its message and the wait for the latest rank
 (``E[max of N standard normals] × Host.skew_s``); in the backward pass, DDP's buckets and
-synchronized batch norm's blocking collectives share one communication stream
-(``backward_pass``). The step model (``segscale.bench.step_model``) sums these terms.
+synchronized batch norm's blocking collectives share the link's channels (NCCL's one
+communication stream; gloo's two worker threads) (``backward_pass``). The step model
+(``segscale.bench.step_model``) sums these terms.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from segscale.bench.argument_checks import require_count, require_devices, require_positive
-from segscale.bench.interconnects import Interconnect
+from segscale.bench.interconnects import Link
 from segscale.bench.step_profile import Gradients, Host
 
 # Simpson's rule on [-_NORMAL_SPAN, _NORMAL_SPAN]: the integrand of E[max] is below 1e-20
@@ -38,7 +39,7 @@ def expected_max_standard_normal(n: int) -> float:
     return total * h / 3
 
 
-def sync_point(nbytes: float, n: int, link: Interconnect, host: Host) -> float:
+def sync_point(nbytes: float, n: int, link: Link, host: Host) -> float:
     """Seconds of one blocking collective of ``nbytes``: the all-reduce and the latest rank."""
     return link.allreduce_time(nbytes, n) + expected_max_standard_normal(n) * host.skew_s
 
@@ -59,16 +60,17 @@ def backward_pass(
     backward_s: float,
     gradients: Gradients,
     n: int,
-    link: Interconnect,
+    link: Link,
     host: Host,
     blocking: int = 0,
     blocking_bytes: float = 8.0,
 ) -> BackwardResult:
     """Simulate backward compute, ``blocking`` evenly spaced blocking collectives and buckets.
 
-    One communication stream serves, first come first served, each bucket once it is
-    ready and each blocking collective once compute reaches it; compute waits for a
-    blocking collective to end. Without ``host.overlap`` everything runs in series.
+    The link's channels (``Link.channels``: NCCL's one stream, gloo's worker threads)
+    serve, first come first served, each bucket once it is ready and each blocking
+    collective once compute reaches it, each on the channel free first; compute waits for
+    a blocking collective to end. Without ``host.overlap`` everything runs in series.
     """
     require_positive(backward_s, "backward_s", "seconds")
     require_count(blocking, "blocking", 0)
@@ -85,16 +87,19 @@ def backward_pass(
     ]
     events += [((j + 1) / (blocking + 1) * backward_s, 0, 0.0) for j in range(blocking)]
     events.sort()
-    now = progress = comm_free = blocked = 0.0
+    free = [0.0] * link.channels  # when each channel is next free
+    now = progress = blocked = 0.0
     for at, kind, size in events:
         now += at - progress
         progress = at
-        start = max(now, comm_free)
+        channel = free.index(min(free))
+        start = max(now, free[channel])
         if kind == 1:  # a bucket: compute goes on
-            comm_free = start + link.allreduce_time(size, n)
+            free[channel] = start + link.allreduce_time(size, n)
         else:  # a batch-norm collective: compute waits for it
-            comm_free = start + collective
-            blocked += comm_free - now
-            now = comm_free
+            free[channel] = start + collective
+            blocked += free[channel] - now
+            now = free[channel]
     now += backward_s - progress
-    return BackwardResult(max(now, comm_free), blocked, max(0.0, comm_free - now))
+    last = max(free)
+    return BackwardResult(max(now, last), blocked, max(0.0, last - now))

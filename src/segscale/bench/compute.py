@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import resource
 import statistics
 import warnings
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from segscale.bench.timing import StepClock, StepTimer, Timing, summarize_steps
 from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
+from segscale.platforms.processes import peak_memory_bytes
 from segscale.training.reporting.third_party_noise import third_party_noise_filtered
 
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -101,7 +101,7 @@ def peak_memory_mb(device: torch.device) -> float:
     """Peak memory: allocated on the GPU since the last reset, or the process's peak RSS."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    return peak_memory_bytes() / 2**20
 
 
 Phases = tuple[float, float, float]

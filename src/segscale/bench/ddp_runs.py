@@ -1,8 +1,11 @@
 """Measured scaling: ``train.py`` with ``strategy=ddp`` on N devices, and the all-reduce.
 
 Each N is a real, short training run through the same entry point as the user's
-(``python train.py <the user's overrides> strategy=ddp trainer.devices=N``), with the
-data pipeline, DDP, synchronized batch norm and all. Validation, checkpoints and loggers
+(``python train.py <bench's config folders> <the user's overrides> strategy=ddp
+trainer.devices=N``), with the data pipeline, DDP, synchronized batch norm and all; the
+config folders are those bench's own run loaded (``--config-dir``, ``hydra.searchpath``,
+its primary config: ``segscale.command_line.config_options``), so that a run finds the
+user's own config files as bench did. Validation, checkpoints and loggers
 are off, and a ``StepTimer`` callback records rank 0's step times. On CPUs every rank
 gets the same number of threads (``threads`` each), so that N processes are N equal
 devices, as N GPUs would be.
@@ -10,7 +13,9 @@ devices, as N GPUs would be.
 ``measure_allreduce`` times the collective itself between N processes of this machine
 (gloo between CPU processes, NCCL between GPUs) at several sizes: an ``Interconnect``
 curve for "this machine", like the published ones, so that the prediction can be
-checked against the measured runs.
+checked against the measured runs. GPU ranks under gloo all-reduce through host memory:
+their link is built from gloo's all-reduce between CPU processes and the GPU's copies
+(``segscale.bench.host_staged_link``), not measured here.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ from omegaconf import DictConfig
 
 from segscale.atomic_files import write_text_atomically
 from segscale.bench.compute import StepPlan
+from segscale.bench.console_errors import first_error
 from segscale.bench.interconnects import Interconnect, Published, from_published
 from segscale.bench.progress import Progress
 from segscale.bench.step_model import efficiency, speedup
 from segscale.bench.timing import Timing, summarize_steps
-from segscale.command_line import TRAIN_COMMAND
-from segscale.configs import compose_config
+from segscale.command_line import TRAIN_COMMAND, UTF8_OUTPUT
+from segscale.platforms.process_groups import default_process_group_backend
 from segscale.training.ranks.launch import free_port
 
 log = logging.getLogger(__name__)
@@ -108,24 +114,22 @@ def without_key(overrides: list[str], key: str) -> list[str]:
     return [override for override in overrides if override_key(override) != key]
 
 
-def sync_batchnorm(overrides: list[str]) -> bool:
-    """Whether the scaling runs synchronize batch norm: the user's override, else ddp's default."""
-    for override in reversed(passed_on(overrides)):
-        if override_key(override) == SYNC_BATCHNORM:
-            return override.split("=", 1)[1].strip().lower() == "true"
-    return bool(compose_config("train").training.sync_batchnorm)
-
-
 def scaling_command(
     overrides: list[str],
     devices: int,
     accelerator: str,
     steps: int,
     folder: Path,
+    config: list[str],
 ) -> list[str]:
-    """The ``train.py`` command line of the run on ``devices`` devices."""
+    """The ``train.py`` command line of the run on ``devices`` devices.
+
+    ``config``: the options that load bench's own config folders and primary config
+    (``segscale.command_line.config_options`` of bench's run).
+    """
     return [
         *TRAIN_COMMAND,
+        *config,
         *passed_on(overrides),
         "strategy=ddp",
         f"trainer.devices={devices}",
@@ -152,25 +156,52 @@ def run_scaling_point(
     windows: int,
     timeout_s: float,
 ) -> ScalingPoint:
-    """Run one ``scaling_command``; its rank 0 step timing, or the error it ended with."""
-    env = dict(os.environ)
+    """Run one ``scaling_command``; its rank 0 step timing, or the error it ended with.
+
+    Its output (stdout and stderr in the order written) goes to ``folder/console.log``;
+    a run that fails is the first error that output names (``first_error``).
+    """
+    env = os.environ | UTF8_OUTPUT  # its output is read as UTF-8
     if threads:
         env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     folder.mkdir(parents=True, exist_ok=True)
     try:
         done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",  # a child's output, shown in part: never a reason to fail
+            timeout=timeout_s,
+            check=False,
         )
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as late:
+        partial = late.stdout or b""  # bytes whatever text=True says (the subprocess docs)
+        text = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        write_text_atomically(folder / "console.log", text)
         return ScalingPoint(devices, None, 0, f"no result within {timeout_s:.0f} s")
-    write_text_atomically(folder / "console.log", done.stdout + done.stderr)
+    write_text_atomically(folder / "console.log", done.stdout)
     steps = folder / "steps.json"
     if done.returncode or not steps.is_file():
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return ScalingPoint(devices, None, 0, f"exit {done.returncode}: {' | '.join(tail)}")
-    record = json.loads(steps.read_text())
+        return ScalingPoint(devices, None, 0, run_error(done.returncode, done.stdout))
+    record = json.loads(steps.read_text(encoding="utf-8"))
     timing = summarize_steps(record["durations_s"], warmup, windows)
     return ScalingPoint(devices, timing, record["global_batch"])
+
+
+def run_error(returncode: int, console: str) -> str:
+    """What a scaling run that gave no step timing ended with: its status and first error."""
+    # A negative status: killed by a signal (the kernel's out-of-memory killer, ...)
+    status = f"killed by signal {-returncode}" if returncode < 0 else f"exit {returncode}"
+    error = first_error(console)
+    if error is None and returncode == 0:
+        error = "it wrote no step timing (steps.json)"
+    if error is None:  # none of the forms first_error knows: the last line said
+        lines = [line.strip() for line in console.splitlines() if line.strip()]
+        error = lines[-1] if lines else "no output"
+    return f"{status}: {error}"
 
 
 ALLREDUCE_SIZES = (4, 4 * 2**10, 64 * 2**10, 2**20)
@@ -184,7 +215,8 @@ def _allreduce_rank(
     os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     if cuda:
         torch.cuda.set_device(rank)  # NCCL binds each rank to its current device
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    backend = default_process_group_backend("cuda" if cuda else "cpu")  # gloo on Windows
+    dist.init_process_group(backend, rank=rank, world_size=world)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     times = {}
     for size in sorted({*(s for s in ALLREDUCE_SIZES if s < nbytes), nbytes}):
@@ -215,7 +247,7 @@ def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> 
         result = Path(folder) / "allreduce.json"
         args = (world, free_port(), nbytes, repeats, str(result), cuda)
         mp.start_processes(_allreduce_rank, args=args, nprocs=world, start_method="spawn")
-        times = json.loads(result.read_text())
+        times = json.loads(result.read_text(encoding="utf-8"))
     rows = tuple(Published(world, int(size), 1e6 * seconds) for size, seconds in times.items())
     return from_published(
         f"this machine ({'NCCL' if cuda else 'gloo'}, measured)",
@@ -227,45 +259,52 @@ def measure_allreduce(world: int, nbytes: int, cuda: bool, repeats: int = 5) -> 
 def measure_scaling(
     cfg: DictConfig,
     overrides: list[str],
+    config: list[str],
     counts: list[int],
     threads: int | None,
     compute: dict[str, Any],
-    options: DictConfig,
     progress: Progress,
+    gpu_backend: str = "nccl",
 ) -> tuple[dict[str, Any], Interconnect | None]:
     """The ddp runs for each of ``counts`` devices, and this machine's measured all-reduce.
 
-    ``threads``: torch threads of each rank on CPUs (``None``: GPUs, one per rank).
+    ``config``: the options that load bench's config folders (``scaling_command``);
+    ``threads``: torch threads of each rank on CPUs (``None``: GPUs, one per rank);
+    ``gpu_backend``: the GPU ranks' (under gloo no all-reduce is measured here: the
+    module docstring says why).
+    Synchronized batch norm is as ``cfg`` composed it (the user's override or preset, or
+    the default), and flipped in one more run on the most devices.
     """
+    options = cfg.bench
     folder = Path(cfg.output_dir) / "scaling"
     accelerator = "cpu" if threads else "cuda"
     plan = StepPlan(options.warmup_steps, options.window_steps, options.windows)
-    sync = sync_batchnorm(overrides)
+    sync = bool(cfg.training.sync_batchnorm)
     runs: list[tuple[int, str | None]] = [(n, None) for n in counts]
     if max(counts) > 1:  # what synchronized batch norm costs, at the most devices
         runs.append((max(counts), f"{SYNC_BATCHNORM}={str(not sync).lower()}"))
-    points: list[tuple[ScalingPoint, str | None]] = []
+    rows = []
     for n, variant in runs:
         run_folder = folder / (f"devices_{n}" + ("_sync_batchnorm_flipped" if variant else ""))
         run_overrides = [*without_key(overrides, SYNC_BATCHNORM), variant] if variant else overrides
-        command = scaling_command(run_overrides, n, accelerator, plan.total, run_folder)
+        command = scaling_command(run_overrides, n, accelerator, plan.total, run_folder, config)
         log.info("scaling run: %s", " ".join(command))
         point = run_scaling_point(
             command, run_folder, n, threads, plan.warmup, plan.windows, options.timeout_s
         )
-        points.append((point, variant))
+        if point.error:
+            log.error("ddp on %d devices %s failed: %s", n, variant or "", point.error)
+        console = f"{folder.name}/{run_folder.name}/console.log"  # in bench's run folder
+        rows.append(point.as_dict() | {"variant": variant, "console": console})
         progress(f"ddp on {n} devices {variant or ''}" + (" (failed)" if point.error else ""))
     here = None
-    if max(counts) > 1:
+    if max(counts) > 1 and not (accelerator == "cuda" and gpu_backend == "gloo"):
         bucket = int(min(compute["gradient_bytes"], options.bucket_mb * 2**20))
         here = measure_allreduce(max(counts), bucket, accelerator == "cuda")
-    one = next((p.throughput for p, _ in points if p.devices == 1 and p.throughput), None)
-    rows = []
-    for point, variant in points:
-        row = point.as_dict() | {"variant": variant}
-        gain = speedup(point.throughput, one) if one and point.throughput else None
-        row |= {"speedup": gain, "efficiency": efficiency(gain, point.devices) if gain else None}
-        rows.append(row)
+    one = next((r["throughput"] for r in rows if r["devices"] == 1 and r["throughput"]), None)
+    for row in rows:
+        gain = speedup(row["throughput"], one) if one and row["throughput"] else None
+        row |= {"speedup": gain, "efficiency": efficiency(gain, row["devices"]) if gain else None}
     per_device = f"{threads} thread(s) per process" if threads else "one GPU per process"
     measured = {"per_device": per_device, "threads": threads, "sync_batchnorm": sync}
     return measured | {"measured": rows}, here

@@ -44,6 +44,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 _US = 1e-6
 
@@ -55,6 +56,49 @@ class Published:
     ranks: int
     nbytes: float
     time_us: float
+
+
+class Link(Protocol):
+    """What the step model needs of a link: all-reduce seconds, and whether the host waits.
+
+    ``Interconnect`` (NCCL's published curves, this machine's measured one) is one;
+    ``segscale.bench.host_staged_link.HostStagedLink`` (GPU ranks under gloo, each
+    all-reduce through host memory) is the other.
+    """
+
+    @property
+    def name(self) -> str:
+        """The link's name, as rows and the verdict give it."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """One short line: where the numbers come from."""
+        ...
+
+    @property
+    def latency(self) -> float:
+        """Seconds of the smallest all-reduce."""
+        ...
+
+    @property
+    def bus_bandwidth(self) -> float:
+        """Bytes/s of ring bytes of the largest all-reduce (nccl-tests' ``busbw``)."""
+        ...
+
+    @property
+    def host_synced(self) -> bool:
+        """Whether a blocking collective over this link also makes the host wait for the device."""
+        ...
+
+    @property
+    def channels(self) -> int:
+        """How many collectives it runs at once (each at the full speed of its curve)."""
+        ...
+
+    def allreduce_time(self, nbytes: float, n: int) -> float:
+        """Seconds of one all-reduce of ``nbytes`` over ``n`` ranks (0.0 for one rank)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -92,6 +136,16 @@ class Interconnect:
         """Bytes/s of the largest all-reduce: nccl-tests' ``busbw`` (ring bytes / time)."""
         x, t = self.points[-1]
         return x / t
+
+    @property
+    def host_synced(self) -> bool:
+        """False: NCCL's collectives (and gloo's between CPU ranks) queue without a host wait."""
+        return False
+
+    @property
+    def channels(self) -> int:
+        """1: a process group's NCCL collectives run in order on one stream."""
+        return 1
 
     def allreduce_time(self, nbytes: float, n: int) -> float:
         """Seconds of one all-reduce of ``nbytes`` over ``n`` ranks (0.0 for one rank)."""

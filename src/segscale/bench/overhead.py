@@ -309,7 +309,7 @@ def quiet() -> Iterator[None]:
         logger.setLevel(logging.WARNING + 1)  # ValidationReport: "no validation ran"
     try:
         with (
-            open(os.devnull, "w") as nothing,
+            open(os.devnull, "w", encoding="utf-8") as nothing,
             contextlib.redirect_stdout(nothing),
             warnings.catch_warnings(),
         ):

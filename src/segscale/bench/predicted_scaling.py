@@ -1,4 +1,14 @@
-"""The step model fed with what bench measured: predictions per interconnect and here."""
+"""The step model fed with what bench measured: predictions per interconnect and here.
+
+The GPU predictions start from one device's step: only a GPU's measured step is a GPU's.
+Where bench measured a CPU there are none (bench has no basis for this config's step on a
+GPU: no published step time of it, and its FLOPs give a GPU's step only at a share of the
+GPU's peak that bench has not measured); this machine's N are predicted either way.
+Where the GPU ranks would use gloo (``segscale.bench.gpu_backend``: Windows, or the
+config's choice), the same N GPUs are predicted over gloo's link through host memory
+(``segscale.bench.host_staged_link``) beside the NCCL rows, which then say what Linux
+or WSL2 would give.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +22,9 @@ from segscale.bench.collective_timing import expected_max_standard_normal
 from segscale.bench.compute import (
     BareLoopResult,
 )
-from segscale.bench.interconnects import INTERCONNECTS, Interconnect
+from segscale.bench.gpu_backend import GpuBackend
+from segscale.bench.host_staged_link import HostStagedLink
+from segscale.bench.interconnects import INTERCONNECTS, Link
 from segscale.bench.sharing import Sharing
 from segscale.bench.step_model import predict
 from segscale.bench.step_profile import (
@@ -59,6 +71,16 @@ class ModelInputs:
             overhead_s=overhead,
         )
 
+    def gpu_basis(self) -> dict[str, Any]:
+        """What GPU predictions start from: this GPU's step, and which of its steps."""
+        return {
+            "device": self.compute["device"],
+            "step_s": self.one_device_s or self.lightning.mean_s,
+            "step": "the 1-device train.py run's"
+            if self.one_device_s
+            else "bench's own, data in memory",
+        }
+
     def batchnorm(self, synchronized: bool, compute_s: float = 0.0) -> BatchNormSync | None:
         """Segscale's synchronized batch norm of this network (``None`` when off)."""
         layers = self.compute["batchnorm_layers"]
@@ -77,32 +99,38 @@ class ModelInputs:
 def prediction_rows(
     inputs: ModelInputs,
     options: DictConfig,
-    here: Interconnect | None,
+    here: Link | None,
     counts: list[int],
     on_gpu: bool,
+    backend: GpuBackend | None = None,
+    gloo: HostStagedLink | None = None,
 ) -> dict[str, Any]:
     """Predicted speed-up on ``bench.predict_devices`` over each interconnect (and this one).
 
-    GPU interconnects: each rank its own device, ranks meeting with the arrival spread of
-    ``GPU_SPREAD``, synchronized batch norm as the ddp runs have it; beside each row, what
-    the other spread model (``ALTERNATIVE``) predicts and, with synchronized batch norm
-    on, the prediction with it off. This machine: its measured all-reduce curve, and on
-    CPUs what the ranks measured side by side (slowdown, sync-point cost, batch norm's
-    arithmetic), with synchronized batch norm on and off, beside the measured ddp runs.
+    GPU interconnects (``on_gpu`` only: built from the step measured on this GPU, as its
+    ``gpu_basis`` says; none from a CPU's step): each rank its own device, ranks meeting
+    with the arrival spread of ``GPU_SPREAD``, synchronized batch norm as the ddp runs
+    have it; beside each row, what the other spread model (``ALTERNATIVE``) predicts
+    and, with synchronized batch norm on, the prediction with it off. ``gloo``: the link
+    of GPU ranks under gloo (``backend`` says why they would be), predicted the same
+    way, each row with what the step's gradients spend in each of its parts. This
+    machine: its measured all-reduce (on GPUs under gloo, ``gloo``), and on CPUs what the
+    ranks measured side by side (slowdown, sync-point cost, batch norm's arithmetic),
+    with synchronized batch norm on and off, beside the measured ddp runs.
     """
     profile = inputs.profile()
     rate_1 = inputs.data_rates[1]
     batchnorm = inputs.batchnorm(inputs.sync_batchnorm)
-    rows = []
-    for link in INTERCONNECTS:
-        for n in options.predict_devices:
-            row = _gpu_prediction(inputs, link, n, batchnorm, GPU_SPREAD)
-            other = _gpu_prediction(inputs, link, n, batchnorm, ALTERNATIVE)
-            row["other_spread"] = {key: other[key] for key in _SUMMARY}
-            if batchnorm is not None:
-                off = _gpu_prediction(inputs, link, n, None, GPU_SPREAD)
-                row["without_sync_batchnorm"] = {key: off[key] for key in _SUMMARY}
-            rows.append(row)
+    rows = [
+        row
+        for link in (INTERCONNECTS if on_gpu else ())
+        for row in _link_rows(inputs, link, options.predict_devices, batchnorm)
+    ]
+    gloo_rows = []
+    if on_gpu and gloo is not None:
+        for row in _link_rows(inputs, gloo, options.predict_devices, batchnorm):
+            parts = gloo.gradient_parts(inputs.gradients, row["devices"])
+            gloo_rows.append(row | {"gloo_parts": parts})
     here_rows = []
     if here is not None:
         # CPU ranks: only the N the side-by-side loops measured (slowdown and sync points
@@ -119,10 +147,14 @@ def prediction_rows(
         "profile": asdict(profile),
         "data_rates": {str(n): rate for n, rate in sorted(inputs.data_rates.items())},
         "one_device_throughput": min(profile.throughput, rate_1),
-        "arrival_spread": {
+        "devices": list(options.predict_devices),
+        "gpu_basis": inputs.gpu_basis() if on_gpu else None,
+        "arrival_spread": {  # of GPU ranks at their collectives
             "used": _spread(GPU_SPREAD, inputs, batchnorm),
             "alternative": _spread(ALTERNATIVE, inputs, batchnorm),
-        },
+        }
+        if on_gpu
+        else None,
         "interconnects": [
             {
                 "name": link.name,
@@ -130,12 +162,33 @@ def prediction_rows(
                 "latency": link.latency,
                 "source": link.source,
             }
-            for link in [*INTERCONNECTS, *([here] if here else [])]
+            for link in [*(INTERCONNECTS if on_gpu else ()), *([here] if here else [])]
         ],
         "rows": rows,
+        "gpu_backend": asdict(backend) if on_gpu and backend is not None else None,
+        "gloo": {"link": gloo.as_dict(), "rows": gloo_rows} if gloo_rows and gloo else None,
         "this_machine": here.name if here is not None else None,
         "this_machine_rows": here_rows,
     }
+
+
+def _link_rows(
+    inputs: ModelInputs,
+    link: Link,
+    devices: list[int],
+    batchnorm: BatchNormSync | None,
+) -> list[dict[str, Any]]:
+    """``link``'s GPU row for each of ``devices``, with the other spread and batch norm off."""
+    rows = []
+    for n in devices:
+        row = _gpu_prediction(inputs, link, n, batchnorm, GPU_SPREAD)
+        other = _gpu_prediction(inputs, link, n, batchnorm, ALTERNATIVE)
+        row["other_spread"] = {key: other[key] for key in _SUMMARY}
+        if batchnorm is not None:
+            off = _gpu_prediction(inputs, link, n, None, GPU_SPREAD)
+            row["without_sync_batchnorm"] = {key: off[key] for key in _SUMMARY}
+        rows.append(row)
+    return rows
 
 
 _SUMMARY = ("step_s", "sync_batchnorm_s", "speedup", "efficiency", "data_bound")
@@ -144,7 +197,7 @@ _SUMMARY = ("step_s", "sync_batchnorm_s", "speedup", "efficiency", "data_bound")
 
 def _gpu_prediction(
     inputs: ModelInputs,
-    link: Interconnect,
+    link: Link,
     n: int,
     sync_batchnorm: BatchNormSync | None,
     spread: ArrivalSpread,
@@ -178,7 +231,7 @@ def _spread(
 
 
 def this_machine(
-    inputs: ModelInputs, link: Interconnect, n: int, synchronized: bool, on_gpu: bool
+    inputs: ModelInputs, link: Link, n: int, synchronized: bool, on_gpu: bool
 ) -> dict[str, Any]:
     """The prediction for ``n`` ranks of this machine, batch norm ``synchronized`` or not."""
     shared = inputs.sharing

@@ -145,31 +145,58 @@ def table(results: dict[str, Any]) -> str:
                 for n, sync, p, m in pairs
             ],
         )
-    predicted = results["prediction"]["rows"]
-    devices = sorted({row["devices"] for row in predicted})
-    links = list(dict.fromkeys(row["interconnect"] for row in predicted))
-    cells = {(r["interconnect"], r["devices"]): r for r in predicted}
-    lines += _rows(
-        "Scaling, predicted: speed-up (efficiency) on " + ", ".join(map(str, devices)) + " devices",
-        [
-            (
-                link,
-                "   ".join(cell(cells.get((link, n))) for n in devices),
-            )
-            for link in links
-        ],
-    )
-    lines += ["  * limited by the data pipeline"]
+    lines += predicted_rows(results["prediction"]["rows"])
+    lines += gloo_rows(results["prediction"])
     lines += alternatives(results)
     lines += ["", "Verdict", results["verdict"]]
     return "\n".join(lines)
+
+
+def predicted_rows(predicted: list[dict[str, Any]]) -> list[str]:
+    """The GPU predictions per interconnect and devices; none where bench measured no GPU."""
+    if not predicted:
+        return ["Scaling, predicted on GPUs: none (bench measured no GPU; the verdict says why)"]
+    devices = sorted({row["devices"] for row in predicted})
+    links = list(dict.fromkeys(row["interconnect"] for row in predicted))
+    cells = {(r["interconnect"], r["devices"]): r for r in predicted}
+    lines = _rows(
+        "Scaling, predicted: speed-up (efficiency) on " + ", ".join(map(str, devices)) + " devices",
+        [(link, "   ".join(cell(cells.get((link, n))) for n in devices)) for link in links],
+    )
+    return [*lines, "  * limited by the data pipeline"]
+
+
+def gloo_rows(prediction: dict[str, Any]) -> list[str]:
+    """GPU ranks under gloo: its link's parts, and the speed-up on each number of devices."""
+    gloo = prediction.get("gloo")
+    if not gloo:
+        return []
+    link = gloo["link"]
+    reason = prediction["gpu_backend"]["reason"]
+    rows = sorted(gloo["rows"], key=lambda row: row["devices"])
+    return _rows(
+        f"Scaling, predicted under gloo ({reason}): {link['name']}, "
+        f"copies {link['device_to_host'] / 1e9:.1f} GB/s to the host and "
+        f"{link['host_to_device'] / 1e9:.1f} back, host all-reduce "
+        f"{1000 * link['host_latency']:.2f} ms latency, "
+        f"{link['host_bus_bandwidth'] / 1e9:.2f} GB/s bus bandwidth",
+        [
+            (
+                f"{row['devices']} devices",
+                f"{cell(row)}: step {1000 * row['step_s']:.0f} ms, of which gradients "
+                f"{1000 * row['exposed_communication_s']:.0f} ms past backward, synchronized "
+                f"batch norm {1000 * row['sync_batchnorm_s']:.0f} ms",
+            )
+            for row in rows
+        ],
+    )
 
 
 def alternatives(results: dict[str, Any]) -> list[str]:
     """The most devices per interconnect with sync batch norm off and under the other spread."""
     prediction = results["prediction"]
     spread = prediction.get("arrival_spread")
-    if not spread:
+    if not spread or not prediction["rows"]:
         return []
     most = max(row["devices"] for row in prediction["rows"])
     rows = [row for row in prediction["rows"] if row["devices"] == most]
@@ -254,11 +281,20 @@ def cell(row: dict[str, Any] | None) -> str:
     return f"{row['speedup']:.2f}× ({row['efficiency']:.0%})" + ("*" if row["data_bound"] else "")
 
 
-def plot_scaling(results: dict[str, Any], path: Path) -> None:
-    """Throughput and efficiency against devices: measured points, predicted lines."""
+def plot_scaling(results: dict[str, Any], path: Path) -> bool:
+    """Throughput and efficiency against devices: measured points, predicted lines.
+
+    Written only with a measured point (a ddp run that ran): False, and no file, without
+    one. Runs that failed are named on it.
+    """
+    scaling = results["scaling"]
+    measured = [r for r in scaling["measured"] if not r["error"] and not r["variant"]]
+    if not measured:
+        return False
     figure, (rate_axis, efficiency_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     by_link: dict[str, list[dict[str, Any]]] = {}
-    for row in results["prediction"]["rows"]:
+    gloo = results["prediction"].get("gloo") or {"rows": []}
+    for row in [*results["prediction"]["rows"], *gloo["rows"]]:
         by_link.setdefault(row["interconnect"], []).append(row)
     for link, rows in by_link.items():
         rows = sorted(rows, key=lambda r: r["devices"])
@@ -266,12 +302,25 @@ def plot_scaling(results: dict[str, Any], path: Path) -> None:
         one = results["prediction"]["one_device_throughput"]
         rate_axis.plot(devices, [one] + [r["throughput"] for r in rows], "--", label=link)
         efficiency_axis.plot(devices, [1.0] + [r["efficiency"] for r in rows], "--", label=link)
-    measured = [r for r in results["scaling"]["measured"] if not r["error"] and not r["variant"]]
-    if measured:
-        devices = [r["devices"] for r in measured]
+    here = [
+        r
+        for r in results["prediction"].get("this_machine_rows", [])
+        if r["sync_batchnorm"] == scaling["sync_batchnorm"]
+    ]
+    for axis, key, rows in (
+        (rate_axis, "throughput", measured),
+        (efficiency_axis, "efficiency", [r for r in measured if r["efficiency"] is not None]),
+    ):
         style = {"color": "black", "marker": "o", "linestyle": "-", "label": "measured here"}
-        rate_axis.plot(devices, [r["throughput"] for r in measured], **style)
-        efficiency_axis.plot(devices, [r["efficiency"] for r in measured], **style)
+        axis.plot([r["devices"] for r in rows], [r[key] for r in rows], **style)
+        marks = {"color": "tab:red", "marker": "x", "linestyle": "", "label": "predicted here"}
+        axis.plot([r["devices"] for r in here], [r[key] for r in here], **marks)
+    failed = [r for r in scaling["measured"] if r["error"]]
+    if failed:
+        names = ", ".join(
+            f"{r['devices']}" + (f" ({r['variant']})" if r["variant"] else "") for r in failed
+        )
+        figure.suptitle(f"ddp runs that failed (bench.json has why): {names} devices", fontsize=9)
     rate_axis.set_ylabel("patches/s (all devices)")
     efficiency_axis.set_ylabel("efficiency (speed-up / devices)")
     efficiency_axis.set_ylim(0, 1.05)
@@ -280,6 +329,7 @@ def plot_scaling(results: dict[str, Any], path: Path) -> None:
         axis.grid(alpha=0.3)
     efficiency_axis.legend(fontsize=8)
     save_figure(figure, path)
+    return True
 
 
 def plot_pipeline(results: dict[str, Any], path: Path) -> None:

@@ -150,7 +150,7 @@ def side_by_side(
         result = Path(folder) / "side_by_side.json"
         args = (devices, free_port(), config, threads, (warmup, steps), str(result))
         mp.start_processes(_rank, args=args, nprocs=devices, start_method="spawn")
-        means = json.loads(result.read_text())
+        means = json.loads(result.read_text(encoding="utf-8"))
     return SideBySide(
         devices,
         means["plain"],

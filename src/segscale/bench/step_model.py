@@ -27,6 +27,8 @@ A step on N ranks takes
   spread of the ranks' arrival times. A *host sync* (the host waiting for the device, as
   PyTorch 1.6's ``SyncBatchNorm`` did once per layer) is a sync point whose spread is the
   host's, ``Host.host_sync_skew_s``: the rank's host process must itself be there.
+  Over a link whose blocking collectives wait on the host (``Link.host_synced``: GPU
+  ranks under gloo, ``segscale.bench.host_staged_link``) each of them is a host sync too.
   In the forward pass: synchronized batch norm's collectives (``BatchNormSync``: layers ×
   collectives per layer), and the other collectives on the critical path (the loss
   normaliser's all-reduce between forward and backward; DDP's buffer broadcast).
@@ -34,7 +36,9 @@ A step on N ranks takes
   evenly spaced points; DDP's gradient buckets (``Gradients``: DDP's own bucket sizes, in
   all-reduce order, and when each is ready) are all-reduced asynchronously on the same
   communication stream, first come first served, so a batch-norm collective queued behind
-  a large bucket waits for it. Only what runs past the end of the backward pass is exposed.
+  a large bucket waits for it (over a link with more channels, ``Link.channels``: gloo's
+  worker threads, each collective takes the one free first). Only what runs past the end
+  of the backward pass is exposed.
   Where communication cannot overlap compute (``Host.overlap`` False: CPU ranks, whose
   cores run both), every collective adds its whole time.
 - *Stragglers*: the step ends in a collective, so every rank waits for the slowest: with a
@@ -58,7 +62,7 @@ from segscale.bench.collective_timing import (
     expected_max_standard_normal,
     sync_point,
 )
-from segscale.bench.interconnects import Interconnect
+from segscale.bench.interconnects import Link
 from segscale.bench.step_profile import BatchNormSync, Collectives, Gradients, Host, StepProfile
 
 # predict's defaults (frozen, so one instance serves every call): ranks that share
@@ -119,7 +123,7 @@ def predict(
     profile: StepProfile,
     gradients: Gradients,
     n: int,
-    link: Interconnect,
+    link: Link,
     host: Host = _UNSHARED_HOST,
     sync_batchnorm: BatchNormSync | None = None,
     collectives: Collectives = _NO_COLLECTIVES,
@@ -154,9 +158,14 @@ def predict(
         backward_blocking = bn.layers * bn.backward_collectives
         host_syncs = bn.layers * bn.host_syncs * wait * host.host_sync_skew_s
         bn_compute = bn.compute_s * slow
+    if bn is not None and link.host_synced:  # the host waits for each of its collectives
+        per_layer = bn.forward_collectives + bn.backward_collectives
+        host_syncs += bn.layers * per_layer * wait * host.host_sync_skew_s
     message = bn.message_bytes if bn is not None else 8.0
     forward_sync = forward_bn * sync_point(message, n, link, host)
     others = sum(sync_point(size, n, link, host) for size in collectives.forward)
+    if link.host_synced:
+        others += len(collectives.forward) * wait * host.host_sync_skew_s
     backward = backward_pass(
         profile.backward_s * slow, gradients, n, link, host, backward_blocking, message
     )

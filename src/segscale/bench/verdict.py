@@ -1,22 +1,35 @@
 """The verdict: one plain paragraph from the measured and predicted numbers.
 
-The rules, in order: the data pipeline is the bottleneck when the configured workers
-deliver fewer patches/s than one device consumes; communication is, when the predicted
-efficiency on ``max(predict_devices)`` devices over PCIe falls below ``GOOD_EFFICIENCY``;
-otherwise compute is. Communication is named by the largest term of the predicted step
-(synchronized batch norm, the gradient all-reduce past the backward pass, the other
-collectives, the slowest rank, the framework's fixed cost), and what to change first
-follows that term, with the prediction it would give: ``training.sync_batchnorm=false``
-(and what it costs: statistics over each device's own batch), a larger per-device batch,
-a faster link. Data: workers; compute: the fastest measured option (precision,
-channels_last, compile). Then what limits scaling, each with its number: the FLOP/s of
-one device's step (on a GPU of the table, its share of the peak); on this machine what N
-processes lose side by side and what synchronized batch norm, the gradient all-reduce
-and the slowest rank add per step; on GPUs the largest cost beyond compute, and the
-arrival spread the GPU collectives are costed with, its source, and what the other
-spread model would predict. Warnings follow: measured scaling well below the
-prediction, synchronized batch norm that costs more than 15%, epochs too short for many
-devices, framework overhead.
+It opens with the measurements that failed, if any, each with its error: what follows is
+made without them. GPU predictions exist only where bench measured a GPU, and the
+verdict says what they are built from (the step measured on that GPU); where it measured
+a CPU it says that it has no basis for a GPU's step and predicts none, and names no
+bottleneck beyond the data pipeline. The rules, in order: the data pipeline is the
+bottleneck when the configured workers deliver fewer patches/s than one device consumes;
+communication is, when the predicted efficiency on ``max(predict_devices)`` devices over
+PCIe falls below ``GOOD_EFFICIENCY``; otherwise compute is. Communication is named by
+the largest term of the predicted step (synchronized batch norm, the gradient all-reduce
+past the backward pass, the other collectives, the slowest rank, the framework's fixed
+cost), and what to change first follows that term, with the prediction it would give:
+``training.sync_batchnorm=false`` (and what it costs: statistics over each device's own
+batch), a larger per-device batch, a faster link. Data: workers; compute: the fastest
+measured option (precision, channels_last, compile). Then what limits scaling, each with
+its number: the FLOP/s of one device's step (on a GPU of the table, its share of the
+peak); on this machine what N processes lose side by side and what synchronized batch
+norm, the gradient all-reduce and the slowest rank add per step; on GPUs the largest
+cost beyond compute, and the arrival spread the GPU collectives are costed with, its
+source, and what the other spread model would predict. Warnings follow: measured scaling
+well below the prediction, synchronized batch norm that costs more than 15%, epochs too
+short for many devices, framework overhead.
+
+Where the GPU ranks would use gloo (Windows, or ``strategy.process_group_backend=gloo``),
+the verdict is made from the prediction over gloo's link through host memory, on the
+GPUs this machine has (at least 2): communication is the bottleneck when that efficiency
+falls below ``GOOD_EFFICIENCY``, named by the largest term of the gloo step (the gradient
+all-reduce through host memory, with what the step's gradients spend copied to the host,
+in gloo's host all-reduce and copied back; synchronized batch norm, each of whose
+collectives is a host sync under gloo), and the verdict says what NCCL on Linux or WSL2
+would give for the same config and devices over PCIe 3.0, PCIe 5.0 and NVLink.
 """
 
 from __future__ import annotations
@@ -38,6 +51,8 @@ SYNC_BATCHNORM_TOLERANCE = 1.15
 
 PCIE = "PCIe 5.0 x16"
 NVLINK = "NVLink H100"
+NCCL_LINKS = ("PCIe 3.0 x16", PCIE, NVLINK)
+"""The NCCL rows the verdict sets beside a gloo prediction: the slowest PCIe to NVLink."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,9 @@ class Findings:
     best_pipeline_rate: float
     framework_ratio: float  # Lightning step / bare-loop step
     steps_per_epoch: int  # on one device
-    predicted: dict[str, dict[int, float]]  # interconnect → devices → efficiency
+    most_devices: int  # the most devices bench predicts (bench.predict_devices)
+    # Interconnect → devices → efficiency: GPU predictions, only where bench measured a GPU
+    predicted: dict[str, dict[int, float]]
     measured: dict[int, float] = field(default_factory=dict)  # devices → efficiency (N ≥ 2)
     predicted_here: dict[int, float] = field(default_factory=dict)  # this machine's link
     best_option: tuple[str, float] | None = None  # overrides, speed-up of the step
@@ -68,12 +85,28 @@ class Findings:
     flops_per_s: float | None = None  # achieved by one device's step
     peak_fraction: float | None = None  # of the device's peak (GPUs of the table)
     device: str = ""
+    flops_per_patch: float | None = None  # forward + backward
+    # What the GPU predictions are built from (bench.json's prediction.gpu_basis)
+    gpu_basis: dict[str, Any] | None = None
+    # Measurements that failed: (what, its error, its output's file in the run folder)
+    failed: tuple[tuple[str, str, str | None], ...] = ()
+    # GPU ranks under gloo: why (bench.json's prediction.gpu_backend.reason), and the
+    # gloo row on this machine's GPUs (at least 2) with its gloo_parts
+    gloo_reason: str | None = None
+    gloo_terms: dict[str, Any] | None = None
 
 
-def bottleneck(findings: Findings) -> str:
-    """``data``, ``communication`` or ``compute``: what limits training (module docstring)."""
+def bottleneck(findings: Findings) -> str | None:
+    """``data``, ``communication`` or ``compute``: what limits training (module docstring).
+
+    ``None``: the data pipeline keeps up and there is no GPU prediction to tell the rest.
+    """
     if findings.pipeline_rate < findings.compute_rate:
         return "data"
+    if not findings.predicted:
+        return None
+    if findings.gloo_terms is not None:  # what these GPUs get under gloo, through host memory
+        return "communication" if findings.gloo_terms["efficiency"] < GOOD_EFFICIENCY else "compute"
     most = max(findings.predicted[PCIE])
     if findings.predicted[PCIE][most] < GOOD_EFFICIENCY:
         return "communication"
@@ -83,10 +116,9 @@ def bottleneck(findings: Findings) -> str:
 def verdict(findings: Findings) -> str:
     """The paragraph: bottleneck, whether more devices help and by how much, what to change."""
     f = findings
-    most = max(f.predicted[PCIE])
-    nvlink, pcie = f.predicted[NVLINK][most], f.predicted[PCIE][most]
     kind = bottleneck(f)
-    sentences = [
+    sentences = [*failures(f)]
+    sentences += [
         f"One device trains {f.compute_rate:.1f} patches/s (batch {f.batch}); "
         f"{f.workers} DataLoader worker(s) deliver {f.pipeline_rate:.1f} patches/s."
     ]
@@ -102,33 +134,116 @@ def verdict(findings: Findings) -> str:
                 else "; still short: cheaper augmentation or smaller patches)."
             )
         )
+    elif f.gloo_terms is not None and kind is not None:
+        sentences += through_host(f, kind == "communication")
     elif kind == "communication":
         sentences += communication(f)
+    elif kind is None:
+        sentences.append(f"The data pipeline keeps up with this machine's {f.device}.")
+        sentences += options_advice(f)
     else:
+        most = max(f.predicted[PCIE])
+        nvlink, pcie = f.predicted[NVLINK][most], f.predicted[PCIE][most]
         sentences.append(
             f"The bottleneck is compute, so more devices help: on {most} devices expect "
             f"{most * nvlink:.1f}× ({nvlink:.0%} efficiency) over {NVLINK} and "
             f"{most * pcie:.1f}× ({pcie:.0%}) over {PCIE}."
         )
-        if f.best_option and f.best_option[1] > 1.1:
-            sentences.append(
-                f"Change first {f.best_option[0]}: measured {f.best_option[1]:.2f}× faster "
-                f"per step on this device."
-            )
-        elif f.best_option:
-            sentences.append(
-                "No measured option (precision, channels_last, compile) gains more than "
-                "10% here; a larger per-device batch uses the device better."
-            )
-        else:
-            sentences.append(
-                "A larger per-device batch uses the device better (no speed option was "
-                "measured: bench.options=[])."
-            )
+        sentences += options_advice(f)
+    sentences += gpu_basis(f)
     sentences += limits(f, gpu=kind != "communication")
     sentences += spread_assumption(f)
     sentences += warnings(f)
     return " ".join(sentences)
+
+
+def failures(findings: Findings) -> list[str]:
+    """The measurements that failed, each with its error and where its output is."""
+    failed = findings.failed
+    if not failed:
+        return []
+    listed = "; ".join(
+        f"{what} ({error}" + (f"; its output: {output})" if output else ")")
+        for what, error, output in failed
+    )
+    them = "it" if len(failed) == 1 else "them"
+    text = (
+        f"{len(failed)} of bench's measurements failed, and what follows is made without "
+        f"{them}: {listed}."
+    )
+    if any(what == ONE_DEVICE_RUN for what, _, _ in failed):
+        text += (
+            " Without the 1-device train.py run the prediction starts from bench's own step "
+            "(data in memory)."
+        )
+    return [text]
+
+
+def options_advice(findings: Findings) -> list[str]:
+    """What to change first on this device: the fastest option measured, else the batch."""
+    f = findings
+    if f.best_option and f.best_option[1] > 1.1:
+        return [
+            f"Change first {f.best_option[0]}: measured {f.best_option[1]:.2f}× faster "
+            f"per step on this device."
+        ]
+    if f.best_option:
+        return [
+            "No measured option (precision, channels_last, compile) gains more than "
+            "10% here; a larger per-device batch uses the device better."
+        ]
+    return [
+        "A larger per-device batch uses the device better (no speed option was "
+        "measured: bench.options=[])."
+    ]
+
+
+def gpu_basis(findings: Findings) -> list[str]:
+    """What the GPU predictions are built from; where bench measured no GPU, why there are none."""
+    f = findings
+    if f.predicted:
+        basis = f.gpu_basis
+        if not basis:  # a bench.json from before the basis was recorded
+            return []
+        return [
+            f"The GPU predictions are built from the step measured here on one "
+            f"{basis['device']} ({1000 * basis['step_s']:.1f} ms for {f.batch} patches, "
+            f"{basis['step']}): each row is N of these GPUs over its interconnect; for "
+            f"another GPU, run bench.py on one."
+        ]
+    flops = (
+        f"its {f.flops_per_patch / 1e9:.2f} GFLOP per patch give"
+        if f.flops_per_patch
+        else "a step's FLOPs give"
+    )
+    return [
+        f"GPUs are not predicted: bench measured {f.device}, not a GPU, and has no basis for "
+        f"this config's step on one (it holds no published step time of this config, "
+        f"{flops} a GPU's step only at a share of that GPU's peak that bench has not "
+        f"measured, and a CPU's step is not a GPU's). To know what N GPUs give, run "
+        f"bench.py on a machine with one GPU of the kind to train on."
+    ]
+
+
+ONE_DEVICE_RUN = "ddp on 1 device"
+"""The scaling run whose step the step model starts from (``failed_measurements``' name)."""
+
+
+def failed_measurements(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """bench.json's measurements that failed: what, its error, its output's file if any."""
+    failed: list[dict[str, Any]] = []
+    for row in results["scaling"]["measured"]:
+        if row["error"]:
+            what = ONE_DEVICE_RUN if row["devices"] == 1 else f"ddp on {row['devices']} devices"
+            what += f", {row['variant']}" if row["variant"] else ""
+            failed.append(
+                {"measurement": what, "error": row["error"], "output": row.get("console")}
+            )
+    for row in results["options"]:
+        if row["error"]:
+            what = f"the bare step, {row['option']}"
+            failed.append({"measurement": what, "error": row["error"], "output": None})
+    return failed
 
 
 TERMS = {
@@ -141,10 +256,99 @@ TERMS = {
 """The terms of the predicted step beyond compute, by the names the verdict gives them."""
 
 
+GLOO_TERMS = TERMS | {
+    "sync_batchnorm_s": "synchronized batch norm through host memory",
+    "exposed_communication_s": "the gradient all-reduce through host memory past the backward pass",
+    "collectives_s": "the loss normaliser's and DDP's buffer collectives through host memory",
+}
+"""``TERMS`` as the verdict names them for GPU ranks under gloo (each collective via the host)."""
+
+
 def _largest(terms: dict[str, Any]) -> tuple[str, float]:
     """The key of the largest term of ``terms`` beyond compute, and its seconds."""
     key = max(TERMS, key=lambda name: terms.get(name, 0.0))
     return key, terms.get(key, 0.0)
+
+
+def through_host(findings: Findings, communication_bound: bool) -> list[str]:
+    """GPU ranks under gloo: the gloo step's largest term, NCCL's rows beside it, the lever."""
+    f = findings
+    terms = f.gloo_terms
+    assert terms is not None  # verdict() calls this only with a gloo row
+    n = int(terms["devices"])
+    key, seconds = _largest(terms)
+    backend = (
+        f"these GPUs' ranks would use gloo ({f.gloo_reason}), which copies every all-reduce "
+        f"to host memory, all-reduces it there between the processes and copies it back"
+    )
+    if communication_bound:
+        slower = ", slower than one GPU" if terms["speedup"] < 1 else ""
+        sentences = [
+            f"The bottleneck is communication through host memory: {backend}; on {n} GPUs "
+            f"{GLOO_TERMS[key]} takes {1000 * seconds:.1f} ms of a "
+            f"{1000 * terms['step_s']:.0f} ms step{_gloo_detail(terms, key)}, which leaves "
+            f"{_rate(terms['efficiency'], n)}{slower}."
+        ]
+    else:
+        sentences = [
+            f"The bottleneck is compute, so more devices help even though {backend}: on {n} "
+            f"GPUs expect {_rate(terms['efficiency'], n)}, the largest cost beyond compute "
+            f"being {GLOO_TERMS[key]} ({1000 * seconds:.1f} ms of {1000 * terms['step_s']:.0f})."
+        ]
+    sentences += _nccl_beside(f, n)
+    if not communication_bound:
+        return sentences + options_advice(f)
+    return [*sentences, _gloo_lever(f, terms, key)]
+
+
+def _nccl_beside(findings: Findings, n: int) -> list[str]:
+    """What NCCL's rows (``NCCL_LINKS``) predict for the same config on ``n`` GPUs."""
+    predicted = findings.predicted
+    each = [
+        f"{_rate(predicted[link][n], n)} over {link}"
+        for link in NCCL_LINKS
+        if n in predicted.get(link, {})
+    ]
+    if not each:
+        return []
+    rates = " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 1 else each)
+    return [
+        f"With NCCL (on Linux, or in WSL2 on this machine) the same config on {n} GPUs "
+        f"would reach {rates}."
+    ]
+
+
+def _gloo_lever(findings: Findings, terms: dict[str, Any], key: str) -> str:
+    """What to change first under gloo: batch norm off where it is the largest, else NCCL."""
+    n, batch = int(terms["devices"]), findings.batch
+    off = terms.get("without_sync_batchnorm")
+    if key == "sync_batchnorm_s" and off:
+        return (
+            f"Change first training.sync_batchnorm=false: predicted {_rate(off['efficiency'], n)} "
+            f"under gloo; what it costs: each device's batch-norm statistics come from its "
+            f"own {batch} patches instead of {batch} × {n} = {batch * n}. Or train with NCCL "
+            f"(WSL2 or Linux)."
+        )
+    return (
+        "Change first the backend: train with NCCL (WSL2 or Linux). Under gloo, a larger "
+        "per-device batch (datamodule.batch_size): that cost stays the same while the "
+        "compute per step grows."
+    )
+
+
+def _gloo_detail(terms: dict[str, Any], key: str) -> str:
+    """What the named gloo term is made of, in parentheses (its parts, or its host syncs)."""
+    parts = terms.get("gloo_parts")
+    if key == "exposed_communication_s" and parts:
+        return (
+            f" (the step's gradients spend {1000 * parts['device_to_host_s']:.1f} ms copied to "
+            f"the host, {1000 * parts['host_allreduce_s']:.1f} ms in gloo's host all-reduce "
+            f"and {1000 * parts['host_to_device_s']:.1f} ms copied back; what runs beside the "
+            f"backward pass is hidden)"
+        )
+    if key == "sync_batchnorm_s":
+        return " (two collectives per batch-norm layer, each a host sync under gloo)"
+    return ""
 
 
 def _rate(efficiency: float, devices: int) -> str:
@@ -299,7 +503,7 @@ def warnings(findings: Findings) -> list[str]:
             f"{gain:.2f}× the throughput on {devices} devices (each device's statistics then "
             f"come from its own {f.batch} patches)."
         )
-    most = max(f.predicted[PCIE])
+    most = f.most_devices
     if f.steps_per_epoch / most < MIN_STEPS_PER_EPOCH:
         notes.append(
             f"An epoch is {f.steps_per_epoch} steps on one device, {f.steps_per_epoch / most:.1f} "
@@ -321,8 +525,9 @@ def findings_from(results: dict[str, Any]) -> Findings:
     workers = pipeline["configured_workers"]
     best_workers = max(loader, key=loader.__getitem__)
     compute, prediction = results["compute"], results["prediction"]
+    gpu_rows = _gpu_rows(results)
     predicted: dict[str, dict[int, float]] = {}
-    for row in prediction["rows"]:
+    for row in gpu_rows:
         predicted.setdefault(row["interconnect"], {})[row["devices"]] = row["efficiency"]
     rows = results["scaling"]["measured"]
     configured = results["scaling"]["sync_batchnorm"]
@@ -334,14 +539,12 @@ def findings_from(results: dict[str, Any]) -> Findings:
     if here_rows and results.get("sharing"):
         here_terms = dict(max(here_rows, key=lambda row: row["devices"]))
         here_terms["slowdown"] = results["sharing"]["slowdown"]
-    most = max(predicted[NVLINK])
+    most = max(prediction.get("devices") or [row["devices"] for row in prediction["rows"]])
     gpu_terms, pcie_terms = (
-        next(
-            (r for r in prediction["rows"] if r["interconnect"] == link and r["devices"] == most),
-            None,
-        )
+        next((r for r in gpu_rows if r["interconnect"] == link and r["devices"] == most), None)
         for link in (NVLINK, PCIE)
     )
+    gloo_reason, gloo_terms = _gloo_row(results, rows)
     flops = compute.get("flops") or {}
     measured = {
         row["devices"]: row["efficiency"]
@@ -367,6 +570,7 @@ def findings_from(results: dict[str, Any]) -> Findings:
         best_pipeline_rate=loader[best_workers],
         framework_ratio=compute["framework_ratio"],
         steps_per_epoch=compute["steps_per_epoch"],
+        most_devices=most,
         predicted=predicted,
         measured=measured,
         predicted_here=predicted_here,
@@ -375,8 +579,43 @@ def findings_from(results: dict[str, Any]) -> Findings:
         here_terms=here_terms,
         gpu_terms=gpu_terms,
         pcie_terms=pcie_terms,
-        spread=prediction.get("arrival_spread"),
+        spread=prediction.get("arrival_spread") if gpu_rows else None,
         flops_per_s=flops.get("achieved_flops_per_s"),
         peak_fraction=flops.get("utilisation"),
         device=compute["device"],
+        flops_per_patch=flops.get("flops_per_patch"),
+        gpu_basis=prediction.get("gpu_basis"),
+        failed=tuple(
+            (f["measurement"], f["error"], f["output"]) for f in failed_measurements(results)
+        ),
+        gloo_reason=gloo_reason,
+        gloo_terms=gloo_terms,
     )
+
+
+def _gloo_row(
+    results: dict[str, Any], measured: list[dict[str, Any]]
+) -> tuple[str | None, dict[str, Any] | None]:
+    """Why the GPU ranks would use gloo, and its row on this machine's GPUs (at least 2).
+
+    The row of the most predicted devices up to this machine's GPU count (2 on a machine
+    with one), else of the fewest predicted; ``(None, None)`` without gloo rows.
+    """
+    gloo = results["prediction"].get("gloo") if _gpu_rows(results) else None
+    if not gloo or not gloo["rows"]:
+        return None, None
+    here = max([2, *(row["devices"] for row in measured)])
+    rows = sorted(gloo["rows"], key=lambda row: row["devices"])
+    within = [row for row in rows if row["devices"] <= here]
+    row = within[-1] if within else rows[0]
+    return results["prediction"]["gpu_backend"]["reason"], row
+
+
+def _gpu_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """bench.json's GPU predictions: none where bench measured no GPU.
+
+    A bench.json from before holds GPU rows scaled from a CPU's step: they are no GPU's.
+    """
+    if results["config"]["accelerator"] != "cuda":
+        return []
+    return list(results["prediction"]["rows"])

@@ -1,10 +1,12 @@
 """Classes found in the training masks: ``datamodule/classes=auto``.
 
 Each distinct value of the training masks (a grey level in single-channel masks, an RGB
-colour in colour masks) becomes a class, in ascending order of value, except the values
-the user marks as void (``datamodule.ignore_ids``) and, in grey masks, the ignore index
-itself. The result is a classes file like those under ``conf/datamodule/classes/``,
-written into the run folder ready to copy (``InferredClasses.yaml``).
+colour in colour masks; a palette mask's colours or indices, as ``colour_masks`` in
+``segscale.data.mask_value_scan`` decides) becomes a class, in ascending order of value,
+except the values the user marks as void (``datamodule.ignore_ids``) and, in grey
+masks, the ignore index itself. The result is a classes file like those under
+``conf/datamodule/classes/``, written into the run folder ready to copy
+(``InferredClasses.yaml``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from segscale.data.class_table import ClassRow, class_table
 from segscale.data.labels import LabelId, class_colours, code_of, label_values, shown_value
-from segscale.data.mask_values import MaskValueCensus
+from segscale.data.mask_values import MaskValueCensus, masks_kind, palette_note
 from segscale.errors import ConfigError
 
 AUTO = "auto"
@@ -48,6 +50,13 @@ class InferredClasses:
     """Training masks that hold each class."""
     colour: bool
     """Colour masks (else grey levels)."""
+    palette_masks: int = 0
+    """Training masks that are palette masks (read by colour for ``colour``, else by index)."""
+
+    @property
+    def kind(self) -> str:
+        """The masks' kind in words (``RGB colours``), with their palette masks."""
+        return masks_kind(self.colour, self.palette_masks)
 
     @property
     def num_classes(self) -> int:
@@ -81,10 +90,9 @@ class InferredClasses:
 
         ``where`` says whose training masks they came from (for the header comment).
         """
-        kind = "RGB colours" if self.colour else "grey levels"
         lines = [
             "# @package datamodule",
-            f"# The classes {OPTION} found in the training masks of {where} ({kind}).",
+            f"# The classes {OPTION} found in the training masks of {where} ({self.kind}).",
             "# To train with them as they are (or with names of your own), copy this file to",
             "#   <your config dir>/datamodule/classes/<name>.yaml",
             "# and train with",
@@ -134,6 +142,7 @@ def infer_classes(
         pixels=tuple(census.pixels[c] for c in codes),
         files=tuple(len(census.files[c]) for c in codes),
         colour=census.colour,
+        palette_masks=len(census.palette_files),
     )
 
 
@@ -145,7 +154,8 @@ def _void_codes(census: MaskValueCensus, ignore_ids: Sequence[Any]) -> set[int]:
         kind, expected = ("RGB colour", "RGB triplets") if census.colour else ("grey", "levels")
         raise ConfigError(
             f"datamodule.ignore_ids={[_plain(v) for v in values]}: the training masks are "
-            f"{kind} masks, so {OPTION} expects {expected} there"
+            f"{kind} masks{palette_note(census.colour, len(census.palette_files))}, so {OPTION} "
+            f"expects {expected} there"
         )
     return {code_of(v) for v in values}
 

@@ -75,6 +75,7 @@ def _unknown_values(unknown: MaskValueCensus, labels: LabelMap, files: int) -> l
         f"  {files} mask(s) hold {what} that {named} does not know "
         f"(it knows {labels.describe_known()}):",
         unknown.table(indent=4),
+        *unknown.palette_lines(indent=4),
     ]
     if option == "auto":
         lines.append(
@@ -100,6 +101,7 @@ def _unknown_to_checkpoint(
         f"  {files} mask(s) hold {what} that no class of ckpt={checkpoint!r} has (it knows "
         f"{labels.describe_known()}):",
         unknown.table(indent=4),
+        *unknown.palette_lines(indent=4),
         "  What to do: evaluate.py scores the checkpoint's classes, which these masks cannot "
         f"change; set datamodule.ignore_ids={unknown.override_list()} to leave these pixels "
         "out of the scores (added to the values the checkpoint ignores).",

@@ -84,18 +84,16 @@ class DatasetReport:
         return ignored / max(int(self.class_counts[split].sum()) + ignored, 1)
 
     def ignored_lines(self, split: str = "train") -> list[str]:
-        """What is ignored in ``split``'s masks, and how much, one line per setting.
+        """What is ignored in ``split``'s masks, and how much, one line per value.
 
-        ``datamodule.ignore_ids`` always gets its line (0 px says no mask holds them); the
-        ignore index of grey masks only where masks hold it.
+        Each value of ``datamodule.ignore_ids`` always gets its line, counted on its own
+        (0 px says no mask holds it); the ignore index of grey masks only where masks
+        hold it.
         """
         census = self.ignored.get(split) or MaskValueCensus(colour=False)
         total = int(self.class_counts[split].sum()) + self.ignored_pixels(split)
         listed = {code_of(v) for v in self.ignore_ids}
-        groups = []
-        if self.ignore_ids:
-            shown = ", ".join(shown_value(v) for v in self.ignore_ids)
-            groups.append((f"ignore_ids [{shown}]", listed))
+        groups = [(f"ignore_ids [{shown_value(v)}]", {code_of(v)}) for v in self.ignore_ids]
         index = {self.ignore_index} - listed if not census.colour else set()
         if sum(census.pixels.get(c, 0) for c in index):
             groups.append((f"ignore_index {self.ignore_index}", index))

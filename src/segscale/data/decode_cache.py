@@ -2,57 +2,91 @@
 
 A PNG or JPEG must be decoded whole before any window of it can be read. Decoded into
 every rank's memory, a dataset of them costs its decoded size once per rank. So
-training decodes each such file once per machine into a raw array file here
-(``<folder>/<key>.npy``, ``datamodule.decode_cache``), and every rank and DataLoader
-worker of the machine maps it: the decoded pixels live in the page cache, shared and
-reclaimable, and a dataset larger than memory is read from disk where it must be.
+training decodes each such file once per machine into a raw array file, and every rank
+and DataLoader worker of the machine maps it: the decoded pixels live in the page
+cache, shared and reclaimable, and a dataset larger than memory is read from disk where
+it must be.
 
-One process builds an entry, the others of the machine wait for it (a lock per entry,
-``filelock``); the entry appears whole or not at all (written beside, moved into place),
-and its record (``<key>.json``: the source's size and time, the array's shape and type,
-the file's size) is written last. An entry is used only when its record matches the
-source and the array file (a partial, truncated or stale entry is rebuilt, never read);
-bits flipped inside a complete file are not looked for, as reading every entry at every
-start would cost what the cache saves. The cache keeps under ``max_gb``: the entries
-used longest ago make room, and a file that still does not fit, or meets a full disk,
-is decoded into memory instead, with a warning (the run trains from the source).
+The cache owns a folder of its own, ``segscale-decoded`` inside ``datamodule.decode_cache.folder``
+(the user's cache folder by default: ``user_cache``), created owner-only and marked with a
+``CACHEDIR.TAG`` of segscale's (backup tools skip such folders); a folder of that name
+another user owns, others can write, or that holds other files without the tag is
+refused (``user_cache.private_folder``). Inside, it writes only the forms
+``<32 hex digits>.json`` (an entry's record), ``<32 hex digits>.npy`` (its array),
+``build-<hex digit>.lock`` (16 locks, each shared by the entries whose key starts with
+its digit, so no lock is left behind per entry) and ``atomic_files``' temporaries, and
+deletes only an entry whose record is its own: the key in its name is the digest of the
+source's identity in its record. Nothing outside that folder is ever deleted.
+
+An entry is keyed by the source's path, its identity (``source_identity``: size, mtime,
+inode and change time, so a replacement that keeps size and mtime is decoded again) and
+what is kept of it (``variant``). One process builds it while the others of the machine
+wait (the entry's lock); the record (the identity, the array's shape and type, and an
+XXH3-128 digest of its pixels) is written first and the array after it, each whole or
+not at all. An entry is used only when its record matches the source and its array
+matches the record, the digest included: every mapping checks it (mapping so costs
+2-3% of decoding a 2048² PNG, experiments/decode-cache-digest), so an entry damaged or
+changed on disk is decoded again, with a warning naming it, never trained on. The cache keeps under
+``max_gb``: the entries used longest ago make room (each use marks its record), and a
+file that still does not fit, or meets a full disk or a folder that cannot be written,
+is decoded into memory instead, with one warning per cause (the run trains from the
+source).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 from filelock import FileLock, Timeout
 
 from segscale.atomic_files import (
+    TEMPORARY_NAME,
     remove_stale_temporaries,
     write_atomically,
     write_text_atomically,
 )
-from segscale.data.user_cache import APP, cache_home
+from segscale.data.source_identity import source_identity
+from segscale.data.user_cache import cache_folder, private_folder
 from segscale.disk_full import FULL
 from segscale.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
-"""The version of an entry's layout; another one is rebuilt."""
+FORMAT = 2
+"""The version of an entry's layout; another one is rebuilt (2: the pixels' digest)."""
 KEY = "datamodule.decode_cache"
+STORE = "segscale-decoded"
+"""The cache's own folder inside ``datamodule.decode_cache.folder``."""
+MARKER = "CACHEDIR.TAG"
+# The first line of a CACHEDIR.TAG, by the Cache Directory Tagging Specification.
+_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+_OWNER = "# segscale's decode cache (datamodule.decode_cache)"
+_MARKER_TEXT = (
+    f"{_SIGNATURE}\n{_OWNER}: PNG and JPEG files decoded once per machine.\n"
+    "# segscale deletes only its own entries here; delete the whole folder to clear it\n"
+    "# (no run may be using it).\n"
+)
+_RECORD = re.compile(r"^[0-9a-f]{32}\.json$")
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class DecodeCache:
     """Decoded arrays of PNG/JPEG files on local disk, memory-mapped (``datamodule.decode_cache``).
 
-    ``folder``: where the entries go (``None``: ``$XDG_CACHE_HOME/segscale/decoded``; on a
+    ``folder``: where the cache's own folder goes (``None``: the user's cache folder; on a
     cluster, a disk local to the node); ``max_gb``: the size the entries may take.
     """
 
@@ -65,148 +99,325 @@ class DecodeCache:
         )
         if folder is not None and not isinstance(folder, str):
             raise ConfigError(f"{KEY}.folder={folder!r} is not allowed: expected a path or null")
-        self.folder = Path(folder).expanduser() if folder else cache_home() / APP / "decoded"
+        self.default = not folder
+        self.folder = Path(folder).expanduser() if folder else cache_folder()
+        self.store = self.folder / STORE
+        self.max_gb = max_gb
         self.max_bytes = int(max_gb * 1e9)
+        self._ready = False
+        self._unwritable = ""  # why the store cannot be written, once found
+        self._warned: set[str] = set()
 
     def open(self, source: Path, variant: str, decode: Callable[[], np.ndarray]) -> np.ndarray:
         """The decoded array of ``source``, memory-mapped from its entry (built if need be).
 
         ``variant`` tells apart what is kept of one file (an image, or a mask decoded with
         given labels); ``decode`` decodes it (called only to build the entry). Should the
-        entry not fit (the size limit, a full disk), the decoded array itself is returned.
+        entry not fit (the size limit, a full disk, a folder that cannot be written), the
+        decoded array itself is returned. Raises ``ConfigError`` where the cache's folder
+        is not private or not its own.
         """
-        stat = source.stat()
         identity = {
             "format": FORMAT,
             "source": str(source.resolve()),
             "variant": variant,
-            "size": stat.st_size,
-            "mtime_ns": stat.st_mtime_ns,
+            "file": source_identity(source),
         }
-        key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
-        array_file, record_file = self.folder / f"{key}.npy", self.folder / f"{key}.json"
-        mapped = _valid_entry(array_file, record_file, identity)
+        key = _key(identity)
+        if not self._prepare():
+            return decode()
+        mapped, _ = _mapped(self.store, key, identity)
         if mapped is not None:
-            _touch(record_file)
+            _mark_used(self.store / f"{key}.json")
             return mapped
+        if self._unwritable:
+            return decode()
+        return self._build(source, key, identity, decode)
+
+    def _build(
+        self, source: Path, key: str, identity: dict[str, Any], decode: Callable[[], np.ndarray]
+    ) -> np.ndarray:
+        """Build entry ``key`` of ``source`` under its lock (unless another did), and map it."""
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(str(self.folder / f"{key}.lock"))
+            lock = _lock(self.store, key)
             lock.acquire()
         except OSError as error:
-            return self._uncached(source, decode(), f"cannot be written ({error})")
+            self._cannot_write(error)
+            return decode()
         try:
-            mapped = _valid_entry(array_file, record_file, identity)  # another built it
+            mapped, damage = _mapped(self.store, key, identity)  # another built it
             if mapped is not None:
                 return mapped
+            if damage:
+                log.warning(
+                    "%s: its entry in the decode cache (%s) %s: decoded again",
+                    source,
+                    self.store / f"{key}.npy",
+                    damage,
+                )
             array = decode()
             room = self._make_room(array.nbytes, keep=key)
             if room:
-                return self._uncached(source, array, room)
+                return self._uncached(source, array, *room)
             try:
-                _write_entry(array, array_file, record_file, identity)
+                _write_entry(array, self.store, key, identity)
             except OSError as error:
-                if error.errno not in FULL:
+                if error.errno in FULL:
+                    return self._uncached(source, array, "disk", "the disk is full")
+                if error.errno not in _UNWRITABLE:
                     raise
-                return self._uncached(source, array, "the disk is full")
+                self._cannot_write(error)
+                return array
         finally:
             lock.release()
-        mapped = _valid_entry(array_file, record_file, identity)
+        mapped, damage = _mapped(self.store, key, identity)
         if mapped is None:  # written, yet not readable back: the disk lost it
-            return self._uncached(source, array, "its entry could not be read back")
+            why = f"its entry could not be read back: {damage or 'it is gone'}"
+            return self._uncached(source, array, "lost", why)
         return mapped
 
-    def _make_room(self, size: int, keep: str) -> str:
-        """Free ``size`` bytes under the limit, oldest entries first; why not, if it cannot."""
+    def _prepare(self) -> bool:
+        """Make and check the cache's folder once; whether it can be used (read, at least)."""
+        if not self._ready and not self._unwritable:
+            advice = f"or give {KEY}.folder=<a folder of yours>"
+            try:
+                if self.default:
+                    private_folder(self.folder, advice)
+                else:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                private_folder(self.store, advice)
+                _claim(self.store)
+            except OSError as error:
+                self._cannot_write(error)
+                return False
+            self._ready = True
+        return self._ready
+
+    def _make_room(self, size: int, keep: str) -> tuple[str, str] | None:
+        """Free ``size`` bytes under the limit, least recently used entries first.
+
+        Returns ``None`` where it did, else the cause (``limit``, ``disk``) and why.
+        """
         if size > self.max_bytes:
-            return f"{size / 1e9:.2f} GB decoded is more than {KEY}.max_gb"
-        entries = _entries(self.folder)
-        used = sum(bytes_ for _, bytes_, _ in entries)
-        for name, bytes_, _ in entries:  # oldest use first
+            return "limit", f"{size / 1e9:.2f} GB decoded is more than {KEY}.max_gb"
+        entries = _entries(self.store)
+        used = sum(bytes_ for _, bytes_ in entries)
+        for key, bytes_ in entries:  # least recently used first
             if used + size <= self.max_bytes:
                 break
-            if name != keep and _remove_entry(self.folder, name):
+            if key != keep and _remove_entry(self.store, key, held=keep):
                 used -= bytes_
         if used + size > self.max_bytes:
-            return f"the entries in use fill {KEY}.max_gb"
-        free = shutil.disk_usage(self.folder).free
+            return "limit", f"the entries in use fill {KEY}.max_gb"
+        free = shutil.disk_usage(self.store).free
         if free < size:
-            return f"the disk has {free / 1e9:.2f} GB free, {size / 1e9:.2f} GB are needed"
-        return ""
+            return "disk", f"the disk has {free / 1e9:.2f} GB free, {size / 1e9:.2f} GB are needed"
+        return None
 
-    def _uncached(self, source: Path, array: np.ndarray, why: str) -> np.ndarray:
-        log.warning(
-            "%s: not cached in %s (%s): decoded into memory for this run (%s)",
-            source,
-            self.folder,
-            why,
-            f"raise {KEY}.max_gb or give {KEY}.folder on a disk with room",
-        )
+    def _uncached(self, source: Path, array: np.ndarray, cause: str, why: str) -> np.ndarray:
+        """``array``, with a warning the first time this cache meets ``cause``."""
+        if cause not in self._warned:
+            self._warned.add(cause)
+            advice = {
+                "limit": f"raise {KEY}.max_gb (now {self.max_gb:g})",
+                "disk": f"give {KEY}.folder=<a folder on a disk with room>",
+                "lost": f"check the disk of {self.store}",
+            }[cause]
+            log.warning(
+                "%s: not cached in %s (%s): decoded into memory for this run; %s "
+                "(other files not cached for this reason are not named)",
+                source,
+                self.store,
+                why,
+                advice,
+            )
         return array
 
+    def _cannot_write(self, error: OSError) -> None:
+        """Note and say that the cache's folder cannot be made or written (not tried again)."""
+        self._unwritable = str(error)
+        what = "is not a folder" if _not_a_folder(error) else "cannot be written"
+        log.warning(
+            "the decode cache's folder %s %s (%s): PNG and JPEG files are decoded into each "
+            "process's memory for this run. Give %s.folder=<a writable folder>, or %s=null "
+            "to decode into memory without this warning",
+            error.filename or self.store,
+            what,
+            error,
+            KEY,
+            KEY,
+        )
 
-def _valid_entry(array_file: Path, record_file: Path, identity: dict[str, Any]) -> Any:
-    """The entry's array, memory-mapped, if its record and file are whole and match."""
+
+def _key(identity: dict[str, Any]) -> str:
+    """An entry's key: 32 hex digits of the digest of its source's identity."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _digest(array: np.ndarray) -> str:
+    """The XXH3-128 digest of a C-contiguous array's bytes (13 GB/s; hashlib's: 0.5)."""
+    return xxhash.xxh3_128_hexdigest(array.data)
+
+
+def _lock(store: Path, key: str) -> FileLock:
+    """The lock of entry ``key``'s builder: one of 16, by the key's first digit."""
+    return FileLock(str(store / f"build-{key[0]}.lock"))
+
+
+def _claim(store: Path) -> None:
+    """Mark ``store`` as the cache's own; refuse it where it holds files and no mark of ours."""
+    marker = store / MARKER
+    if _ours(marker):
+        return
+    others = [p.name for p in store.iterdir() if not TEMPORARY_NAME.match(p.name)]
+    if not others:
+        write_text_atomically(marker, _MARKER_TEXT)
+        return
+    # Another process of the machine may have marked it and begun since the first look:
+    # the mark comes before anything else it writes.
+    if _ours(marker):
+        return
+    shown = ", ".join(sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
+    raise ConfigError(
+        f"{store} is not segscale's decode cache (it holds {shown} and no {MARKER} of "
+        f"segscale's), and segscale never deletes files it did not write: move it away, "
+        f"or give {KEY}.folder=<another folder>"
+    )
+
+
+def _ours(marker: Path) -> bool:
+    """Whether ``marker`` is the tag segscale writes into its decode cache's folder."""
     try:
-        record = json.loads(record_file.read_text())
-        if not isinstance(record, dict) or record.get("identity") != identity:
-            return None
-        if array_file.stat().st_size != record.get("file_bytes"):
-            return None
-        mapped = np.load(array_file, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, json.JSONDecodeError):
-        return None
-    if list(mapped.shape) != record.get("shape") or str(mapped.dtype) != record.get("dtype"):
-        return None
-    return mapped
+        return marker.read_text(encoding="utf-8").startswith(f"{_SIGNATURE}\n{_OWNER}")
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
-def _write_entry(
-    array: np.ndarray, array_file: Path, record_file: Path, identity: dict[str, Any]
-) -> None:
-    """Write the array, then its record: each whole or not at all."""
-    record_file.unlink(missing_ok=True)  # a stale record never vouches for a new file
-    remove_stale_temporaries(array_file.parent)  # of builders that were killed
+def _mapped(store: Path, key: str, identity: dict[str, Any]) -> tuple[np.ndarray | None, str]:
+    """Entry ``key``'s array, mapped, if its record vouches for it; else why not.
+
+    The reason is empty where there is no entry of this source yet (or only the record
+    a killed builder left), and says what is wrong where the entry is damaged.
+    """
+    try:
+        record = json.loads((store / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, ""
+    if not isinstance(record, dict) or record.get("identity") != identity:
+        return None, ""
+    try:
+        mapped = np.load(store / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        return None, ""
+    except (OSError, ValueError) as error:
+        return None, f"cannot be read ({error})"
+    shape, dtype = list(mapped.shape), str(mapped.dtype)
+    if shape != record.get("shape") or dtype != record.get("dtype"):
+        recorded = f"{record.get('shape')} {record.get('dtype')}"
+        return None, f"holds {shape} {dtype}, not the {recorded} of its record"
+    if not mapped.flags.c_contiguous or _digest(mapped) != record.get("digest"):
+        return None, "no longer matches the digest of the pixels written into it"
+    return mapped, ""
+
+
+def _write_entry(array: np.ndarray, store: Path, key: str, identity: dict[str, Any]) -> None:
+    """Write the record, then the array: each whole or not at all, the record first.
+
+    A builder killed between them leaves a record without an array, which is no entry
+    (and is the cache's own to delete), never an array without a record.
+    """
+    array_file, record_file = store / f"{key}.npy", store / f"{key}.json"
+    array_file.unlink(missing_ok=True)  # the new record never vouches for an old array
+    remove_stale_temporaries(store)  # of builders that were killed
     contiguous = np.ascontiguousarray(array)
-    write_atomically(array_file, lambda stream: np.save(stream, contiguous, allow_pickle=False))
     record = {
         "identity": identity,
-        "shape": list(array.shape),
-        "dtype": str(array.dtype),
-        "file_bytes": array_file.stat().st_size,
+        "shape": list(contiguous.shape),
+        "dtype": str(contiguous.dtype),
+        "digest": _digest(contiguous),
     }
     write_text_atomically(record_file, json.dumps(record))
+    write_atomically(array_file, lambda stream: np.save(stream, contiguous, allow_pickle=False))
+    _mark_used(record_file)
 
 
-def _entries(folder: Path) -> list[tuple[str, int, float]]:
-    """Each entry of ``folder``: its key, its bytes and when it was last used, oldest first."""
+def _entries(store: Path) -> list[tuple[str, int]]:
+    """Each record in ``store`` by the allowed name: its key and its array's bytes.
+
+    Least recently used first; an array without its record is no entry and not counted.
+    """
     found = []
-    for record in folder.glob("*.json"):
+    for record in store.iterdir():
+        if not _RECORD.match(record.name):
+            continue
         try:
-            used = record.stat().st_mtime
-            bytes_ = (record.with_suffix(".npy")).stat().st_size
+            used = record.stat().st_mtime_ns
         except OSError:
             continue
-        found.append((record.stem, bytes_, used))
-    return sorted(found, key=lambda entry: entry[2])
+        try:
+            bytes_ = record.with_suffix(".npy").stat().st_size
+        except OSError:
+            bytes_ = 0
+        found.append((used, record.stem, bytes_))
+    return [(key, bytes_) for _, key, bytes_ in sorted(found)]
 
 
-def _remove_entry(folder: Path, key: str) -> bool:
-    """Delete entry ``key`` unless another process holds its lock (it may be building it)."""
-    lock = FileLock(str(folder / f"{key}.lock"))
+def _remove_entry(store: Path, key: str, held: str) -> bool:
+    """Delete entry ``key`` if it is the cache's own and no other process is building it.
+
+    ``held``: the key this process is building, whose lock it holds (and so may delete
+    the entries that share it). An entry is the cache's own when its record names a
+    source whose identity's digest is ``key``: a file the cache did not write is left.
+    """
+    if key[0] == held[0]:  # the same lock: held by this process already
+        return _delete_own_entry(store, key)
+    lock = _lock(store, key)
     try:
         lock.acquire(timeout=0)
     except Timeout:
         return False
     try:
-        (folder / f"{key}.json").unlink(missing_ok=True)
-        (folder / f"{key}.npy").unlink(missing_ok=True)
+        return _delete_own_entry(store, key)
     finally:
         lock.release()
+
+
+def _delete_own_entry(store: Path, key: str) -> bool:
+    """Delete entry ``key``'s array, then its record, if the record is the cache's own.
+
+    Whether the array's bytes are freed. Windows deletes no file another process maps
+    (nor renames one): an entry in use is left whole, counted, for a later eviction. The
+    array goes first, so no array outlives its record (it would be no entry, never
+    deleted); a record left without its array (Windows: read that instant) is no entry.
+    """
+    record_file = store / f"{key}.json"
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    identity = record.get("identity") if isinstance(record, dict) else None
+    if not isinstance(identity, dict) or _key(identity) != key:
+        return False
+    try:
+        (store / f"{key}.npy").unlink(missing_ok=True)
+    except OSError:  # in use (Windows), or a folder that cannot be written: left whole
+        return False
+    with contextlib.suppress(OSError):  # else deleted with the next eviction, or rebuilt
+        record_file.unlink(missing_ok=True)
     return True
 
 
-def _touch(record: Path) -> None:
-    """Note that the entry was used now (the size limit removes the least recent first)."""
+def _mark_used(record: Path) -> None:
+    """Note that the entry was used now (the size limit removes the least recently used first).
+
+    The time is set, not left to the file system's coarse clock, so that entries used
+    within one of its ticks keep their order.
+    """
+    now = time.time_ns()
     with contextlib.suppress(OSError):
-        os.utime(record)
+        os.utime(record, ns=(now, now))
+
+
+def _not_a_folder(error: OSError) -> bool:
+    """Whether ``error`` says that a path of the folder is a file."""
+    return isinstance(error, (FileExistsError, NotADirectoryError))

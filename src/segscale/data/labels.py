@@ -107,9 +107,33 @@ class LabelMap:
         """The mask value (grey level or RGB triplet) that ``codes`` packed into ``code``."""
         return value_of_code(code, self.colour)
 
-    def decode(self, raw: np.ndarray) -> np.ndarray:
-        """Class indices (H×W uint8) of a decoded mask file; unknown values → ignore_index."""
+    def decode(self, raw: np.ndarray, palette_table: np.ndarray | None = None) -> np.ndarray:
+        """Class indices (H×W uint8) of a decoded mask file; unknown values → ignore_index.
+
+        ``palette_table``: a palette mask's (``palette_table``), whose indices ``raw`` holds.
+        """
+        if palette_table is not None:
+            return palette_table[raw]
         return self.decode_codes(self.codes(raw))
+
+    def palette_table(self, palette: np.ndarray | None) -> np.ndarray | None:
+        """How a palette mask with ``palette`` (n×3 colours) is read: a class per index.
+
+        Colour labels read a palette mask by its colours: index *i* means the class of
+        the palette's *i*-th colour, whatever order the file gave its palette (files of
+        one dataset may order theirs differently). The table (uint8, one entry per
+        possible index, at least 256) is looked up once per pixel, where decoding the
+        colours themselves would pack three channels and search the label table per
+        pixel; an index beyond the palette, or of an unknown colour, is the ignore index
+        (the validation pass reports both). Other labels (class indices, grey levels)
+        read it by index, as any one-channel mask (Pascal VOC's indices are its class
+        ids): ``None``, and so for a mask without a palette.
+        """
+        if palette is None or not self.colour:
+            return None
+        table = np.full(max(256, len(palette)), self.ignore_index, np.uint8)
+        table[: len(palette)] = self.decode_codes(palette_codes(palette))
+        return table
 
     def decode_codes(self, codes: np.ndarray) -> np.ndarray:
         """Class indices (uint8) of mask values packed by ``codes``; unknown → ignore_index."""
@@ -152,12 +176,17 @@ def mask_codes(raw: np.ndarray) -> np.ndarray:
     """One integer per pixel for its mask value: the grey level, or RGB in 24 bits.
 
     ``raw`` is H×W (grey levels, class indices; int64 codes) or H×W×3 (colours; uint32
-    codes, half the memory for a whole tile), as ``read_mask_values`` gives it.
+    codes, half the memory for a whole tile), as ``read_mask`` gives it.
     """
     if raw.ndim == 3:
         rgb = raw.astype(np.uint32)
         return (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
     return raw.astype(np.int64, copy=False)
+
+
+def palette_codes(palette: np.ndarray) -> np.ndarray:
+    """The code (``mask_codes``' RGB in 24 bits) of each colour of a palette (n×3 uint8)."""
+    return mask_codes(np.asarray(palette, np.uint8).reshape(1, -1, 3))[0].astype(np.int64)
 
 
 def code_of(value: LabelId) -> int:

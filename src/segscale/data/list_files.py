@@ -11,6 +11,13 @@ Lists written on Windows are read as such: UTF-8 with or without a byte-order ma
 Windows' form (``train\a.png``, ``D:\CamVid\train\a.png``) that does not exist as
 written is looked for by its parts, as another machine's path is. Only then: on Linux a
 backslash is a character of a file name, and a file that has one is the one meant.
+
+A path with spaces (``Tile 1/images/image_part_001.jpg``, as aerial datasets name their
+folders) is written in quotes, ``"..."`` or ``'...'``, or the line's fields are separated
+by tabs (a spreadsheet's text export): ``split_fields`` reads both. Quotes count only
+around a whole field, so an apostrophe inside a name (``O'Brien.png``) stays a letter;
+there are no escapes (a backslash is Windows' separator). ``#`` outside quotes starts a
+comment.
 """
 
 from __future__ import annotations
@@ -39,22 +46,83 @@ def windows_hint(relative_to: str) -> str:
     )
 
 
+QUOTES = ('"', "'")
+"""The quotes a field with spaces may be written in."""
+SPACES_HINT = (
+    'a path with spaces goes in quotes ("Tile 1/images/a.jpg" "Tile 1/masks/a.png"), or '
+    "the line's fields are separated by a tab"
+)
+"""How a list holds a path with spaces, for messages."""
+
+
 @dataclass(frozen=True)
 class ListedLine:
-    """One entry of a list file: where it is (``<list>:<line number>``) and its fields."""
+    """One entry of a list file: where it is (``<list>:<line number>``) and its fields.
+
+    ``text``: the line without its comment, stripped (a tree's list takes it whole, as
+    one key). ``problem``: why its fields cannot be read (a quote left open); its
+    ``fields`` are then those read before it.
+    """
 
     where: str
     fields: tuple[str, ...]
+    text: str = ""
+    problem: str = ""
 
 
 def read_list(listing: Path) -> list[ListedLine]:
-    """The entries of ``listing``, split on whitespace; blank lines and ``#`` comments skipped."""
+    """The entries of ``listing`` (``split_fields``); blank lines and ``#`` comments skipped."""
     entries = []
     for number, line in enumerate(read_list_text(listing).splitlines(), 1):
-        fields = tuple(line.split("#", 1)[0].split())
-        if fields:
-            entries.append(ListedLine(f"{listing}:{number}", fields))
+        fields, text, problem = split_fields(line)
+        if fields or problem:
+            entries.append(ListedLine(f"{listing}:{number}", fields, text, problem))
     return entries
+
+
+def split_fields(line: str) -> tuple[tuple[str, ...], str, str]:
+    """The fields of one line of a list, its text before the comment, and its problem.
+
+    Fields are separated by tabs where the line has one (each stripped of the spaces
+    around it), else by spaces. A field that starts with a quote runs to the same
+    quote, which must end the field; ``#`` outside quotes starts a comment. The problem
+    is ``""`` unless a quote is left open, or is followed by more of its field.
+    """
+    separators = "\t" if "\t" in line else " \t\f\v"
+    fields: list[str] = []
+    position, end = 0, len(line)
+    while True:
+        while position < end and line[position].isspace():
+            position += 1
+        if position == end or line[position] == "#":
+            return tuple(fields), line[:position].strip(), ""
+        if line[position] in QUOTES:
+            close = line.find(line[position], position + 1)
+            if close < 0:
+                return tuple(fields), line.strip(), _open_quote(line, position)
+            if close + 1 < end and not (line[close + 1].isspace() or line[close + 1] == "#"):
+                return tuple(fields), line.strip(), _after_quote(line, close + 1)
+            fields.append(line[position + 1 : close])
+            position = close + 1
+            continue
+        start = position
+        while position < end and line[position] not in separators and line[position] != "#":
+            position += 1
+        fields.append(line[start:position].strip())
+
+
+def _open_quote(line: str, position: int) -> str:
+    return (
+        f"the quote {line[position]} at column {position + 1} is not closed; expected a "
+        "field in quotes to end with the same quote"
+    )
+
+
+def _after_quote(line: str, position: int) -> str:
+    return (
+        f"{line[position:].split()[0]!r} follows the closing quote at column {position}; "
+        "expected a space or a tab after a field in quotes"
+    )
 
 
 def read_list_text(listing: Path) -> str:

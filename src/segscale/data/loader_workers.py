@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
-import sys
 
 from lightning.fabric.utilities.seed import pl_worker_init_function
 
 from segscale.devices import core_share, cpus_available
+from segscale.platforms.processes import end_with_parent
+from segscale.platforms.signals import ignore_stop_signals
 
 MAX_AUTO_WORKERS = 8
 """``num_workers: auto`` never starts more workers than this per rank: each holds a copy
@@ -29,38 +28,19 @@ def auto_num_workers(ranks_per_node: int, cpus: int | None = None) -> int:
     return max(1, min(MAX_AUTO_WORKERS, share - 1))
 
 
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-"""Signals a cluster sends every process of a job before it stops it."""
-
-
 def init_worker(worker_id: int, rank: int = 0) -> None:
-    """Set up a DataLoader worker: preemption signals are its main process's to handle.
+    """Set up a DataLoader worker: the signals that stop a run are its main process's.
 
-    A cluster that signals every process of a job (SLURM does) would otherwise end the
+    A cluster that signals every process of a job (SLURM does), or a console's Ctrl-C
+    and Ctrl-Break (which reach every process attached to it), would otherwise end the
     workers, and PyTorch then fails the main process at once, before it can save a
-    checkpoint (``segscale.training.ranks.preemption``). Since a worker then ignores
-    ``SIGTERM``, it is also made to end with the process that started it (Linux),
-    however that ends: killed, or by the late exit of a stuck preemption. Workers are
-    seeded as Lightning seeds them (``seed_everything(workers=True)``); patches are
-    index-addressed anyway.
+    checkpoint (``segscale.training.ranks.preemption``). So a worker ignores every
+    signal that can stop a run on its platform (``segscale.platforms.signals``), and
+    is made to end with the process that started it (Linux), however that ends:
+    killed, or by the late exit of a stuck preemption. Workers are seeded as Lightning
+    seeds them (``seed_everything(workers=True)``); patches are index-addressed anyway.
     """
-    for number in PREEMPTION_SIGNALS:
-        signal.signal(number, signal.SIG_IGN)
-    _end_with_parent()
+    ignore_stop_signals()
+    end_with_parent()
     if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning's own worker_init_fn checks
         pl_worker_init_function(worker_id, rank=rank)
-
-
-PR_SET_PDEATHSIG = 1
-"""``prctl(2)`` option: the signal the kernel sends a process when its parent exits."""
-
-
-def _end_with_parent() -> None:
-    """Have the kernel kill this process as soon as its parent is gone (Linux only).
-
-    Without it, torch's worker notices only in its idle check, every 5 s. "Parent" is
-    the thread that started the worker: a loader is iterated by the thread that made
-    its iterator (Lightning's, the one that calls ``fit``).
-    """
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -10,6 +10,10 @@ pixel's code, and only their distinct codes are decoded. Either way a pixel's cl
 ``LabelMap.decode_codes`` of its code, as decoding the chunk pixel by pixel gives it;
 a mask of class indices is used as it is, its values that are no class left at or
 above ``num_classes`` (decoding would make them ``ignore_index``).
+
+A palette mask's values are its indices, counted as a grey mask's are; when the labels
+read it by its colours, its classes come from the table they make of its palette
+(``LabelMap.palette_table``), as ``LabelMap.decode`` reads such a mask.
 """
 
 from __future__ import annotations
@@ -24,11 +28,20 @@ from segscale.data.labels import LabelMap, mask_codes
 class MaskCounts:
     """The values of one mask (``dtype``, H×W or H×W×3), fed chunk by chunk.
 
-    ``labels``: what ``classes`` decodes with (``None``: no classes are asked for).
+    ``labels``: what ``classes`` decodes with (``None``: no classes are asked for);
+    ``palette_table``: a palette mask's class of each index, when ``labels`` read it by
+    its colours (``LabelMap.palette_table``; an index beyond it is ``ignore_index``).
     """
 
-    def __init__(self, dtype: np.dtype, ndim: int, labels: LabelMap | None = None) -> None:
+    def __init__(
+        self,
+        dtype: np.dtype,
+        ndim: int,
+        labels: LabelMap | None = None,
+        palette_table: np.ndarray | None = None,
+    ) -> None:
         self.labels = labels
+        self.palette_table = palette_table
         self.binned = ndim == 2 and np.dtype(dtype) in BINS
         self.bins = np.zeros(BINS[np.dtype(dtype)], np.int64) if self.binned else None
         self.totals: dict[int, int] = {}
@@ -76,7 +89,7 @@ class MaskCounts:
         if covered is not None:
             counts = np.bincount(inverse[covered], minlength=len(values))
         self._count(values, counts)
-        decoded = self._labels().decode_codes(values)
+        decoded = self._decoded(values)
         return decoded[inverse], _per_class(decoded, counts)
 
     def _count(self, values: np.ndarray, pixels: np.ndarray) -> None:
@@ -95,13 +108,24 @@ class MaskCounts:
         """
         labels = self._labels()
         if self._table is None:
-            self._table = labels.decode_codes(np.arange(len(counted), dtype=np.int64))
+            self._table = self._decoded(np.arange(len(counted), dtype=np.int64))
         per_class = _per_class(self._table, counted)
-        if labels.is_identity(chunk):  # class indices already
+        if self.palette_table is None and labels.is_identity(chunk):  # class indices already
             return chunk, per_class
         if chunk.dtype == np.uint8:
             return cv2.LUT(np.ascontiguousarray(chunk), self._table), per_class  # in C
         return self._table[chunk], per_class
+
+    def _decoded(self, codes: np.ndarray) -> np.ndarray:
+        """The class index (uint8) of each of ``codes``: through the palette's table if any."""
+        labels = self._labels()
+        if self.palette_table is None:
+            return labels.decode_codes(codes)
+        table = self.palette_table
+        inside = codes < len(table)
+        return np.where(inside, table[np.where(inside, codes, 0)], labels.ignore_index).astype(
+            np.uint8
+        )
 
     def _labels(self) -> LabelMap:
         if self.labels is None:

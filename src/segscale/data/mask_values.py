@@ -25,18 +25,53 @@ class MaskValueCensus:
     """Per mask value (as ``mask_codes`` packs it): its pixels and the files that hold it.
 
     ``colour``: the values are RGB colours (else grey levels or class indices).
+    ``palette_files``: the files counted that are palette masks (their colours counted
+    for ``colour``, else their indices; ``segscale.data.palette_masks``).
     """
 
     colour: bool
     pixels: dict[int, int] = field(default_factory=dict)
     files: dict[int, list[Path]] = field(default_factory=dict)
+    palette_files: dict[Path, None] = field(default_factory=dict)
 
-    def add(self, path: Path, codes: Iterable[int], counts: Iterable[int]) -> None:
-        """Count the values (``codes``) of the file ``path``, ``counts`` pixels of each."""
+    def add(
+        self, path: Path, codes: Iterable[int], counts: Iterable[int], palette: bool = False
+    ) -> None:
+        """Count the values (``codes``) of the file ``path``, ``counts`` pixels of each.
+
+        ``palette``: ``path`` is a palette mask (``codes`` as its values were read).
+        """
         for code, count in zip(codes, counts, strict=True):
             code, count = int(code), int(count)
             self.pixels[code] = self.pixels.get(code, 0) + count
             self.files.setdefault(code, []).append(path)
+        if palette:
+            self.palette_files[path] = None
+
+    @property
+    def kind(self) -> str:
+        """The masks' kind in words: ``RGB colours``, ``grey levels``, with their palette masks."""
+        return masks_kind(self.colour, len(self.palette_files))
+
+    def palette_lines(self, indent: int = 2) -> list[str]:
+        """How the palette masks among the files were read, naming a few (none: no line)."""
+        if not self.palette_files:
+            return []
+        base = _common_folder(self.all_files)
+        names = [_relative(p, base) for p in list(self.palette_files)[:MAX_EXAMPLES]]
+        more = ", ..." if len(self.palette_files) > MAX_EXAMPLES else ""
+        count = len(self.palette_files)
+        which = f"{count} of these masks are palette masks"
+        its = "their palettes"
+        if count == 1:
+            which, its = "1 of these masks is a palette mask", "its palette"
+        how = (
+            f"by the colours of {its}, as the classes are colours"
+            if self.colour
+            else "by index, as the classes are not colours (RGB triplets in "
+            "datamodule.label_ids read palette masks by their colours)"
+        )
+        return [f"{' ' * indent}{which}, read {how}: {', '.join(names)}{more}"]
 
     @property
     def codes(self) -> list[int]:
@@ -85,6 +120,19 @@ class MaskValueCensus:
         """The values as a config list (``[6, 8]``, ``[[9, 9, 9]]``), ``...`` past ``limit``."""
         shown = [shown_value(self.value(c)) for c in self.codes]
         return f"[{', '.join(shown)}]" if len(shown) <= limit else "[...]"
+
+
+def masks_kind(colour: bool, palette_masks: int) -> str:
+    """Masks of colours or not in words, with how many palette masks were read so."""
+    return ("RGB colours" if colour else "grey levels") + palette_note(colour, palette_masks)
+
+
+def palette_note(colour: bool, palette_masks: int) -> str:
+    """`` (3 palette masks read by their palettes' colours)``, or "" without any."""
+    if not palette_masks:
+        return ""
+    how = "by their palettes' colours" if colour else "by index"
+    return f" ({palette_masks} palette mask(s) read {how})"
 
 
 def _common_folder(paths: list[Path]) -> Path:

@@ -17,16 +17,18 @@ import numpy as np
 
 from segscale.data.class_locations import LocationSampler
 from segscale.data.grids import Grid, pair_grids
-from segscale.data.labels import LabelMap
+from segscale.data.labels import LabelMap, palette_codes
 from segscale.data.mask_counts import MaskCounts
+from segscale.data.palette_masks import PALETTE, channels_as_read
 from segscale.data.rasters import Pixels, WindowedRaster
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     READ_ERRORS,
     ImageMaskPair,
+    MaskFile,
     describe_read_error,
     read_image,
-    read_mask_values,
+    read_mask,
 )
 from segscale.data.valid_cells import CELL, Validity, ValidPixels
 from segscale.data.value_range import ValueHistogram
@@ -52,15 +54,18 @@ def inspect_pair(
 
     What it returns does not depend on ``labels``: the mask's channels and its distinct
     values (``mask_codes``) with their pixels (``mask_values``, at most
-    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all); the image's pixel sums
-    and its range per channel (``value_range``, see ``ValueHistogram``). A file whose
+    ``MAX_MASK_VALUES`` of them, ``mask_distinct`` counts all), a palette mask's values
+    being its indices, its palette beside them (``palette_masks.PALETTE``); the image's
+    pixel sums and its range per channel (``value_range``, see ``ValueHistogram``). A file whose
     header declares more than ``max_image_pixels``, and an image with NaN or infinite
     pixels, are problems like an unreadable one (the first found before it is decoded).
     ``locations_per_class > 0`` with ``labels`` also keeps that many pixels of each
     class (``class_locations``, see ``LocationSampler``), marked with the labels they
     were found with. ``validity`` with ``labels`` also counts the valid pixels per cell
     (``valid_cells``, see ``ValidPixels``; ``problem`` there: a no-data tag that is no
-    number), marked with the labels and the no-data setting.
+    number), marked with the labels and the no-data setting. Class locations and valid
+    cells of a palette mask are its pixels' classes as ``labels`` read it: by its
+    colours for colour classes (``LabelMap.palette_table``), else by index.
 
     The image and the mask are read side by side, chunk by chunk, once: every statistic
     is taken from the same chunks. Both files' grids on the ground are kept
@@ -72,14 +77,14 @@ def inspect_pair(
     image = _opened_image(pair, facts, max_image_pixels)
     facts |= pair_grids(pair.image, pair.mask)
     onto = Grid.from_facts(facts["image_grid"]) if warp_masks and facts["grids_differ"] else None
-    raw, coverage = _opened_mask(pair, facts, max_image_pixels, onto)
+    opened, coverage = _opened_mask(pair, facts, max_image_pixels, onto)
     statistics = _ImageStatistics(image) if image is not None else None
     mask = None
-    if raw is not None:
-        mask = _MaskReading(pair, facts, raw, coverage, labels, locations_per_class)
+    if opened is not None:
+        mask = _MaskReading(pair, facts, opened, coverage, labels, locations_per_class)
         if validity is not None and labels is not None and image is not None:
             mask.cells = _valid_pixels(pair, facts, image, labels, validity)
-    rows = max(image.shape[0] if image is not None else 0, raw.shape[0] if raw is not None else 0)
+    rows = max(image.shape[0] if image is not None else 0, mask.height if mask is not None else 0)
     for start in range(0, rows, ROWS_PER_CHUNK):
         image_rows = None
         if statistics is not None and start < statistics.height:
@@ -120,27 +125,30 @@ def _opened_image(
 
 def _opened_mask(
     pair: ImageMaskPair, facts: dict[str, Any], max_image_pixels: int | None, onto: Grid | None
-) -> tuple[Pixels | None, Pixels | None]:
-    """The mask's raw values and channels (in ``facts``); ``None`` if they are not counted.
+) -> tuple[MaskFile | None, Pixels | None]:
+    """The mask's raw values, channels and palette (in ``facts``); ``None`` if not counted.
 
     Not counted: a mask that cannot be read, or of neither 1 nor 3 channels (a problem
     in ``facts``). A mask of another size than its image is counted (and a problem).
     ``onto``: the mask read on this grid (its image's: ``mask_warped``), with its
-    coverage (else ``None``).
+    coverage (else ``None``); a palette mask's indices are warped, its palette kept.
     """
     facts["mask_warped"] = onto is not None
     coverage = None
     try:
         if onto is None:
-            raw = read_mask_values(pair.mask, max_image_pixels)
+            mask = read_mask(pair.mask, max_image_pixels)
         else:
-            raw, coverage = warped_mask(pair.mask, onto)
+            mask, coverage = warped_mask(pair.mask, onto)
     except READ_ERRORS as error:
         reason = describe_read_error(pair.mask, error)
         facts["mask_problems"].append(f"mask cannot be read: {reason}")
         return None, None
+    raw = mask.values
     mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
     facts["mask_channels"] = mask_channels
+    if mask.palette is not None:  # its values are indices: their colours go beside them
+        facts[PALETTE] = palette_codes(mask.palette).tolist()
     if mask_channels not in (1, 3):
         facts["mask_problems"].append(
             f"mask has {mask_channels} channels; expected 1 (class indices or grey levels) "
@@ -148,13 +156,13 @@ def _opened_mask(
         )
         return None, None
     if facts["grids_differ"]:  # the pass says how the grids differ, or the mask is warped
-        return raw, coverage
+        return mask, coverage
     if "shape" in facts and list(raw.shape[:2]) != facts["shape"]:
         facts["mask_problems"].append(
             f"mask is {raw.shape[1]}x{raw.shape[0]} but its image {pair.image.name} is "
             f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
         )
-    return raw, coverage
+    return mask, coverage
 
 
 def _chunk(
@@ -212,28 +220,35 @@ class _ImageStatistics:
 
 
 class _MaskReading:
-    """What the pass counts of a mask's chunks: its values, class locations, valid cells."""
+    """What the pass counts of a mask's chunks: its values, class locations, valid cells.
+
+    A palette mask's values are its indices; its classes are read through the table
+    ``labels`` make of its palette (``LabelMap.palette_table``: its colours' classes for
+    colour labels, ``None``, by index, for others).
+    """
 
     def __init__(
         self,
         pair: ImageMaskPair,
         facts: dict[str, Any],
-        raw: Pixels,
+        mask: MaskFile,
         coverage: Pixels | None,
         labels: LabelMap | None,
         locations_per_class: int,
     ) -> None:
         self.path, self.problems = pair.mask, facts["mask_problems"]
-        self.raw, self.coverage = raw, coverage
-        self.height = raw.shape[0]
+        self.raw, self.coverage = mask.values, coverage
+        self.height = self.raw.shape[0]
         self.labels = labels
-        self.counts = MaskCounts(raw.dtype, raw.ndim, labels)
+        table = labels.palette_table(mask.palette) if labels is not None else None
+        self.counts = MaskCounts(self.raw.dtype, self.raw.ndim, labels, table)
         self.sampler = None
         self.warped = facts["mask_warped"]
         self.uncovered = 0
-        counted = labels is not None and facts["mask_channels"] == labels.channels
+        counted = labels is not None and channels_as_read(facts, labels.colour) == labels.channels
         if counted and labels is not None and locations_per_class and _on_image_grid(facts):
-            self.sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
+            width = self.raw.shape[1]
+            self.sampler = LocationSampler(labels.num_classes, locations_per_class, width)
         self.cells: ValidPixels | None = None
 
     def read(self, start: int, image_rows: np.ndarray | None) -> bool:
@@ -297,7 +312,7 @@ def _valid_pixels(
     value, or the problem of its tag). Nothing is counted in a mask of another size or
     kind (a problem the pass reports).
     """
-    if facts["mask_problems"] or facts["mask_channels"] != labels.channels:
+    if facts["mask_problems"] or channels_as_read(facts, labels.colour) != labels.channels:
         return None
     if not _on_image_grid(facts):  # a problem the pass reports
         return None

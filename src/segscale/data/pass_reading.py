@@ -12,8 +12,9 @@ Once per machine: the ranks of a job that torchrun or SLURM started check the da
 at once, each its own pass. The first to find files to read holds a lock beside the
 cache file (``segscale.recorded_lock``) while it reads them and saves the cache; the
 others wait for it, then find the files in the cache. A holder that dies lets go of the
-lock (the kernel's ``flock``), and the next reads what is still missing. Where the
-cache folder cannot be written, or has no ``flock``, each process reads on its own.
+lock (filelock's native lock: ``flock``, ``LockFileEx`` on Windows, which the kernel
+drops with its holder), and the next reads what is still missing. Where the cache
+folder cannot be written, or has no native locks, each process reads on its own.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from segscale.data.valid_cells import Validity
 from segscale.data.validation_cache import ValidationCache
 from segscale.devices import cpus_available
 from segscale.progress import Progress
+from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +137,15 @@ def _read_each(
 @contextmanager
 def _machine_turn(cache_file: Path) -> Iterator[bool]:
     """Hold the lock of ``cache_file``'s pass; say whether another process held it first."""
-    try:  # imported here: recorded_lock needs fcntl, which only POSIX systems have
-        from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
-    except ImportError:
-        yield False
-        return
+    folder = cache_file.parent
     lock = RecordedLock(cache_file.with_suffix(".lock"))
     try:
-        if not flock_works(_existing_folder(cache_file)):
-            raise OSError("no flock")  # a soft lock of a killed holder would stop every pass
+        # The cache makes its folder private (user_cache.app_folder); one it could not
+        # make (a read-only home) is not made here either, with other permissions.
+        if not folder.is_dir():
+            raise OSError(f"no cache folder {folder}")
+        if not flock_works(folder):
+            raise OSError("no native locks")  # a soft lock of a killed holder would stop every pass
         waited = False
         try:
             lock.acquire()
@@ -159,14 +161,3 @@ def _machine_turn(cache_file: Path) -> Iterator[bool]:
         yield waited
     finally:
         lock.release()
-
-
-def _existing_folder(path: Path) -> Path:
-    """``path``'s folder, made if it can be (else its nearest existing ancestor)."""
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        while not folder.is_dir():
-            folder = folder.parent
-    return folder

@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
@@ -23,6 +22,7 @@ from segscale.data.class_locations import (
 from segscale.data.class_ratio import CLASS_RATIO_TRIES, check_max_class_ratio, within_class_ratio
 from segscale.data.nodata import check_nodata
 from segscale.data.rasters import UnreadableWindowError
+from segscale.data.samples import as_sample
 from segscale.data.tiles import SKIP_KEY, Tile, UnreadableTileError, UnreadableTiles
 from segscale.data.valid_windows import MIN_VALID_KEY, TileWindows, centrable, valid_rng
 from segscale.errors import ConfigError, integer_at_least, require
@@ -190,19 +190,6 @@ class PatchDraw:
     centre_class: int | None
 
 
-def _as_sample(
-    image: np.ndarray, mask: np.ndarray, key: tuple[int, ...]
-) -> dict[str, torch.Tensor]:
-    # Images and masks stay in their file's types (uint8 masks, uint8/uint16 images) on
-    # their way through the DataLoader: 4× (images) and 8× (masks) less to copy between
-    # processes than float32 and int64. The LightningModule converts them on the device.
-    return {
-        "image": torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))),
-        "mask": torch.from_numpy(np.ascontiguousarray(mask)),
-        "key": torch.tensor(key, dtype=torch.long),
-    }
-
-
 class RandomPatchDataset(Dataset):
     """Random, augmented patches cut from large tiles, addressed by ``(epoch, index)``.
 
@@ -265,19 +252,23 @@ class RandomPatchDataset(Dataset):
         """The tile, window and centre class of patch ``(epoch, index)``."""
         return self._draw(epoch, index)[1]
 
-    def __getitem__(self, key: PatchKey | int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, key: PatchKey | int) -> dict[str, Any]:
         epoch, index = (0, key) if isinstance(key, int) else key
         # A tile that cannot be read (``unreadable.skip``): the patch is one fresh patch
         # of the next tile instead (index past the epoch's, of tile ``index + attempt``).
+        # The sample names the first tile left out: its own (every broken tile is the
+        # first for its own patches).
+        left_out = None
         for attempt in range(2 * len(self.tiles)):
             substitute = index if attempt == 0 else index + attempt + len(self)
             try:
                 rng, image, mask = self._cut(epoch, substitute)
             except UnreadableWindowError as error:
                 self.unreadable.handle(error)
+                left_out = left_out or error
                 continue
             image, mask = self.augmentation.transform(image, mask, rng)
-            return _as_sample(image, mask, (epoch, index))
+            return as_sample(image, mask, (epoch, index), left_out)
         raise UnreadableTileError(f"no tile of the training set can be read ({SKIP_KEY})")
 
     def _cut(self, epoch: int, index: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
@@ -363,19 +354,21 @@ class GridPatchDataset(Dataset):
     def __len__(self) -> int:
         return len(self.windows)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, index: int) -> dict[str, Any]:
         t, y, x, skip_y, skip_x = self.windows[index]
         size, tile = self.patch_size, self.tiles[t]
+        left_out = None
         try:
             image = tile.image[y : y + size, x : x + size]
             mask = tile.mask[y : y + size, x : x + size].copy()
         except UnreadableWindowError as error:
             self.unreadable.handle(error)  # skipped: a window whose pixels all count for nothing
+            left_out = error
             image = np.zeros((size, size, tile.image.shape[2]), tile.image.dtype)
             mask = np.full((size, size), self.ignore_index, np.uint8)
         mask[:skip_y, :] = self.ignore_index
         mask[:, :skip_x] = self.ignore_index
-        return _as_sample(image, mask, (t, y, x))
+        return as_sample(image, mask, (t, y, x), left_out)
 
 
 def grid_inference(patch_size: int) -> dict[str, Any]:

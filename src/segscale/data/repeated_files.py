@@ -24,11 +24,11 @@ def repeated_files(pairs: Sequence[ImageMaskPair], places: Sequence[str]) -> lis
     image file of a pair found in folders); each problem is a ``FileProblem`` of the
     later place, naming the earlier one.
     """
-    masks = {_identity(pair.mask): place for pair, place in zip(pairs, places, strict=True)}
+    masks = {file_identity(pair.mask): place for pair, place in zip(pairs, places, strict=True)}
     seen: dict[tuple[object, object], str] = {}
     problems = []
     for pair, place in zip(pairs, places, strict=True):
-        image, mask = _identity(pair.image), _identity(pair.mask)
+        image, mask = file_identity(pair.image), file_identity(pair.mask)
         if image == mask:
             problems.append(
                 FileProblem(
@@ -60,7 +60,7 @@ def repeated_files(pairs: Sequence[ImageMaskPair], places: Sequence[str]) -> lis
     return problems
 
 
-def _identity(path: Path) -> object:
+def file_identity(path: Path) -> object:
     """What ``path`` is on disk: its device and inode; its resolved path if it has none."""
     try:
         stat = os.stat(path)

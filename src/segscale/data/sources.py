@@ -173,24 +173,61 @@ def read_image_header(
     return header
 
 
-def read_mask_values(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> Pixels:
-    """A mask file's raw values: H×W (class indices, grey levels) or H×W×3 (colours).
+@dataclass(frozen=True)
+class MaskFile:
+    """A mask file as ``read_mask`` reads it: its raw values and, if it has one, its palette."""
+
+    values: Pixels
+    """H×W (class indices, grey levels, a palette mask's indices) or H×W×3 (colours)."""
+    palette: np.ndarray | None = None
+    """A palette mask's colour of each index (n×3 uint8): a PNG in palette mode ("P"),
+    a TIFF with a colour map; ``None`` for every other mask. Whether the classes read the
+    mask by these colours or by its indices is ``LabelMap.palette_table``'s to say."""
+
+
+def read_mask(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> MaskFile:
+    """A mask file's raw values (H×W or H×W×3) and its palette, if it is a palette mask.
 
     Read as ``read_image`` reads images (TIFFs mapped or by window); ``max_image_pixels``
-    limits the size of the files decoded whole.
+    limits the size of the files decoded whole. A palette mask's values are its indices,
+    as stored: its palette comes beside them (``MaskFile.palette``), never applied here.
     """
+    palette = None
     if path.suffix.lower() in TIFF_SUFFIXES:
         array = _read_tiff(path, mask=True)
+        palette = tiff_palette(path)
         if isinstance(array, WindowedRaster):
-            return array
+            return MaskFile(array, palette)
     else:
         with _open_checked(path, max_image_pixels) as img:
             array = np.asarray(img.convert("RGB") if img.mode in ("RGBA", "LA") else img)
+            if img.mode == "P":  # decoded by now: reading the palette decodes nothing more
+                palette = _png_palette(img)
     if array.ndim == 3 and array.shape[2] == 1:
         array = array[:, :, 0]
     if array.ndim == 3 and array.shape[2] == 4:  # RGBA: the alpha channel carries no label
         array = array[:, :, :3]
-    return array
+    return MaskFile(array, palette)
+
+
+def _png_palette(img: Image.Image) -> np.ndarray | None:
+    """The RGB colour of each index of a palette image (n×3 uint8; its alpha left out)."""
+    colours = img.getpalette("RGB")
+    return None if colours is None else np.asarray(colours, np.uint8).reshape(-1, 3)
+
+
+def tiff_palette(path: Path) -> np.ndarray | None:
+    """The colour map of a palette TIFF (n×3 uint8), ``None`` for any other TIFF.
+
+    A TIFF stores 16-bit colours; the high byte is the 8-bit colour, whether the writer
+    multiplied it by 257 (as ours and GDAL do) or shifted it by 8 bits.
+    """
+    with tifffile.TiffFile(path) as tif:
+        page = tif.pages[0]
+        if page.photometric != tifffile.PHOTOMETRIC.PALETTE or page.colormap is None:
+            return None
+        colormap = np.asarray(page.colormap)
+    return (colormap.T.astype(np.uint16) >> 8).astype(np.uint8)
 
 
 def describe_read_error(path: Path, error: BaseException) -> str:

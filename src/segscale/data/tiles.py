@@ -3,13 +3,13 @@
 ``open_tiles`` gives each image/mask pair as a ``Tile`` whose image and mask are read a
 window at a time (``segscale.data.rasters``): TIFFs mapped or read by window, PNG and
 JPEG files through the machine's decode cache (``segscale.data.decode_cache``). A mask
-whose values are not already class indices (grey levels, colours, label IDs) is decoded
-window by window as it is read (``LabelledMask``), except a PNG's, whose class indices
-the decode cache keeps, and a mask on another grid than its image's, read on the
-image's grid (``datamodule.mask_alignment=warp``: ``segscale.data.warped_masks``). So
-no rank holds the decoded dataset: what a rank holds grows
-with the patches it cuts, not with the images, and the pixels it reads sit in the page
-cache, which the ranks and workers of a machine share.
+whose values are not already class indices (grey levels, colours, label IDs, a palette
+mask's colours) is decoded window by window as it is read (``LabelledMask``), except a
+PNG's, whose class indices the decode cache keeps, and a mask on another grid than its
+image's, read on the image's grid (``datamodule.mask_alignment=warp``:
+``segscale.data.warped_masks``). So no rank holds the decoded dataset: what a rank holds
+grows with the patches it cuts, not with the images, and the pixels it reads sit in the
+page cache, which the ranks and workers of a machine share.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from segscale.data.sources import (
     TIFF_SUFFIXES,
     ImageMaskPair,
     read_image,
-    read_mask_values,
+    read_mask,
 )
 from segscale.data.warped_masks import WarpedLabels
 from segscale.errors import ConfigError
@@ -78,11 +78,18 @@ class UnreadableTiles:
 
 
 class LabelledMask:
-    """A mask's class indices (H×W uint8), decoded from its raw values as windows are read."""
+    """A mask's class indices (H×W uint8), decoded from its raw values as windows are read.
 
-    def __init__(self, raw: Pixels, labels: LabelMap) -> None:
+    ``palette_table``: a palette mask's, when ``labels`` read it by its colours
+    (``LabelMap.palette_table``).
+    """
+
+    def __init__(
+        self, raw: Pixels, labels: LabelMap, palette_table: np.ndarray | None = None
+    ) -> None:
         self.raw = raw
         self.labels = labels
+        self.palette_table = palette_table
         self.shape = (raw.shape[0], raw.shape[1])
         self.dtype = np.dtype(np.uint8)
         self.ndim = 2
@@ -91,7 +98,7 @@ class LabelledMask:
         return self.shape[0]
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        return self.labels.decode(np.asarray(self.raw[index]))
+        return self.labels.decode(np.asarray(self.raw[index]), self.palette_table)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         whole = self[:, :]
@@ -161,18 +168,28 @@ def _open_image(path: Path, max_image_pixels: int | None, cache: DecodeCache | N
 def _open_mask(
     path: Path, labels: LabelMap, max_image_pixels: int | None, cache: DecodeCache | None
 ) -> Mask:
-    """A mask's class indices: a TIFF's decoded as read, another file's through the cache."""
+    """A mask's class indices: a TIFF's decoded as read, another file's through the cache.
+
+    A palette mask is read by its colours or by index as ``labels`` read it
+    (``LabelMap.palette_table``).
+    """
     if path.suffix.lower() in TIFF_SUFFIXES:
-        raw = read_mask_values(path, max_image_pixels)
+        mask = read_mask(path, max_image_pixels)
+        table = labels.palette_table(mask.palette)
         # Class-index uint8 masks are used as they are: a mapped mask stays mapped.
-        return raw if labels.is_identity(raw) else LabelledMask(raw, labels)
+        if table is None and labels.is_identity(mask.values):
+            return mask.values
+        return LabelledMask(mask.values, labels, table)
 
     def decode() -> np.ndarray:
-        raw = np.asarray(read_mask_values(path, max_image_pixels))
-        return raw if labels.is_identity(raw) else labels.decode(raw)
+        mask = read_mask(path, max_image_pixels)
+        raw, table = np.asarray(mask.values), labels.palette_table(mask.palette)
+        return raw if table is None and labels.is_identity(raw) else labels.decode(raw, table)
 
     if cache is None:
         return decode()
-    # The class indices are kept: decoded once, for the labels they were decoded with.
+    # The class indices are kept: decoded once, for the labels they were decoded with. The
+    # labels' description tells colour labels from others, so a palette mask read by its
+    # colours and the same file read by index are two entries.
     variant = "mask " + json.dumps(labels.describe(), sort_keys=True)
     return cache.open(path, variant, decode)

@@ -25,6 +25,7 @@ from segscale.data.grids import Grid, check_mask_alignment, grid_problem
 from segscale.data.labels import LabelMap
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pair_inspection import mask_holds_an_image, too_many_values
+from segscale.data.palette_masks import beyond_palette, channels_as_read, is_palette, values_as_read
 from segscale.data.pass_reading import PairRequest, read_pairs
 from segscale.data.pixel_types import MAX_VALUES
 from segscale.data.sources import (
@@ -270,11 +271,10 @@ def _ignored_values(
     for pair, f in facts:
         if "class_counts" not in f:
             continue
-        values = np.asarray(f["mask_values"], np.int64).reshape(-1, 2)
-        codes = values[:, 0]
+        codes, counts = values_as_read(f, labels.colour)
         ignored = labels.known(codes) & (labels.decode_codes(codes) == labels.ignore_index)
         if ignored.any():
-            census.add(pair.mask, codes[ignored], values[ignored, 1])
+            census.add(pair.mask, codes[ignored], counts[ignored], is_palette(f))
     return census
 
 
@@ -301,7 +301,7 @@ def _with_labels(
     facts = {**facts, "mask_problems": list(facts["mask_problems"])}
     if "mask_values" not in facts:
         return facts
-    channels = facts["mask_channels"]
+    channels = channels_as_read(facts, labels.colour)  # a palette mask's fit either kind
     if channels != labels.channels:
         kind = "RGB colours" if labels.colour else "class indices or grey levels"
         facts["mask_problems"].append(
@@ -309,14 +309,15 @@ def _with_labels(
             f"{labels.channels} ({kind})"
         )
         return facts
-    values = np.asarray(facts["mask_values"], np.int64).reshape(-1, 2)
-    codes, counts = values[:, 0], values[:, 1]
+    codes, counts = values_as_read(facts, labels.colour)
+    beyond = beyond_palette(facts, labels.colour, pair.mask)
+    facts["mask_problems"] += [beyond] if beyond else []
     if mask_holds_an_image(facts):
         facts["mask_problems"].append(too_many_values(facts))
     else:
         known = labels.known(codes)
         if not known.all():
-            unknown.add(pair.mask, codes[~known], counts[~known])
+            unknown.add(pair.mask, codes[~known], counts[~known], is_palette(facts))
     decoded = labels.decode_codes(codes)
     facts["class_counts"] = (
         np.bincount(decoded, weights=counts, minlength=256)[: labels.num_classes]

@@ -1,10 +1,13 @@
 """What the validation pass learnt of each file, kept in the user's cache folder.
 
-``$XDG_CACHE_HOME/segscale/validation/<dataset>.json`` (``segscale.data.user_cache``),
-keyed by the image's and mask's path, size and modification time, so a second run
-re-reads only files that changed. It holds what does not depend on the label settings
-(``inspect_pair``), so other classes re-read nothing either; class locations, valid
-cells and masks read on their image's grid are kept for the settings that found them.
+``<the user's cache folder>/validation/<dataset>.json`` (``segscale.data.user_cache``: a
+folder of the user's alone, refused where others can write it, since its class counts
+are reported as they are), keyed by the image's and mask's path and identity
+(``source_identity``: size, mtime, inode and change time), so a second run re-reads
+only files that changed, a replacement that keeps size and mtime included. It holds
+what does not depend on the label settings (``inspect_pair``), so other classes re-read
+nothing either; class locations, valid cells and masks read on their image's grid are
+kept for the settings that found them.
 """
 
 from __future__ import annotations
@@ -12,28 +15,31 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from segscale.atomic_files import write_text_atomically
 from segscale.data.grids import pair_grids
 from segscale.data.labels import LabelMap
 from segscale.data.pair_inspection import inspect_pair, labels_key, validity_key
+from segscale.data.palette_masks import channels_as_read
+from segscale.data.source_identity import source_identity
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource
-from segscale.data.user_cache import cache_file
+from segscale.data.user_cache import app_folder, cache_file
 from segscale.data.valid_cells import CELL, Validity
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 3  # 2: facts independent of the labels, with each mask's value counts;
-# 3: each image's value range and its non-finite values
+_CACHE_VERSION = 4  # 2: facts independent of the labels, with each mask's value counts;
+# 3: each image's value range and its non-finite values; 4: each palette mask's palette
 
 
 class ValidationCache:
-    """Per-pair facts kept on disk, valid while the files' size and mtime are unchanged.
+    """Per-pair facts kept on disk, valid while the files' identity is unchanged.
 
     The file is the user's (``cache_file``), named for the dataset (``TileSource.cache_key``),
     not the dataset's: a shared dataset folder stays as it is, a read-only one is cached.
+    Raises ``ConfigError`` where the cache's folder is another user's or others can
+    write it (``user_cache.private_folder``).
     """
 
     def __init__(self, source: TileSource, max_image_pixels: int | None) -> None:
@@ -49,9 +55,13 @@ class ValidationCache:
         self.max_image_pixels = max_image_pixels
         self.entries: dict[str, Any] = {}
         self.changed = False
+        try:
+            app_folder("validation")
+        except OSError:
+            return  # a home that cannot be written: nothing cached, and save() says so
         if self.path.is_file():
             try:
-                stored = json.loads(self.path.read_text())
+                stored = json.loads(self.path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 stored = {}
             if stored.get("settings") == self.settings and stored.get("dataset") == self.dataset:
@@ -92,7 +102,7 @@ class ValidationCache:
         entry = self.entries.get(_key(pair))
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
-        if not entry or entry["stamp"] != [_stamp(pair.image), _stamp(pair.mask)]:
+        if not entry or entry["stamp"] != _stamp(pair):
             return None
         facts = entry["facts"]
         if "grids_differ" not in facts:
@@ -118,7 +128,7 @@ class ValidationCache:
 
         Threads may read pairs at once: each keeps its own entry.
         """
-        stamp = [_stamp(pair.image), _stamp(pair.mask)]  # before reading: a change then reads again
+        stamp = _stamp(pair)  # before reading: a change then reads again
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
         facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity, warp_masks)
@@ -141,7 +151,7 @@ def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: in
     """Whether ``facts`` hold the class locations asked for (or none are asked for)."""
     if not per_class or labels is None or "mask_values" not in facts:
         return True  # a mask that could not be read has none to keep
-    if facts["mask_channels"] != labels.channels:
+    if channels_as_read(facts, labels.colour) != labels.channels:
         return True  # nor has one of the wrong kind (a problem the pass reports)
     kept = facts.get("class_locations") or {}
     return kept.get("per_class") == per_class and kept.get("labels") == labels_key(labels)
@@ -156,7 +166,7 @@ def _has_valid_cells(
     """
     if validity is None or labels is None or "mask_values" not in facts:
         return True
-    if facts["mask_channels"] != labels.channels or "shape" not in facts:
+    if channels_as_read(facts, labels.colour) != labels.channels or "shape" not in facts:
         return True
     if facts["mask_problems"]:
         return True
@@ -172,6 +182,6 @@ def _key(pair: ImageMaskPair) -> str:
     return f"{pair.image.resolve()}|{pair.mask.resolve()}"
 
 
-def _stamp(path: Path) -> list[int]:
-    stat = path.stat()
-    return [stat.st_size, stat.st_mtime_ns]
+def _stamp(pair: ImageMaskPair) -> list[list[int | str]]:
+    """The identity of both files of ``pair`` (``source_identity``), as entries keep it."""
+    return [source_identity(pair.image), source_identity(pair.mask)]

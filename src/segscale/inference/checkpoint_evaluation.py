@@ -36,12 +36,12 @@ from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     ImageMaskPair,
     read_image,
-    read_mask_values,
+    read_mask,
 )
 from segscale.data.validation import validate_dataset
 from segscale.data.warped_masks import WarpedLabels
 from segscale.errors import ConfigError
-from segscale.inference.devices import run_on_devices
+from segscale.inference.devices import inference_backend, run_on_devices
 from segscale.inference.image_metrics import (
     ImageScores,
     class_boundary_f1,
@@ -63,6 +63,9 @@ from segscale.training.run.config_checks import check_data_source
 
 log = logging.getLogger(__name__)
 
+RECORDED_TILE_SIZE = "segscale.validation_inference.tile_size"
+"""Where a checkpoint records its validation patch side (``inference.tile_size: checkpoint``)."""
+
 
 def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     """Evaluate ``ckpt`` on the ``split`` of the datamodule; return the metrics.
@@ -78,9 +81,11 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     if cfg.inference.get("tile_size") == "checkpoint":
         filled_in.append("inference.tile_size")
     check_types(cfg, filled_in=filled_in)
+    backend = inference_backend(cfg)
     trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
-    use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
-    check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
+    check_tile_side(
+        cfg.inference, trained, use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
+    )
     use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
     other_data = cfg.get("other_data", False)
     if not isinstance(other_data, bool):
@@ -122,6 +127,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     images: list[ImageScores] = run_on_devices(
         cfg.accelerator,
         cfg.devices,
+        backend,
         _scores_of_share,
         list(enumerate(pairs)),
         trained,
@@ -166,14 +172,16 @@ def names_data(overrides: list[str]) -> bool:
     return any(key == "datamodule" or key.startswith("datamodule.source") for key in keys)
 
 
-def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> None:
+def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str) -> str:
     """Fill ``inference.tile_size: checkpoint`` (in place) with the validation grid's side.
 
     A checkpoint written before segscale recorded it (``validation_inference``) gets
     predict.py's tile size (``conf/inference/default.yaml``), and the log says so.
+    Returns what gave the tile size, for a refusal of it: ``inference.tile_size``, or
+    the checkpoint's field (the user never gave a size then).
     """
     if inference.get("tile_size") != "checkpoint":
-        return
+        return "inference.tile_size"
     recorded = trained.validation_inference
     if recorded is None:
         default = OmegaConf.load(Path(CONFIG_DIR) / "inference" / "default.yaml")
@@ -183,8 +191,28 @@ def use_validation_tiles(inference: DictConfig, trained: TrainedModel, ckpt: str
             ckpt,
             default.tile_size,
         )
-        recorded = {"tile_size": default.tile_size}
+        inference.tile_size = default.tile_size
+        return "inference.tile_size"
     inference.tile_size = int(recorded["tile_size"])
+    return f"ckpt={ckpt!r}: its {RECORDED_TILE_SIZE}"
+
+
+def check_tile_side(inference: DictConfig, trained: TrainedModel, given_by: str) -> None:
+    """Refuse a tile side the network cannot take, naming what gave it (``given_by``).
+
+    A side the checkpoint recorded is refused as the checkpoint's (train.py records the
+    patch side it trained with, which the network takes), with how to evaluate anyway.
+    """
+    try:
+        check_input_side(inference.tile_size, given_by, trained.module.network)
+    except ConfigError as error:
+        if given_by == "inference.tile_size":
+            raise
+        raise ConfigError(
+            f"{error}; train.py records the patch side the run trained with, which its "
+            "network takes, so the checkpoint was edited or is another tool's: give "
+            "inference.tile_size=<side> to evaluate with tiles of your choice"
+        ) from None
 
 
 def inference_record(window: SlidingWindow) -> dict[str, object]:
@@ -309,9 +337,12 @@ def image_confusion(
     ``mask_grid``: the mask read on this grid, its image's (``datamodule.mask_alignment=
     warp``, ``segscale.data.warped_masks``).
     """
-    raw: Any = read_mask_values(pair.mask, max_image_pixels) if mask_grid is None else None
-    if mask_grid is not None:
-        raw = WarpedLabels(pair.mask, mask_grid, labels)
+    if mask_grid is None:
+        mask = read_mask(pair.mask, max_image_pixels)
+        raw: Any = mask.values
+        table = labels.palette_table(mask.palette)  # a palette mask as trained
+    else:  # its class indices, a palette mask's read as trained
+        raw, table = WarpedLabels(pair.mask, mask_grid, labels), None
     classes = trained.num_classes
     counts = np.zeros(classes * classes, np.int64)
     if maps is not None:
@@ -319,7 +350,7 @@ def image_confusion(
 
     def count(y0: int, predicted: np.ndarray) -> None:
         rows = np.asarray(raw[y0 : y0 + len(predicted)])
-        truth = rows if mask_grid is not None else labels.decode(rows)  # warped: classes
+        truth = rows if mask_grid is not None else labels.decode(rows, table)  # warped: classes
         labelled = truth < classes  # the ignore index (and unknown values) are not counted
         if maps is not None:
             maps[0][y0 : y0 + len(predicted)] = np.where(labelled, truth, classes)

@@ -78,7 +78,7 @@ def _place(image: ImageScores) -> int:
 
 def read_image_metrics(folder: Path) -> list[dict[str, object]]:
     """``image_metrics.csv`` of ``folder`` as one dict per image (None: not defined)."""
-    with (folder / IMAGE_METRICS_FILE).open(newline="") as file:
+    with (folder / IMAGE_METRICS_FILE).open(newline="", encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     return [
         {"image": row["image"]}

@@ -34,7 +34,7 @@ from segscale.data.sources import (
     describe_read_error,
 )
 from segscale.errors import ConfigError
-from segscale.inference.devices import run_on_devices
+from segscale.inference.devices import inference_backend, run_on_devices
 from segscale.inference.inputs import (
     UnreadableImageError,
     check_output_names,
@@ -101,6 +101,7 @@ def _predict_in_folder(cfg: DictConfig) -> PredictionRun:
             f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"
         )
     extras = ProbabilityOutputs(cfg.probabilities, cfg.confidence)  # refused before any work
+    backend = inference_backend(cfg)
     check_types(cfg)
     trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
     check_input_side(cfg.inference.tile_size, "inference.tile_size", trained.module.network)
@@ -118,7 +119,15 @@ def _predict_in_folder(cfg: DictConfig) -> PredictionRun:
     output.mkdir(parents=True, exist_ok=True)
     log.info("%d image(s) → %s", len(readable), output)
     written, failed = run_on_devices(
-        cfg.accelerator, cfg.devices, _predict_share, readable, trained, window, output, cfg
+        cfg.accelerator,
+        cfg.devices,
+        backend,
+        _predict_share,
+        readable,
+        trained,
+        window,
+        output,
+        cfg,
     )
     undecodable = [FileProblem(path, reason) for path, reason in failed]
     _refuse_or_skip(undecodable, cfg, "prediction stopped there; masks written before stay")

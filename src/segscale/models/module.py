@@ -296,7 +296,7 @@ class SegmentationModule(NonFiniteSteps):
         same on every rank) and unscaled.
         """
         parameters = list(self.network.parameters())
-        if self.guard_step(parameters):
+        if self.guard_step(parameters, optimizer):
             clip_gradients(parameters, self.gradient_threshold, self.gradient_threshold_method)
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:

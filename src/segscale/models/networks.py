@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
-from typing import Any, get_args, get_type_hints
+from typing import Any, cast, get_args, get_type_hints
 
 import segmentation_models_pytorch as smp
+import torch
 from segmentation_models_pytorch.base import SegmentationHead, SegmentationModel
 from segmentation_models_pytorch.decoders.deeplabv3.decoder import DeepLabV3PlusDecoder
 from torch import nn
@@ -57,10 +59,15 @@ def build_network(
 
     if encoder_weights is not None and not names_a_file(encoder_weights):
         named = named_weights(encoder, encoder_weights)
-        return build_with_named_weights(named, lambda: construct(named.smp_encoder, named.argument))
-    network = construct(encoder, None)
-    if encoder_weights is not None:
-        load_encoder_weights(network, Path(encoder_weights))
+        network = build_with_named_weights(
+            named, lambda: construct(named.smp_encoder, named.argument)
+        )
+    else:
+        network = construct(encoder, None)
+        if encoder_weights is not None:
+            load_encoder_weights(network, Path(encoder_weights))
+    if isinstance(network, TruncatedDeepLabV3Plus):
+        network.drop_unreached_layers()  # after the weights: their files hold every stage
     return network
 
 
@@ -139,7 +146,51 @@ class TruncatedDeepLabV3Plus(SegmentationModel):
         )
         self.classification_head = None
         self.name = f"deeplabv3plus-{encoder}-os16"
+        self.encoder_name, self.in_channels = encoder, in_channels
         self.initialize()
+
+    def drop_unreached_layers(self) -> None:
+        """Replace the encoder's layers its four stages never run by parameterless ones.
+
+        smp builds the whole encoder at any depth (its ``forward`` skips the stages past
+        ``depth``), so the cut stage keeps its weights: 27.4 M of Inception-ResNet-v2's
+        56.2 M parameters, which would get no gradient. DDP stops at the second step on
+        such parameters ("Expected to have finished reduction in the prior iteration")
+        unless it searches the graph for them at every step (``find_unused_parameters``);
+        they would also fill checkpoints and DDP's buckets. Called once the weights are
+        loaded (a weights file holds every stage); a layer replaced keeps its place, so
+        the encoder's own indexing (``features[a:b]``) is unchanged.
+        """
+        encoder = cast(nn.Module, self.encoder)
+        for name in unreached_layers(self.encoder_name, self.in_channels):
+            parent, _, leaf = name.rpartition(".")
+            encoder.get_submodule(parent).register_module(leaf, nn.Identity())
+
+
+@functools.lru_cache(maxsize=8)
+def unreached_layers(encoder: str, in_channels: int) -> tuple[str, ...]:
+    """The layers with weights or buffers that ``encoder`` at depth 4 never runs.
+
+    Found by running the encoder once on the meta device (shapes only, no arithmetic and
+    no memory: ~0.5 s for Inception-ResNet-v2) with a hook on every leaf layer.
+    """
+    with torch.device("meta"):
+        probe = smp.encoders.get_encoder(encoder, in_channels=in_channels, depth=4, weights=None)
+    reached: set[str] = set()
+    leaves = [(n, m) for n, m in probe.named_modules() if n and not any(m.children())]
+    hooks = [
+        layer.register_forward_hook(lambda *_, name=name: reached.add(name))
+        for name, layer in leaves
+    ]
+    with torch.no_grad():
+        probe.eval()(torch.zeros(1, in_channels, 64, 64, device="meta"))
+    for hook in hooks:
+        hook.remove()
+    return tuple(
+        name
+        for name, layer in leaves
+        if name not in reached and [*layer.parameters(), *layer.buffers()]
+    )
 
 
 def architecture(arch: str) -> type[nn.Module]:

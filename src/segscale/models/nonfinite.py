@@ -54,23 +54,55 @@ def any_nonfinite(tensors: list[torch.Tensor]) -> torch.Tensor:
     return ~torch.isfinite(torch.stack(extremes)).all()
 
 
-def describe(what: str, step: int, epoch: int, learning_rate: float, precision: str) -> str:
-    """What went wrong at ``step`` and its likely causes, for the log and the summary."""
-    causes = [
-        f"a learning rate too high for this model and batch (it was {learning_rate:.3g}: "
-        "lower optimizer.lr, or add warmup with scheduler.warmup_epochs)",
-        "exploding gradients (set training.gradient_threshold to clip them)",
-    ]
+def describe(what: str, step: int, epoch: int, learning_rate: float | None, precision: str) -> str:
+    """What went wrong at ``step`` and its likely causes, for the log and the summary.
+
+    ``learning_rate`` is the highest rate of the optimizer steps that made the weights
+    the bad step started from (``NonFiniteSteps`` notes each step's), not the
+    optimizer's rate when the verdict is read: a schedule has moved on by then (to 0
+    after the last step of ``poly``). ``None``: no step has changed the weights yet, so
+    neither the learning rate nor exploding gradients can be the cause.
+    """
+    causes = []
+    if learning_rate is not None:
+        causes += [
+            f"a learning rate too high for this model and batch (up to {learning_rate:.3g} "
+            "in the steps before: lower optimizer.lr, or add warmup with "
+            "scheduler.warmup_epochs)",
+            "exploding gradients (set training.gradient_threshold to clip them)",
+        ]
+    else:
+        causes.append("the weights the run started from (model.encoder_weights, model.init_from)")
     if precision.startswith("16"):
         causes.insert(0, f"float16 overflow under trainer.precision={precision} (try bf16-mixed)")
     elif precision.startswith("bf16"):
         causes.append(f"reduced precision (trainer.precision={precision}; try 32-true)")
     causes.append("NaN or infinite values in the images (float TIFFs)")
-    rate = "" if math.isfinite(learning_rate) else " (the learning rate itself is not finite)"
+    if learning_rate is None:
+        when = ", before any optimizer step changed the weights"
+    elif not math.isfinite(learning_rate):
+        when = " (the learning rate itself is not finite)"
+    else:
+        when = ""
     return (
-        f"the {what} is not finite (NaN or inf) at step {step} (epoch {epoch}){rate}. "
+        f"the {what} is not finite (NaN or inf) at step {step} (epoch {epoch}){when}. "
         f"Likely causes: {'; '.join(causes)}."
     )
+
+
+def highest_rate(optimizers: list[torch.optim.Optimizer]) -> float | None:
+    """The highest learning rate of the optimizers' parameter groups (``highest``).
+
+    The rates are numbers on the host: reading them costs no device sync.
+    """
+    return highest([float(g["lr"]) for optimizer in optimizers for g in optimizer.param_groups])
+
+
+def highest(rates: list[float]) -> float | None:
+    """The highest of ``rates``, a non-finite one before any other; ``None`` for none."""
+    if not rates:
+        return None
+    return next((rate for rate in rates if not math.isfinite(rate)), max(rates))
 
 
 @dataclass(frozen=True)
@@ -86,18 +118,19 @@ class PendingVerdict:
 
     flags: torch.Tensor
     step: int  # the optimizer step they belong to
+    learning_rate: float | None  # the highest rate of the steps before it (None: none)
     arrived: torch.cuda.Event | None = None
 
     @classmethod
-    def of(cls, verdict: torch.Tensor, step: int) -> PendingVerdict:
+    def of(cls, verdict: torch.Tensor, step: int, learning_rate: float | None) -> PendingVerdict:
         """Start moving ``verdict`` (two booleans on the device) of ``step`` to the host."""
         if verdict.device.type != "cuda":
-            return cls(verdict, step)
+            return cls(verdict, step, learning_rate)
         host = torch.empty(verdict.shape, dtype=verdict.dtype, pin_memory=True)
         host.copy_(verdict, non_blocking=True)
         arrived = torch.cuda.Event()
         arrived.record()
-        return cls(host, step, arrived)
+        return cls(host, step, learning_rate, arrived)
 
     def read(self) -> tuple[bool, bool]:
         """Whether the loss, and whether a gradient, was not finite."""

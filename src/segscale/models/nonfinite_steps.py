@@ -10,7 +10,6 @@ gradients dropped and its batch-norm statistics restored.
 from __future__ import annotations
 
 import logging
-import math
 
 import lightning as L
 import torch
@@ -22,6 +21,8 @@ from segscale.models.nonfinite import (
     any_nonfinite,
     check_policy,
     describe,
+    highest,
+    highest_rate,
 )
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,14 @@ class NonFiniteSteps(L.LightningModule):
         self._pending: PendingVerdict | None = None  # the last step's, read at the next
         self.stopped_at_step: int | None = None  # the non-finite step that stopped the run
         self._buffers_before: list[torch.Tensor] = []  # batch-norm statistics, under skip
+        # The highest learning rate of the optimizer steps this process took: what the
+        # message names, since the optimizer's rate when a verdict is read is the
+        # schedule's next one (0 after the last step of poly).
+        self._peak_rate: float | None = None
 
-    def guard_step(self, parameters: list[nn.Parameter]) -> bool:
+    def guard_step(
+        self, parameters: list[nn.Parameter], optimizer: torch.optim.Optimizer | None
+    ) -> bool:
         """Whether the optimizer step about to be taken may go ahead (then clip first).
 
         Raises ``NonFiniteError`` for the step before under ``stop``; refuses this one
@@ -58,6 +65,7 @@ class NonFiniteSteps(L.LightningModule):
         never waits for the step it has just queued.
         """
         self._raise_if_pending()
+        rate_before = self._peak_rate  # of the steps that made the weights this one starts from
         try:
             if self._nonfinite is not None:
                 verdict = self._step_verdict(parameters)
@@ -67,12 +75,21 @@ class NonFiniteSteps(L.LightningModule):
                         self._refuse_step("loss" if loss else "gradient", parameters)
                         return False
                 else:
-                    self._pending = PendingVerdict.of(verdict, self.trainer.global_step)
+                    step = self.trainer.global_step
+                    self._pending = PendingVerdict.of(verdict, step, rate_before)
         finally:
             # the next step starts afresh
             self._nonfinite = None
             self._buffers_before = []
+        self._note_rate(optimizer)
         return True
+
+    def _note_rate(self, optimizer: torch.optim.Optimizer | None) -> None:
+        """Count the rate of the step ``optimizer`` is about to take into ``_peak_rate``."""
+        if optimizer is None:
+            return
+        rates = (self._peak_rate, highest_rate([optimizer]))
+        self._peak_rate = highest([rate for rate in rates if rate is not None])
 
     def _step_verdict(self, parameters: list[nn.Parameter]) -> torch.Tensor:
         """Two flags on the device: the loss, and any gradient, is not finite.
@@ -104,9 +121,16 @@ class NonFiniteSteps(L.LightningModule):
         if loss or gradient:
             self.stopped_at_step = pending.step
             what = "loss" if loss else "gradient"
-            raise NonFiniteError(
-                f"training stopped: {self._describe_nonfinite(what, pending.step)}"
-            )
+            message = self._describe_nonfinite(what, pending.step, pending.learning_rate)
+            raise NonFiniteError(f"training stopped: {message}")
+
+    def on_train_start(self) -> None:
+        """A resumed run's rate at the resume stands for its earlier launches' steps.
+
+        Only this process's steps are noted (``_note_rate``); a checkpoint keeps no rates.
+        """
+        if self.trainer.global_step > 0:
+            self._peak_rate = highest_rate(self.trainer.optimizers)
 
     def on_validation_start(self) -> None:
         """Validate no weights that a non-finite step changed (``_raise_if_pending``)."""
@@ -128,7 +152,7 @@ class NonFiniteSteps(L.LightningModule):
 
     def _refuse_step(self, what: str, parameters: list[nn.Parameter]) -> None:
         """Make this step, whose ``what`` is not finite, change nothing (``skip``)."""
-        message = self._describe_nonfinite(what, self.trainer.global_step)
+        message = self._describe_nonfinite(what, self.trainer.global_step, self._peak_rate)
         # An optimizer leaves parameters without a gradient untouched (no momentum, no
         # weight decay); the batch-norm statistics go back to before the forward pass.
         for parameter in parameters:
@@ -139,12 +163,20 @@ class NonFiniteSteps(L.LightningModule):
         if self.trainer.is_global_zero:
             log.warning("skipped a step (training.on_nonfinite=skip): %s", message)
 
-    def _describe_nonfinite(self, what: str, step: int | None = None) -> str:
-        optimizers = self.trainer.optimizers
+    def _describe_nonfinite(
+        self, what: str, step: int | None = None, rate_before: float | None = None
+    ) -> str:
+        """``describe`` for ``step`` (default: after every step so far, a validation's).
+
+        ``rate_before``: the highest rate of the steps before ``step`` (default: of
+        every step so far; ``None``: none changed the weights).
+        """
+        if step is None:
+            step, rate_before = self.trainer.global_step, self._peak_rate
         return describe(
             what,
-            self.trainer.global_step if step is None else step,
+            step,
             self.trainer.current_epoch,
-            float(optimizers[0].param_groups[0]["lr"]) if optimizers else math.nan,
+            rate_before,
             str(self.trainer.precision),
         )

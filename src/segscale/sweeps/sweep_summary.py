@@ -89,7 +89,8 @@ class JobRecord:
 def read_job(folder: Path) -> JobRecord:
     """The record of the job in ``folder`` (a numbered subfolder of a sweep)."""
     overrides_file = folder / ".hydra" / "overrides.yaml"
-    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+    recorded = overrides_file.read_text(encoding="utf-8") if overrides_file.is_file() else ""
+    overrides = yaml.safe_load(recorded)
     summary = read_summary(folder)
     # search_trial.* only tell a search's job where to report; they are not its settings.
     own = [o for o in overrides or [] if not str(o).startswith(BOOKKEEPING)]
@@ -101,7 +102,7 @@ def read_curve(folder: Path) -> list[tuple[int, float, float]]:
     path = folder / "metrics.csv"
     if not path.is_file():
         return []
-    with path.open(newline="") as file:
+    with path.open(newline="", encoding="utf-8") as file:
         return [
             (int(row["epoch"]), float(row["val/loss"]), float(row["val/mIoU"]))
             for row in csv.DictReader(file)

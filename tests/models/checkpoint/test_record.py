@@ -193,6 +193,10 @@ NONSENSE = [
     ({"value_range": [[0.0, 1.0]]}, r"value_range=\[\[0\.0, 1\.0\]\]: expected 3 \[low, high\]"),
     ({"value_range": [[1.0, 0.0]] * 3}, r"value_range=.*low above high"),
     ({"value_range": [[0.0, float("inf")]] * 3}, r"value_range=.*finite numbers"),
+    ({"validation_inference": {"tile_size": 0}}, r"validation_inference\.tile_size=0: expected"),
+    ({"validation_inference": {"tile_size": "63"}}, r"validation_inference\.tile_size='63'"),
+    ({"validation_inference": {"tile_size": True}}, r"validation_inference\.tile_size=True"),
+    ({"validation_inference": {}}, r"validation_inference\.tile_size=None: expected the valid"),
 ]
 
 

@@ -174,6 +174,35 @@ def test_a_save_inside_a_validation_keeps_the_average_in_state_dict(tmp_path):
     assert same(inside["state_dict"], ema_of(recorder.steps, 0))
 
 
+class RecordValidation(L.Callback):
+    """The weights the validation batches are predicted with, after every step's weights."""
+
+    def __init__(self, recorder: RecordWeights) -> None:
+        self.recorder = recorder
+        self.validated: list[tuple[int, dict[str, torch.Tensor]]] = []  # (steps, weights)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        state = {k: v.clone() for k, v in pl_module.state_dict().items()}
+        self.validated.append((len(self.recorder.steps), state))
+
+
+def test_validation_scores_the_average_not_the_trained_weights(tmp_path):
+    # Two validations (after steps 2 and 4): each predicts with the average of the steps
+    # so far, and the score it logs is the average's, batch norm's statistics included.
+    recorder = RecordWeights()
+    validation = RecordValidation(recorder)
+    trainer = fit(tmp_path, 4, recorder, validation, limit_val_batches=1)
+    assert [steps for steps, _ in validation.validated] == [2, 4]
+    for steps, weights in validation.validated:
+        assert same(weights, ema_of(recorder.steps[:steps], 0))
+        assert not same(weights, recorder.steps[steps - 1])
+    averaged = TinyModule()
+    averaged.load_state_dict(ema_of(recorder.steps, 0))
+    (batch,) = batches(1)
+    expected = averaged.eval().net(batch).pow(2).mean()
+    assert float(trainer.callback_metrics["val/loss"]) == pytest.approx(float(expected))
+
+
 @pytest.mark.parametrize(
     "override",
     [

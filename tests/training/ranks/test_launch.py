@@ -1,7 +1,9 @@
+import importlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import ClassVar
 
@@ -10,7 +12,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from segscale.command_line import config_options
+from segscale.configs import compose_config
 from segscale.errors import ConfigError
+from segscale.training.ranks import launch
 from segscale.training.ranks.launch import (
     job_ranks,
     must_start_ranks,
@@ -41,9 +45,28 @@ def test_rank_command_carries_the_jobs_own_overrides(monkeypatch):
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
     command = rank_command(1, "/runs/it's here")
     assert "optimizer.lr=0.03" in command and "trainer.devices=[0,2]" in command
-    assert "hydra.run.dir='/runs/it\\'s here'" in command
+    assert 'hydra.run.dir="/runs/it\'s here"' in command
     assert "hydra.output_subdir=null" in command and "hydra/job_logging=none" in command
     assert "-m" not in command[2:] and "--multirun" not in command
+
+
+def test_windows_paths_reach_the_ranks_unchanged(monkeypatch):
+    # As the user typed them (unquoted or quoted), and as rank 0 resolved them.
+    typed = {
+        "datamodule.source.root": r"C:\Users\me\data",
+        "datamodule.decode_cache.folder": r"'\\server\share\x'",
+    }
+    resolved = {"ckpt_path": r"D:\tiles\runs\a b,c=$1\checkpoints\last.ckpt"}
+    tasks = [f"{key}={value}" for key, value in typed.items()]
+    hydra_cfg = OmegaConf.create({"hydra": {"overrides": {"task": tasks}}})
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_cfg.hydra))
+    command = rank_command(1, r"\\server\share\x\run 1", resolved)
+    overrides = command[command.index(tasks[0]) :]
+    cfg = compose_config("train", overrides, return_hydra_config=True)
+    assert cfg.datamodule.source.root == r"C:\Users\me\data"
+    assert cfg.datamodule.decode_cache.folder == r"\\server\share\x"
+    assert cfg.ckpt_path == resolved["ckpt_path"]
+    assert cfg.hydra.run.dir == r"\\server\share\x\run 1"
 
 
 def test_multi_node_ranks_are_not_started_from_one_node(monkeypatch):
@@ -205,3 +228,33 @@ def test_torchrun_restarts_through_a_shared_store_are_warned_of(monkeypatch, cap
     monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
     warn_if_restarts_may_hang()
     assert caplog.text == ""
+
+
+def test_a_failed_rank_ends_the_others_and_then_this_process(monkeypatch, tmp_path):
+    # Rank 0 stuck in a collective with a rank that died notices nothing: the watchdog
+    # stops the other ranks and ends rank 0 (segscale.platforms.processes: SIGKILL here,
+    # TerminateProcess on Windows, for real in tests/platforms/test_processes.py).
+    ended = threading.Event()
+    monkeypatch.setattr(launch, "GRACE_S", 0.1)
+    monkeypatch.setattr(launch, "end_this_process", ended.set)
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    waiting = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ranks = launch.RankProcesses([failing, waiting], [dict(os.environ)] * 2, str(tmp_path))
+    try:
+        assert ended.wait(timeout=30), "rank 0 was not ended"
+        assert ranks.processes[0].returncode == 3
+        assert ranks.processes[1].poll() is not None, "the other rank was left running"
+    finally:
+        ranks.terminate()
+
+
+def test_on_windows_the_ranks_store_is_the_one_without_libuv(monkeypatch):
+    # What job_ranks leaves to torch (its comment): Windows builds have no libuv, and
+    # init_process_group's env:// store takes it there only if USE_LIBUV=1 asks for it.
+    # torch.distributed's own name "rendezvous" is the function: the module by its path
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    monkeypatch.delenv("USE_LIBUV", raising=False)
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert not rendezvous._get_use_libuv_from_query_dict({})
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert rendezvous._get_use_libuv_from_query_dict({})  # elsewhere libuv, the default

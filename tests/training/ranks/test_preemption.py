@@ -11,8 +11,10 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-from segscale.data.loader_workers import PR_SET_PDEATHSIG, PREEMPTION_SIGNALS, init_worker
+from segscale.data.loader_workers import init_worker
 from segscale.errors import ConfigError
+from segscale.platforms.processes import PR_SET_PDEATHSIG
+from segscale.platforms.signals import stop_signal_names
 from segscale.training.ranks.preemption import (
     EXIT_PREEMPTED,
     Phase,
@@ -24,13 +26,30 @@ from segscale.training.ranks.preemption import (
 
 def test_signal_names_and_the_deadline_are_checked():
     assert PreemptionSignals(["SIGTERM", "usr2"]).signals == [signal.SIGTERM, signal.SIGUSR2]
-    with pytest.raises(ConfigError, match=r"training.preemption_signals: 'SIGKILL'"):
+    assert PreemptionSignals("auto").signals == [signal.SIGTERM, signal.SIGUSR2]  # Linux's
+    with pytest.raises(
+        ConfigError, match=r"training.preemption_signals: 'SIGKILL' cannot stop a run on Linux"
+    ):
         PreemptionSignals(["SIGKILL"])
-    with pytest.raises(ConfigError, match=r"'SIGNOPE' is not a signal"):
+    with pytest.raises(ConfigError, match=r"'SIGNOPE' does not exist on Linux; it has SIGTERM"):
         PreemptionSignals(["SIGNOPE"])
+    for bad in ("SIGTERM", "automatic", None, 15, {"a": "SIGTERM"}):  # auto or a list
+        with pytest.raises(ConfigError, match=r"training.preemption_signals=.* expected auto"):
+            PreemptionSignals(bad)
     for bad in (0, -1, float("inf"), "25"):
         with pytest.raises(ConfigError, match=r"training.preemption_deadline_s="):
             PreemptionSignals(["SIGTERM"], deadline_s=bad)
+
+
+def test_a_signal_windows_lacks_is_refused_there_naming_windows_and_what_it_has(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "win32")  # only the names differ: refused before lookup
+    with pytest.raises(ConfigError) as refused:
+        PreemptionSignals(["SIGTERM", "SIGUSR2"])
+    assert str(refused.value) == (
+        "training.preemption_signals: 'SIGUSR2' does not exist on Windows; it has SIGINT, "
+        "SIGBREAK, SIGTERM to stop a run"
+    )
+    assert PreemptionSignals(["SIGINT"]).signals == [signal.SIGINT]  # Ctrl-C
 
 
 def test_while_training_the_first_signal_is_noted_and_the_handlers_from_before_come_back():
@@ -98,6 +117,24 @@ def test_a_preempted_run_hands_the_signal_to_the_handler_from_before():
     finally:
         signals.restore()
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+
+def test_ctrl_c_as_a_preemption_signal_is_not_handed_to_pythons_keyboardinterrupt():
+    # Ctrl-C (SIGINT: Windows' default, or a list's on Linux) stopped the run with its
+    # checkpoint: Python's own handler from before would raise KeyboardInterrupt now.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    signals = PreemptionSignals(["SIGINT"], deadline_s=60)
+    try:
+        with pytest.raises(Preempted) as stopped, signals:
+            signals.enter(Phase.TRAINING)
+            os.kill(os.getpid(), signal.SIGINT)
+            assert signals.received == signal.SIGINT
+            raise Preempted("stop", signal="SIGINT", step=3, epoch=0, checkpoint="x")
+        assert stopped.value.previous_handler is signal.default_int_handler
+        stopped.value.hand_over()  # no KeyboardInterrupt
+    finally:
+        signals.restore()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Each script writes the time the deadline counts from to ``start``; the deadline is 2 s.
@@ -198,10 +235,12 @@ def test_lightning_installs_no_signal_handlers_of_its_own():
 
 
 def test_dataloader_workers_leave_preemption_signals_to_their_process():
-    before = {number: signal.getsignal(number) for number in PREEMPTION_SIGNALS}
+    numbers = [signal.Signals[name] for name in stop_signal_names()]
+    assert signal.SIGINT in numbers and signal.SIGUSR1 in numbers  # any a run may take
+    before = {number: signal.getsignal(number) for number in numbers}
     try:
         init_worker(0)
-        for number in PREEMPTION_SIGNALS:
+        for number in numbers:
             assert signal.getsignal(number) == signal.SIG_IGN
     finally:
         for number, handler in before.items():

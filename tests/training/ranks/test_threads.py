@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from segscale.errors import ConfigError
+from segscale.platforms import cores
 from segscale.training.ranks import threads
 from segscale.training.ranks.threads import busy_cores, process_threads, resolve_threads
 from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
@@ -46,8 +47,7 @@ def test_auto_says_what_it_counted(no_omp):
 
 
 def test_auto_reads_the_cores_of_this_processs_affinity_mask(no_omp, monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this job's
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
+    fake_mask(monkeypatch, 6)  # of a 64-core machine: the job's, not the machine's
     assert resolve_threads("auto", 2, 1, busy=0).count == 3
 
 
@@ -152,37 +152,23 @@ def test_a_process_spinning_on_a_core_is_measured_busy():
         spinner.wait()
 
 
-def test_busy_ticks_leave_out_idle_waiting_and_lower_priority_time(monkeypatch, tmp_path):
-    # A niced process (a background build, a batch job) yields its core to the run; the
-    # cores outside this process's affinity mask are not its own.
-    stat = tmp_path / "stat"
-    stat.write_text(
-        "cpu  100 200 300 400 500 60 70 80 0 0\n"
-        "cpu0 10 20 30 40 50 6 7 8 0 0\n"
-        "cpu1 1 1000 1 1 1 1 1 1 0 0\n"
-        "cpu2 99 99 99 99 99 99 99 99 0 0\n"
-        "intr 12345\n"
-    )
-    monkeypatch.setattr(threads, "PROC_STAT", stat)
-    busy, total = threads._busy_ticks({0, 1})
-    assert total == (10 + 20 + 30 + 40 + 50 + 6 + 7 + 8) + (1000 + 7)
-    assert busy == (10 + 30 + 6 + 7 + 8) + (1 + 1 + 1 + 1 + 1)  # user system irq softirq steal
-
-
 def test_this_processs_own_work_is_not_counted_as_busy(monkeypatch):
-    # The counters see every tick as busy, this process's own included; its own time is
-    # taken off, so only what remains counts.
-    ticks = iter([(0, 200), (40, 240)])  # 40 busy ticks of 40, on the one core
-    monkeypatch.setattr(threads, "_affinity", lambda: {0})
-    monkeypatch.setattr(threads, "_busy_ticks", lambda cores: next(ticks))
+    # The counters see all the time as busy, this process's own included; its own time
+    # is taken off, so only what remains counts.
+    seconds = iter([(0.0, 2.0), (0.4, 2.4)])  # 0.4 s busy of 0.4 s, on the one core
+    monkeypatch.setattr(cores, "affinity", lambda: {0})
+    monkeypatch.setattr(cores, "core_seconds", lambda cores: next(seconds))
     own = iter([1.0, 1.2])  # 0.2 s of this process's own time in 0.2 s
     monkeypatch.setattr(threads, "_own_seconds", lambda: next(own))
     monkeypatch.setattr(threads.time, "sleep", lambda s: None)
     assert busy_cores(seconds=0.2) == pytest.approx(0.0)
 
 
-def test_unreadable_counters_count_nothing_busy(monkeypatch, tmp_path):
-    monkeypatch.setattr(threads, "PROC_STAT", tmp_path / "absent")
+def test_unreadable_counters_count_nothing_busy(monkeypatch):
+    def unreadable(percpu):
+        raise FileNotFoundError("/proc/stat")  # a container without /proc
+
+    monkeypatch.setattr(cores.psutil, "cpu_times", unreadable)
     assert busy_cores(seconds=0.01) == 0.0
 
 

@@ -1,18 +1,24 @@
+import sys
 from typing import Any
 
 import pytest
 import timm
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import nn
 
 from segscale.errors import ConfigError
+from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.training.run.builders import (
     build,
     build_datamodule,
     build_module,
+    build_strategy,
+    strategy_backend,
     weights_normalization,
 )
+from segscale.training.run_folder.resume import read_resumed
 from tests.conftest import compose_config
-from tests.models.checkpoint.test_init_from import MEAN, trained_checkpoint
+from tests.models.checkpoint.test_init_from import MEAN, STD, trained_checkpoint
 from tests.training.scaling.test_sync_batchnorm import ScaledBatchNorm
 
 FOLDER = ["datamodule=folder", "datamodule.source.root=/nowhere", "output_dir=/tmp/x"]
@@ -84,3 +90,69 @@ def test_init_from_with_named_encoder_weights_is_refused_before_anything_is_read
     )
     with pytest.raises(ConfigError, match=r"model\.init_from=.*model\.encoder_weights"):
         weights_normalization(cfg)
+
+
+def test_a_resume_keeps_its_checkpoint_s_normalization_and_reads_no_init_from(tmp_path):
+    # The run took its null mean/std from model.init_from, a file since gone: the
+    # resumed checkpoint records them, and holds the whole network.
+    resumed, _ = trained_checkpoint(tmp_path / "last.ckpt", ["a", "b", "c"])
+    cfg = compose_config("train", *FOLDER, f"model.init_from={tmp_path / 'gone.ckpt'}")
+    assert weights_normalization(cfg, read_resumed(str(resumed))) == {"mean": MEAN, "std": STD}
+    with pytest.raises(ConfigError, match=r"model\.init_from='.*gone\.ckpt'"):
+        weights_normalization(cfg)  # a fresh run reads it
+
+
+def test_a_resume_from_a_checkpoint_without_a_record_says_its_init_from_is_gone(tmp_path):
+    path, _ = trained_checkpoint(tmp_path / "last.ckpt", ["a", "b", "c"])
+    content = load_checkpoint_file(path, "ckpt")
+    del content["segscale"]  # a module built without segscale's record
+    save_checkpoint_file(content, path)
+    gone = tmp_path / "gone.ckpt"
+    cfg = compose_config("train", *FOLDER, f"model.init_from={gone}")
+    with pytest.raises(ConfigError) as refused:
+        weights_normalization(cfg, read_resumed(str(path)))
+    assert f"ckpt_path='{path}': the resumed run's model.init_from='{gone}' names a file" in str(
+        refused.value
+    )
+    assert "put that file back" in str(refused.value)
+
+
+def test_a_resume_builds_its_network_without_reading_encoder_weights(make_config):
+    # The checkpoint holds every weight: a file gone (or named weights offline) is not read.
+    cfg = make_config("model.encoder_weights=/nowhere/encoder.pth")
+    effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)
+    datamodule = build_datamodule(cfg, effective)
+    assert build_module(cfg, datamodule, effective.learning_rate, init_weights=False)
+    with pytest.raises(ConfigError, match=r"model\.encoder_weights='/nowhere/encoder\.pth'"):
+        build_module(cfg, datamodule, effective.learning_rate)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+@pytest.mark.parametrize(
+    ("platform", "accelerator", "overrides", "backend"),
+    [
+        ("linux", "gpu", [], "nccl"),
+        ("linux", "gpu", ["strategy.process_group_backend=gloo"], "gloo"),
+        ("linux", "cpu", [], "gloo"),
+        ("darwin", "cpu", [], "gloo"),
+        ("win32", "gpu", [], "gloo"),  # Lightning's own null: NCCL, which Windows lacks
+        ("win32", "cpu", ["strategy.process_group_backend=gloo"], "gloo"),
+    ],
+)
+def test_the_built_strategy_talks_through_the_platforms_backend_or_the_one_given(
+    strategy, platform, accelerator, overrides, backend, monkeypatch
+):
+    cfg = compose_config(
+        "train", *FOLDER, f"strategy={strategy}", f"trainer.accelerator={accelerator}", *overrides
+    )
+    monkeypatch.setattr(sys, "platform", platform)
+    built = build_strategy(cfg)  # the object only: no process started, no group joined
+    assert isinstance(built, DDPStrategy)
+    assert built.process_group_backend == backend
+    assert built._get_process_group_backend() == backend  # what Lightning will init with
+
+
+def test_a_strategy_without_a_backend_is_built_as_configured():
+    cfg = compose_config("train", *FOLDER, "strategy=single", "trainer.accelerator=cpu")
+    assert strategy_backend(cfg) == {}
+    assert isinstance(build_strategy(cfg), SingleDeviceStrategy)

@@ -1,3 +1,6 @@
+import re
+import sys
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -92,3 +95,50 @@ def test_train_py_names_an_unset_or_misshapen_folder_source(tmp_path, overrides,
     output = done.stdout + done.stderr
     assert done.returncode == 2 and "Traceback" not in output, output[-2000:]
     assert message in output
+
+
+@pytest.mark.parametrize(
+    ("platform", "overrides", "message"),
+    [
+        (
+            "win32",
+            ["trainer.accelerator=gpu", "strategy.process_group_backend=nccl"],
+            "strategy.process_group_backend='nccl' is not allowed: Windows has no NCCL",
+        ),
+        (
+            "linux",
+            ["trainer.accelerator=cpu", "strategy.process_group_backend=nccl"],
+            "strategy.process_group_backend='nccl' is not allowed: NCCL moves tensors between "
+            "CUDA GPUs only; ranks on cpu devices on Linux have gloo",
+        ),
+        (
+            "linux",
+            ["trainer.accelerator=gpu", "strategy.process_group_backend='cpu:gloo,cuda:nccl'"],
+            "strategy.process_group_backend='cpu:gloo,cuda:nccl' is not allowed: not a "
+            "process-group backend; ranks on cuda devices on Linux have nccl or gloo",
+        ),
+    ],
+)
+def test_a_backend_the_platform_lacks_is_refused_by_the_config_check(
+    make_config, platform, overrides, message, monkeypatch
+):
+    cfg = make_config("strategy=ddp", *overrides)
+    monkeypatch.setattr(sys, "platform", platform)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_config(cfg)
+
+
+def test_train_py_refuses_a_backend_with_exit_2_before_any_rank_starts(tmp_path):
+    done = run_in_process(
+        main,
+        "strategy=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "strategy.process_group_backend=NCCL",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in output, output[-2000:]
+    assert "strategy.process_group_backend='NCCL' is not allowed: not a process-group " in output
+    assert "started ranks" not in output and not (tmp_path / "run" / "checkpoints").exists()

@@ -94,6 +94,8 @@ def test_init_from_with_a_frozen_encoder_and_a_resume_that_does_not_read_it(
     source = tmp_path / "source.ckpt"
     settings = [
         f"model.init_from={source}",
+        "datamodule.mean=null",  # init_from's, which the resume takes from its checkpoint
+        "datamodule.std=null",
         "training.freeze_encoder_epochs=1",
         "training.encoder_lr_factor=0.5",
         "datamodule.patches_per_image=4",  # 2 steps an epoch
@@ -119,6 +121,7 @@ def test_init_from_with_a_frozen_encoder_and_a_resume_that_does_not_read_it(
     with caplog.at_level(logging.INFO):
         train(make_config(*settings[:-1], "trainer.max_epochs=2", "ckpt_path=last"))
     assert "re-initialised" not in caplog.text and "every layer loaded" not in caplog.text
+    assert "datamodule mean/std null: the resumed checkpoint's" in caplog.text
 
 
 def test_ohem_lovasz_and_label_smoothing_train(make_config, tmp_path):

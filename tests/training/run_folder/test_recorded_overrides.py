@@ -31,6 +31,12 @@ LEGITIMATE = {
     "training.sync_batchnorm=false": "training.sync_batchnorm=false",
     "strategy.sync_batchnorm=false": "training.sync_batchnorm=false",  # a key that moved
     "seed=str(3)": "seed='3'",
+    # Windows paths: typed bare, quoted, or escaped as a sweep's job records them.
+    r"datamodule.source.root=C:\Users\me\data": r"datamodule.source.root='C:\Users\me\data'",
+    r"datamodule.source.root='D:\tiles\\'": r"datamodule.source.root='D:\tiles\\'",
+    r"datamodule.source.root='\\server\share\x'": r"datamodule.source.root='\\server\share\x'",
+    r"datamodule.source.root=C\:\\Users\\me": r"datamodule.source.root='C:\Users\me'",
+    r"datamodule.source.root='\\srv\d$\my, 2'": r"datamodule.source.root='\\srv\d$\my, 2'",
 }
 
 
@@ -63,13 +69,16 @@ ATTACKS = [
     ("model@callbacks.pwn=unet", "places a config with @package"),
     (
         """callbacks.model_checkpoint.filename='${oc.${oc.select:nx,create}:"{a: 1}"}'""",
-        "'$' or '\\'",
+        "'${' (an interpolation)",
     ),
-    ("callbacks.model_checkpoint.filename=${oc.env:HOME}", "'$' or '\\'"),
-    ("seed='${oc.decode:${oc.env:SEED}}'", "'$' or '\\'"),
+    ("callbacks.model_checkpoint.filename=${oc.env:HOME}", "'${' (an interpolation)"),
+    ("seed='${oc.decode:${oc.env:SEED}}'", "'${' (an interpolation)"),
     ("seed=${oc.decode:'${oc.env:SEED}'}", "is not an override Hydra reads"),
-    ("datamodule.source.root='a\\${oc.env:X}'", "'$' or '\\'"),
-    ("seed=str(${oc.env:SEED})", "'$' or '\\'"),
+    ("datamodule.source.root='a\\${oc.env:X}'", "'${' (an interpolation)"),
+    ("seed=str(${oc.env:SEED})", "'${' (an interpolation)"),
+    ("datamodule.source.root='C:\\$${oc.env:X}'", "'${' (an interpolation)"),
+    ("datamodule.source.root='C:\\\\${oc.env:X}'", "'${' (an interpolation)"),
+    (r"datamodule.source.root=C\:\\$\{x\}", "'${' (an interpolation)"),
     ("callbacks.model_checkpoint._target_=numpy.savetxt", "not a plain config key"),
     ("optimizer._target_=builtins.print", "not a plain config key"),
     ("callbacks.early_stopping._partial_=true", "not a plain config key"),

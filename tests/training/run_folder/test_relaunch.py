@@ -4,8 +4,10 @@ import logging
 from pathlib import Path
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from segscale.data.synthetic import SyntheticTiles
 from segscale.errors import ConfigError
 from segscale.training.run_folder import relaunch
 from segscale.training.run_folder.relaunch import check_relaunch, restore_overrides
@@ -65,21 +67,50 @@ def test_the_task_root_follows_the_experiment(tmp_path, monkeypatch):
     assert restore_overrides(["train.py", "ckpt_path=last"]) == ["train.py", "ckpt_path=last"]
 
 
+def generated_tiles(root: Path, **settings) -> Path:
+    """A complete synthetic tile set on disk in ``root`` (its ``meta.json``), as a run left it."""
+    folder = SyntheticTiles(root=str(root), **settings).folder
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text("{}")
+    return folder
+
+
 def test_the_command_line_wins_key_by_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    recorded = ["datamodule.source.root=/data/my tiles", "seed=3", "model=unet"]
+    generated_tiles(tmp_path / "my tiles")  # the run's: the resume reads them, writes nothing
+    recorded = [f"datamodule.source.root={tmp_path / 'my tiles'}", "seed=3", "model=unet"]
     fake_run(tmp_path / "outputs" / "train" / "run1", recorded)
     argv = ["train.py", "ckpt_path=last", "seed=7", "~callbacks.early_stopping"]
     assert (
         restore_overrides(argv)
         == [
             "train.py",
-            "datamodule.source.root='/data/my tiles'",  # as segscale writes it: quoted
+            f"datamodule.source.root='{tmp_path / 'my tiles'}'",  # as segscale writes it: quoted
             "model=unet",
             "trainer.max_epochs=1",
             *argv[1:],
         ]
     )
+
+
+def test_windows_paths_come_back_unchanged_on_a_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    root, weights, init = r"C:\Users\me\data", r"\\server\share\x", r"\\srv\d$\a b,c=d\\"
+    # Recorded as typed (unquoted, quoted) and as Hydra's sweeps escape them.
+    recorded = [
+        rf"datamodule.source.root={root}",
+        rf"model.encoder_weights='{weights}'",
+        r"model.init_from=\\\\srv\\d$\\a\ b\,c\=d\\\\",
+        r"ckpt_path='D:\tiles'",  # the command line's own: not restored
+    ]
+    fake_run(tmp_path / "outputs" / "train" / "run1", recorded)
+    restored = restore_overrides(["train.py", "ckpt_path=last"])
+    parsed = OverridesParser.create().parse_overrides(restored[1:])
+    values = {o.key_or_group: o.value() for o in parsed}
+    assert values["datamodule.source.root"] == root
+    assert values["model.encoder_weights"] == weights
+    assert values["model.init_from"] == init
+    assert values["ckpt_path"] == "last"
 
 
 @pytest.mark.parametrize(
@@ -102,6 +133,9 @@ def test_the_command_line_wins_key_by_key(tmp_path, monkeypatch):
         ("logger.csv.version=../x", "expected a name"),
         ("search_trial.storage=sqlite:////tmp/x.db", "moves a store that runs share"),
         ("datamodule.decode_cache.folder=/tmp/x", "moves a store that runs share"),
+        ("trainer.model_registry=mine", "moves a store that runs share"),
+        # Lightning expands a leading ~ (the home folder); Path reads it as a name.
+        ("callbacks.model_checkpoint.dirpath='~/x'", "outside its run folder"),
     ],
 )
 def test_a_restored_value_must_exist_and_keep_writes_in_the_run_folder(
@@ -112,6 +146,100 @@ def test_a_restored_value_must_exist_and_keep_writes_in_the_run_folder(
     (run / "out").symlink_to(tmp_path)  # a link inside the run that leads out of it
     with pytest.raises(ConfigError, match=rf"overrides\.yaml:2: .*{reason}"):
         restore_overrides(["train.py", "ckpt_path=last"])
+
+
+def test_a_leading_tilde_is_read_as_lightning_reads_it_the_home_folder(tmp_path, monkeypatch):
+    # A run folder named ~/run below here: ~/run/mine is inside it as a name, but
+    # Lightning's checkpoint folder expands ~ to the home folder, elsewhere.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    fake_run(tmp_path / "~" / "run", ["callbacks.model_checkpoint.dirpath='~/run/mine'"])
+    with pytest.raises(ConfigError, match=r"overrides\.yaml:1: .*outside its run folder"):
+        restore_overrides(["train.py", "ckpt_path='~/run/checkpoints/last.ckpt'"])
+
+
+@pytest.mark.parametrize(
+    ("lines", "reason"),
+    [
+        (["datamodule.source.root={tmp}/elsewhere"], "generate a tile set in"),
+        (["datamodule.source.root=data/../elsewhere"], "generate a tile set in"),
+        (["datamodule.source.root='~/elsewhere'"], "generate a tile set in"),
+        (["datamodule=synthetic", "datamodule.source.root={tmp}/elsewhere"], "generate a tile"),
+        # Appended to a run that restores its own tiles (on disk): the appended line named.
+        (["datamodule.source.root={tmp}/mine", "datamodule.source.num_train=100000"], "n100000"),
+        (["datamodule.source.root={tmp}/mine", "datamodule.source.root={tmp}/elsewhere"], "else"),
+        # The config's root, with another size: a new set of the record's size.
+        (["datamodule.source.num_train=100000"], "generate a tile set in data/synthetic/"),
+        (["datamodule.source.image_size=100000"], "generate a tile set in data/synthetic/"),
+        # Spelled so as to slip past the check; the allow-list refuses them first.
+        (["+datamodule.source.root={tmp}/elsewhere"], "adds a key"),
+        (["++datamodule.source.root={tmp}/elsewhere"], "adds a key"),
+        (["datamodule.source.Root={tmp}/elsewhere"], "which this config does not have"),
+        (["datamodule.source={{root: {tmp}/elsewhere}}"], "has a dict value"),
+        (["datamodule.source.root=${{oc.env:HOME}}/elsewhere"], "an interpolation"),
+        (["datamodule.source.root='${{hydra:runtime.cwd}}/../elsewhere'"], "an interpolation"),
+    ],
+)
+def test_a_record_cannot_make_the_synthetic_dataset_write_elsewhere_or_more(
+    tmp_path, monkeypatch, lines, reason
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SEGSCALE_DATA_DIR", raising=False)  # the config's root: data/synthetic
+    generated_tiles(tmp_path / "mine")
+    recorded = [line.format(tmp=tmp_path) for line in lines]
+    run = fake_run(tmp_path / "outputs" / "train" / "run1", ["seed=3", *recorded])
+    record = run.relative_to(tmp_path) / ".hydra" / "overrides.yaml"
+    with pytest.raises(ConfigError, match=rf"^{record}:{len(lines) + 1}: .*{reason}"):
+        restore_overrides(["train.py", "ckpt_path=last"])
+    for target in (tmp_path / "elsewhere", tmp_path / "home", tmp_path / "data"):
+        assert not target.exists()
+
+
+def test_a_run_s_own_root_edited_in_its_record_is_the_line_named(tmp_path, monkeypatch):
+    # The run restores its root and sizes; the root's line is edited, not appended.
+    monkeypatch.chdir(tmp_path)
+    generated_tiles(tmp_path / "mine", num_train=2)
+    lines = [f"datamodule.source.root={tmp_path}/elsewhere", "datamodule.source.num_train=2"]
+    fake_run(tmp_path / "outputs" / "train" / "run1", lines)
+    with pytest.raises(ConfigError, match=r"overrides\.yaml:1: .*elsewhere/v1_n2\+2"):
+        restore_overrides(["train.py", "ckpt_path=last"])
+
+
+@pytest.mark.parametrize(
+    ("lines", "tiles"),
+    [
+        (["datamodule.source.root=./data/../data/synthetic"], None),  # the config's own
+        (["datamodule.source.root={tmp}/mine"], {"root": "{tmp}/mine"}),  # on disk: read
+        (["datamodule.source.num_train=3"], {"root": "data/synthetic", "num_train": 3}),
+        (["datamodule=folder", "datamodule.source.root={tmp}/nowhere"], None),  # read only
+    ],
+)
+def test_the_synthetic_settings_of_tiles_the_config_or_the_disk_has_are_restored(
+    tmp_path, monkeypatch, lines, tiles
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SEGSCALE_DATA_DIR", raising=False)
+    if tiles is not None:
+        generated_tiles(Path(tiles.pop("root").format(tmp=tmp_path)), **tiles)
+    recorded = [line.format(tmp=tmp_path) for line in lines]
+    fake_run(tmp_path / "outputs" / "train" / "run1", recorded)
+    restored = restore_overrides(["train.py", "ckpt_path=last"])
+    assert len(restored) == len(lines) + 3  # the lines, the max_epochs line, train.py, ckpt_path
+
+
+def test_the_synthetic_root_of_the_environment_is_the_configs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SEGSCALE_DATA_DIR", str(tmp_path / "shared"))
+    fake_run(
+        tmp_path / "outputs" / "train" / "run1",
+        [f"datamodule.source.root={tmp_path}/shared/synthetic"],
+    )
+    assert len(restore_overrides(["train.py", "ckpt_path=last"])) == 4
+    fake_run(tmp_path / "outputs" / "train" / "run2", ["datamodule.source.root=data/synthetic"])
+    ckpt = tmp_path / "outputs" / "train" / "run2" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError, match=r"overrides\.yaml:1: .*\(the config's: .*shared"):
+        restore_overrides(["train.py", f"ckpt_path={ckpt}"])
 
 
 def test_writes_inside_the_run_folder_and_plain_names_are_restored(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run_folder.resume import (
     check_resumable,
     checkpoint_of_rank_zero,
+    read_resumed,
 )
 from tests.distributed import on_two_ranks
 from tests.training.callbacks.test_forget_abandoned_best import (
@@ -37,10 +38,10 @@ def test_a_resume_refuses_a_checkpoint_of_a_newer_segscale(make_config, tmp_path
     path = tmp_path / "last.ckpt"
     save_checkpoint_file(checkpoint, path)
     if message is None:
-        check_resumable(str(path), module)
+        check_resumable(read_resumed(str(path)), module)
         return
     with pytest.raises(ConfigError, match=rf"ckpt_path='{re.escape(str(path))}'.*{message}"):
-        check_resumable(str(path), module)
+        read_resumed(str(path))
 
 
 def _what_rank_decides(folder: Path, rank: int) -> tuple[str | None, bool]:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from segscale.errors import ConfigError
-from segscale.models.checkpoint.reading import read_checkpoint
+from segscale.models.checkpoint.reading import Checkpoint, read_checkpoint
 from segscale.models.checkpoint.record import CheckpointRecord
 from segscale.models.weights import compare_state
 
@@ -70,6 +70,20 @@ def init_normalization(
         for key, value in (("mean", mean), ("std", std))
         if value is None
     }
+
+
+def check_init_source_kept(path: str | Path, resumed: Checkpoint) -> None:
+    """Refuse a resume that needs ``model.init_from``'s file once it is gone, saying why.
+
+    A resume reads the file only for a checkpoint ``resumed`` without segscale's record
+    (the normalization a null ``datamodule.mean``/``std`` took from it is then nowhere else).
+    """
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"ckpt_path={str(resumed.path)!r}: the resumed run's {KEY}={str(path)!r} names a "
+            "file that is gone, and the checkpoint does not record the normalization the run "
+            "took from it (datamodule.mean/std null); put that file back to resume the run"
+        )
 
 
 def check_one_initialisation(model_cfg: Any) -> None:

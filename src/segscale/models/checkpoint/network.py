@@ -7,8 +7,9 @@ checkpoint's weights must then fit the network key for key and shape for shape
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -24,6 +25,10 @@ PREFIX = "network."
 
 BUILD_NETWORK = f"{build_network.__module__}.{build_network.__qualname__}"
 """The ``_target_`` of the network config that ``train.py`` stores."""
+BUILDERS: Mapping[str, Callable[..., nn.Module]] = MappingProxyType({BUILD_NETWORK: build_network})
+"""The network builders a checkpoint may name, by their ``_target_``: those ``train.py`` writes."""
+FIELD = "segscale.model._target_"
+"""Where a checkpoint names its network's builder, for the refusals."""
 
 
 def network_from_record(model_cfg: dict[str, Any], path: Path, key: str) -> nn.Module:
@@ -32,22 +37,19 @@ def network_from_record(model_cfg: dict[str, Any], path: Path, key: str) -> nn.M
     Hydra's ``instantiate`` would call whatever ``_target_`` names, reached through any
     module's attributes (``segscale.models.weights.torch.load``, say), and resolve
     interpolations: a shared checkpoint could run code through its metadata even when
-    its pickle cannot. So the target must be ``build_network`` (what ``train.py``
-    stores) or a module class of ``torch.nn`` itself, and the arguments plain values.
+    its pickle cannot. And a module of torch that is no segmentation network
+    (``torch.nn.Identity``) would build, load its few weights and fail only when it
+    predicts, naming nothing. So the target must be one of ``BUILDERS`` (what
+    ``train.py`` stores, looked up by name, never imported), and the arguments plain values.
     """
     target = model_cfg.get("_target_")
     arguments = {k: v for k, v in model_cfg.items() if k != "_target_"}
-    builder: Any = None
-    if target == BUILD_NETWORK:
-        builder = build_network
-    elif isinstance(target, str) and target.startswith("torch.nn."):
-        candidate = getattr(nn, target.removeprefix("torch.nn."), None)
-        if isinstance(candidate, type) and issubclass(candidate, nn.Module):
-            builder = candidate
+    builder = BUILDERS.get(target) if isinstance(target, str) else None
     if builder is None:
         raise ConfigError(
-            f"{key}={str(path)!r}: its network config names _target_={target!r}; expected "
-            f"{BUILD_NETWORK} (or a torch.nn module class), as train.py writes"
+            f"{key}={str(path)!r}: its {FIELD}={target!r} is not a network segscale builds; "
+            f"expected {' or '.join(BUILDERS)}, as train.py writes (a checkpoint of "
+            "another network, or one edited)"
         )
     try:
         return builder(**arguments)

@@ -268,7 +268,7 @@ def metadata_problems(meta: dict[str, Any]) -> list[str]:
     Normalization must be finite, with a positive spread, one value per input channel;
     there must be as many class names (distinct) and colours as the network has classes;
     the ignore index must be a mask value (0 to 255) that no class has; label IDs must
-    decode as training did (``LabelMap``).
+    decode as training did (``LabelMap``); the validation patch side must be a size.
     """
     names = meta["class_names"]
     problems = _class_problems(names, meta["model"])
@@ -285,6 +285,7 @@ def metadata_problems(meta: dict[str, Any]) -> list[str]:
     if not _number(max_value) or not math.isfinite(max_value) or max_value <= 0:
         problems.append(f"max_value={max_value!r}: expected a positive finite number")
     problems += _range_problems(meta.get("value_range"), channels)
+    problems += _validation_problems(meta.get("validation_inference"))
     if problems:  # the checks below count on the classes (and the rest) being sound
         return problems
     return _label_problems(meta, len(names))
@@ -312,6 +313,19 @@ def _range_problems(record: Any, channels: int) -> list[str]:
         return [f"value_range={record!r}: {error}"]
     if value_range.channels != channels:
         return [f"value_range={record!r}: expected {channels} [low, high] pairs, one a channel"]
+    return []
+
+
+def _validation_problems(recorded: dict[str, Any] | None) -> list[str]:
+    """The validation patch side (if recorded): a positive number of pixels, as written."""
+    if recorded is None:
+        return []
+    side = recorded.get("tile_size")
+    if isinstance(side, bool) or not isinstance(side, int) or side < 1:
+        return [
+            f"validation_inference.tile_size={side!r}: expected the validation patch side, "
+            "a positive number of pixels"
+        ]
     return []
 
 

@@ -161,7 +161,9 @@ class PreemptionStop(L.Callback):
             log.warning(
                 "%s: every rank stops after step %d%s; saving %s", name, step, where, self.path
             )
-        trainer.save_checkpoint(self.path)  # every rank takes part; rank 0 writes
+        # Every rank takes part; rank 0 writes. The whole state (optimizer, loops), said so:
+        # unset, Lightning logs "`weights_only` was not set, defaulting to `False`".
+        trainer.save_checkpoint(self.path, weights_only=False)
         for callback in trainer.checkpoint_callbacks:  # summary.json's last_checkpoint
             if isinstance(callback, ModelCheckpoint) and callback.save_last:
                 callback.last_model_path = str(self.path)

@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
 from segscale.natural_order import natural_key
+from segscale.training.callbacks.left_out_tiles import LeftOutTiles
 from segscale.training.reporting.run_clock import RunClock
 from segscale.training.reporting.run_times import RunTimes
 from segscale.training.run_folder.summary_file import write_summary
@@ -235,6 +236,8 @@ class RunSummary(Timer):
             "steps": _trusted_steps(trainer, pl_module),
             # Steps skipped for a non-finite loss or gradient (training.on_nonfinite=skip).
             "skipped_steps": getattr(pl_module, "skipped_steps", 0),
+            # Tiles found unreadable mid-run and left out (datamodule.skip_unreadable=true).
+            "left_out_tiles": left_out_tiles(trainer),
             "train_patches": self.patches,
             "train_time_s": round(train_s, 3),
             # From the process's start (or the train() call): time_measured_from says which.
@@ -288,6 +291,14 @@ def noise_line(comparison: dict[str, Any]) -> str:
 def _checkpoint_metadata(pl_module: L.LightningModule) -> dict[str, Any]:
     """The module's checkpoint metadata (``inference_metadata``), or ``{}`` without one."""
     return getattr(pl_module, "inference_metadata", None) or {}
+
+
+def left_out_tiles(trainer: L.Trainer) -> list[dict[str, Any]]:
+    """The tiles ``LeftOutTiles`` saw left out (file, reason, split, epoch, step)."""
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, LeftOutTiles):
+            return [dict(tile) for tile in callback.tiles]
+    return []
 
 
 def monitored_rates(trainer: L.Trainer) -> set[str]:

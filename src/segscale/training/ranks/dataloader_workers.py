@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import signal
-import threading
 from types import TracebackType
 from typing import Any
 
 import lightning as L
+
+from segscale.platforms.signals import child_exits_unwatched
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +69,8 @@ def _kill(processes: list[Any]) -> None:
     A worker still registered with torch's ``SIGCHLD`` handler would make it raise in
     this thread ("worker exited unexpectedly"): the handler is set aside meanwhile.
     """
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if in_main else None
-    try:
+    with child_exits_unwatched():
         for process in processes:
             process.kill()
         for process in processes:
             process.join(timeout=KILL_WAIT_S)
-    finally:
-        if in_main:
-            signal.signal(signal.SIGCHLD, previous)

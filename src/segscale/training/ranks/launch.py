@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -30,6 +29,7 @@ from segscale.command_line import config_options, program_command, quoted_overri
 from segscale.devices import slurm_task_rank
 from segscale.errors import ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
+from segscale.platforms.processes import end_this_process
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class RankProcesses:
                     return
                 log.error("rank %d exited with code %d; stopping the other ranks", rank, code)
                 self.terminate()
-                os.kill(os.getpid(), signal.SIGKILL)
+                end_this_process()
 
     def failures(self, grace_s: float = GRACE_S) -> list[tuple[int, int]]:
         """Let the ranks exit by themselves for ``grace_s``, stop the rest, list failures.
@@ -162,6 +162,15 @@ def job_ranks(
         return
     # The ranks inherit this process's environment, OMP_NUM_THREADS included: the
     # threads each rank computes with (training.threads, set by run.py).
+    # Nothing is added for Windows' TCPStore: torch >= 2.4 defaults the store to libuv,
+    # which its Windows builds lack ("use_libuv was requested but PyTorch was built
+    # without libuv support", pytorch/pytorch#139990, Lightning-AI/pytorch-lightning#20238).
+    # The ranks' store is init_process_group's env:// rendezvous, which on Windows takes
+    # the old store unless USE_LIBUV=1 (torch 2.14's torch/distributed/rendezvous.py,
+    # since pytorch/pytorch#148266), and `import lightning` sets USE_LIBUV=0 there anyway
+    # (lightning/fabric/__init__.py), inherited here. torchrun's own stores (its c10d and
+    # static rendezvous) still ask for libuv whatever USE_LIBUV says (pytorch/pytorch#178600,
+    # open): torchrun does not start on Windows; strategy=ddp's ranks do.
     saved = dict(os.environ)
     shared = {
         "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),

@@ -3,9 +3,12 @@
 Clusters warn a job before they take its machines away: SLURM sends ``SIGUSR2`` (as
 submitit asks; ``SIGUSR1`` if the job says so) some time before the limit, and spot
 instances and Kubernetes send ``SIGTERM`` with a short grace period, to one process
-or to all of them. Whatever the run is doing, it stops at its next safe point and
-exits with ``EXIT_PREEMPTED``; ``ckpt_path=auto`` then continues it with exactly the
-steps, learning rates and patches it had not taken:
+or to all of them; on Windows, a console's Ctrl-C (``SIGINT``) and Ctrl-Break
+(``SIGBREAK``) reach every process attached to it (the signals each platform has, and
+those a run takes by default: ``segscale.platforms.signals``). Whatever the run is
+doing, it stops at its next safe point and exits with ``EXIT_PREEMPTED``;
+``ckpt_path=auto`` then continues it with exactly the steps, learning rates and patches
+it had not taken:
 
 - before the first training step of a launch (the config and dataset checks, the
   network, the ranks' start, the sanity check) and after the last (the reports), there
@@ -54,12 +57,14 @@ import lightning as L
 from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 
 from segscale.errors import ConfigError, RunStopped
+from segscale.platforms.signals import StopSignalError, default_preemption_signals, stop_signals
 
 log = logging.getLogger(__name__)
 
 EXIT_PREEMPTED = 75
 """Exit status of a run stopped by a preemption signal (``EX_TEMPFAIL``: run it again)."""
 DEADLINE_KEY = "training.preemption_deadline_s"
+SIGNALS_KEY = "training.preemption_signals"
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
@@ -78,10 +83,12 @@ class Preempted(RunStopped):
         """Call the handler that was installed before ours for the signal, if any.
 
         submitit's requeues the job (on global rank 0) and exits; a run without one
-        goes on to exit with ``EXIT_PREEMPTED``.
+        goes on to exit with ``EXIT_PREEMPTED``. Python's own ``SIGINT`` handler is not
+        one to call: it would raise ``KeyboardInterrupt`` where the run has stopped
+        already (Ctrl-C, a preemption signal on Windows).
         """
         handler = self.previous_handler
-        if callable(handler):
+        if callable(handler) and handler is not signal.default_int_handler:
             handler(signal.Signals[self.details["signal"]], None)
 
 
@@ -108,8 +115,8 @@ class PreemptionSignals:
     none are.
     """
 
-    def __init__(self, names: Sequence[str], deadline_s: float = 25.0) -> None:
-        self.signals = [_signal(name) for name in names]
+    def __init__(self, names: Sequence[str] | str, deadline_s: float = 25.0) -> None:
+        self.signals = _signals(names)
         if not (
             isinstance(deadline_s, int | float)
             and not isinstance(deadline_s, bool)
@@ -290,17 +297,23 @@ def without_lightning_signal_handlers(trainer: L.Trainer) -> None:
     trainer._signal_connector = _NoLightningSignalHandlers(trainer)
 
 
-def _signal(name: str) -> signal.Signals:
-    """The signal called ``name`` (``SIGTERM`` or ``TERM``), one that can be caught."""
-    text = str(name).upper()
-    text = text if text.startswith("SIG") else f"SIG{text}"
-    number = getattr(signal.Signals, text, None)
-    if number is None or number in (signal.SIGKILL, signal.SIGSTOP):
+def _signals(names: Sequence[str] | str) -> list[signal.Signals]:
+    """The signals ``training.preemption_signals`` names (``auto``: the platform's defaults).
+
+    A name the platform lacks, or one that cannot stop a run (``SIGKILL``), is refused,
+    naming the platform and the signals it has.
+    """
+    if isinstance(names, str) and names == "auto":
+        names = default_preemption_signals()
+    elif isinstance(names, str | bytes) or not isinstance(names, Sequence):
         raise ConfigError(
-            f"training.preemption_signals: {name!r} is not a signal that can be caught; "
-            "expected names such as SIGTERM, SIGUSR1, SIGUSR2"
+            f"{SIGNALS_KEY}={names!r} is not allowed: expected auto (this platform's: "
+            f"{', '.join(default_preemption_signals())}) or a list of signal names"
         )
-    return number
+    try:
+        return stop_signals(names)
+    except StopSignalError as error:
+        raise ConfigError(f"{SIGNALS_KEY}: {error}") from None
 
 
 def _rank() -> str:

@@ -11,10 +11,11 @@ affinity mask that other processes are not keeping busy when the run starts, wit
 cgroup's CPU quota (``segscale.devices.cpus_available``: a container limited to 4 CPUs
 on a 64-core host has all 64 in its mask), and never below 1. The busy cores are
 measured (the kernel's per-core counters over a fraction of a second, less this
-process's own time), not assumed. The rank's own DataLoader workers are not counted
-against it: they are idle for most of a step whenever training computes on the CPU
-(cutting and augmenting a batch of patches takes milliseconds; training on it, a CPU's
-hundreds of milliseconds), and on a GPU the training process's threads are the idle ones.
+process's own time: ``segscale.platforms.cores``), not assumed. The rank's own
+DataLoader workers are not counted against it: they are idle for most of a step
+whenever training computes on the CPU (cutting and augmenting a batch of patches takes
+milliseconds; training on it, a CPU's hundreds of milliseconds), and on a GPU the
+training process's threads are the idle ones.
 
 Only the cores that one launcher gives all its ranks alike are divided among them
 (``segscale.devices.core_share``): segscale's own rank 0, ``ddp_spawn`` and torchrun
@@ -38,21 +39,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from segscale.devices import CoreShare, affinity_cores, core_share, cpu_quota, within_quota
+from segscale.devices import CoreShare, affinity_cores, core_share, within_quota
 from segscale.errors import ConfigError
+from segscale.platforms import cores as platform_cores
 from segscale.training.ranks.launch import started_by_launcher
 
 KEY = "training.threads"
 
 SAMPLE_S = 0.2
 """How long the busy cores are sampled for: 20 clock ticks a core at Linux's 100 Hz."""
-
-PROC_STAT = Path("/proc/stat")
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,8 @@ def resolve_threads(
     mask = cpus or affinity_cores()
     if busy is None and not started_by_launcher():
         busy = busy_cores()
-    return _auto_threads(mask, busy, cpu_quota(), core_share(ranks_per_node), workers_per_rank)
+    quota = platform_cores.cpu_quota()
+    return _auto_threads(mask, busy, quota, core_share(ranks_per_node), workers_per_rank)
 
 
 def _auto_threads(
@@ -144,17 +144,18 @@ def _auto_threads(
 def busy_cores(seconds: float = SAMPLE_S) -> float:
     """How many of this process's cores other processes keep busy, measured for ``seconds``.
 
-    Read from the kernel's per-core tick counters (``/proc/stat``), over the cores of the
-    affinity mask only, less this process's own CPU time in the same interval; processes
-    at a lower priority (``nice``) are not counted, as they yield to the run. 0 where the
-    counters cannot be read (not Linux): then ``auto`` takes the whole share.
+    Read from the kernel's per-core time counters (``platform_cores.core_seconds``: psutil's),
+    over the cores of the affinity mask only, less this process's own CPU time in the
+    same interval; processes at a lower priority (``nice``) are not counted, as they
+    yield to the run. 0 where the counters cannot be read: then ``auto`` takes the whole
+    share.
     """
-    cores = _affinity()
-    before, own_before = _busy_ticks(cores), _own_seconds()
+    cores = platform_cores.affinity()
+    before, own_before = platform_cores.core_seconds(cores), _own_seconds()
     if before is None:
         return 0.0
     time.sleep(seconds)
-    after, own_after = _busy_ticks(cores), _own_seconds()
+    after, own_after = platform_cores.core_seconds(cores), _own_seconds()
     if after is None:
         return 0.0
     busy, total = after[0] - before[0], after[1] - before[1]
@@ -162,32 +163,6 @@ def busy_cores(seconds: float = SAMPLE_S) -> float:
         return 0.0
     cores_busy = len(cores) * busy / total - (own_after - own_before) / seconds
     return max(0.0, cores_busy)
-
-
-def _affinity() -> set[int]:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return set(os.sched_getaffinity(0))
-    return set(range(os.cpu_count() or 1))
-
-
-def _busy_ticks(cores: set[int]) -> tuple[int, int] | None:
-    """Busy and total clock ticks since boot, summed over ``cores``; ``None`` if unreadable."""
-    try:
-        lines = PROC_STAT.read_text().splitlines()
-    except OSError:
-        return None
-    busy = total = 0
-    for line in lines:
-        name, *fields = line.split()
-        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cores:
-            continue
-        ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
-        total += sum(ticks)
-        # Idle and waiting for the disk are free; so is the time of processes at a lower
-        # priority (nice > 0): they yield their core to the run's threads.
-        busy += sum(ticks) - ticks[1] - ticks[3] - ticks[4]
-    return busy, total
 
 
 def _own_seconds() -> float:

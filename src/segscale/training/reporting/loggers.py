@@ -30,14 +30,43 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
+class _Utf8Files:
+    """An fsspec file system whose text files are UTF-8, whatever the locale's encoding.
+
+    Lightning's CSV writer opens ``metrics.csv`` without an encoding, so in the locale's:
+    cp1252 on most Windows machines, which cannot write a class named ``水``
+    (``val/IoU_水``), and which segscale's readers of the file would not expect.
+    """
+
+    def __init__(self, files: Any) -> None:
+        self.files = files
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        """``files.open``, a text mode given ``encoding="utf-8"``."""
+        if "b" not in mode:
+            kwargs.setdefault("encoding", "utf-8")
+        return self.files.open(path, mode, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.files, name)
+
+
 class _AppendingWriter(ExperimentWriter):
     """Lightning's CSV writer, except that an existing ``metrics.csv`` is continued.
 
     Lightning deletes the file when its folder is reused; a resumed run writes into its
     own run folder, so the rows before the interruption would be lost. Its columns are
     in natural order (``val/IoU_class_2`` before ``val/IoU_class_10``), where Lightning
-    sorts them as text.
+    sorts them as text. The file is UTF-8 (``_Utf8Files``).
     """
+
+    @property  # Lightning's plain attribute, wrapped as it is set
+    def _fs(self) -> Any:
+        return self._utf8_files
+
+    @_fs.setter
+    def _fs(self, files: Any) -> None:
+        self._utf8_files = _Utf8Files(files)
 
     def _record_new_keys(self) -> set[str]:
         new_keys = super()._record_new_keys()
@@ -46,7 +75,7 @@ class _AppendingWriter(ExperimentWriter):
 
     def _check_log_dir_exists(self) -> None:
         if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+            with self._fs.open(self.metrics_file_path, "r", newline="", encoding="utf-8") as file:
                 self.metrics_keys = list(csv.DictReader(file).fieldnames or [])
 
 
@@ -101,7 +130,7 @@ class CSVLogger(LightningCSVLogger):
         path = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
         if not path.is_file():
             return
-        with path.open(newline="") as file:
+        with path.open(newline="", encoding="utf-8") as file:
             header, *rows = list(csv.reader(file)) or [[]]
         if "step" not in header:
             return

@@ -1,17 +1,18 @@
 """Where a run's time goes before its first step: named phases on one clock.
 
-The clock starts when the process started (read from the operating system, on Linux),
-so that the interpreter's start, the imports and Hydra's config composition are
-counted too; where the operating system does not say, or where an earlier run of the
-same process (a sweep's in-process jobs, repeated ``segscale.train`` calls) already
-counted them, it starts when ``train`` is called.
+The clock starts when the process started (read from the operating system:
+``segscale.platforms.processes.process_age``), so that the interpreter's start, the
+imports and Hydra's config composition are counted too; where the operating system
+does not say, or where an earlier run of the same process (a sweep's in-process jobs,
+repeated ``segscale.train`` calls) already counted them, it starts when ``train`` is
+called.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
+
+from segscale.platforms.processes import process_age
 
 PROCESS_START = "process start"
 TRAIN_CALL = "train() call"
@@ -29,19 +30,6 @@ def imports_done() -> None:
     global _imports_done
     if _imports_done is None:
         _imports_done = time.monotonic()
-
-
-def process_age() -> float | None:
-    """Seconds since this process started, from ``/proc`` (Linux); ``None`` elsewhere."""
-    try:
-        stat = Path("/proc/self/stat").read_text()
-        # Field 22, starttime, in clock ticks since boot; fields after the command's ")".
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-        ticks_per_s = os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-    return max(0.0, since_boot - ticks / ticks_per_s)
 
 
 class RunClock:

@@ -15,13 +15,15 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from segscale.data.datamodule import SegmentationDataModule
-from segscale.devices import included_devices
+from segscale.devices import included_devices, process_group_backend
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.init_from import (
+    check_init_source_kept,
     check_one_initialisation,
     init_normalization,
     load_whole_network,
 )
+from segscale.models.checkpoint.reading import Checkpoint
 from segscale.models.checkpoint.record import run_record
 from segscale.models.module import SegmentationModule
 from segscale.models.optim import encoder_of
@@ -32,8 +34,13 @@ from segscale.training.scaling.sync_batchnorm import convert_sync_batchnorm
 log = logging.getLogger(__name__)
 
 
-def build_datamodule(cfg: DictConfig, effective: Effective) -> SegmentationDataModule:
-    """The ``datamodule`` group's object, with the per-device batches of ``effective``."""
+def build_datamodule(
+    cfg: DictConfig, effective: Effective, resumed: Checkpoint | None = None
+) -> SegmentationDataModule:
+    """The ``datamodule`` group's object, with the per-device batches of ``effective``.
+
+    ``resumed``: the checkpoint a resume continues, whose normalization it keeps.
+    """
     batch_sizes = list(effective.per_device_batch_sizes)
     # batch_size also sets the validation batch: that of the largest training share.
     return build(
@@ -41,11 +48,13 @@ def build_datamodule(cfg: DictConfig, effective: Effective) -> SegmentationDataM
         _convert_="all",
         batch_size=max(batch_sizes),
         rank_batch_sizes=batch_sizes,
-        **weights_normalization(cfg),
+        **weights_normalization(cfg, resumed),
     )
 
 
-def weights_normalization(cfg: DictConfig) -> dict[str, list[float]]:
+def weights_normalization(
+    cfg: DictConfig, resumed: Checkpoint | None = None
+) -> dict[str, list[float]]:
     """``datamodule.mean``/``std`` left null, as the pretrained ``model.encoder_weights`` expect.
 
     Named weights were trained on inputs normalized their way (ImageNet's mean and std
@@ -53,11 +62,21 @@ def weights_normalization(cfg: DictConfig) -> dict[str, list[float]]:
     otherwise. A value the user set is kept; a local weights file, random weights or
     images of other than 3 channels leave both as configured. With ``model.init_from``,
     a null mean or std is the checkpoint's (``segscale.models.checkpoint.init_from``).
+
+    A resume (``resumed``) keeps the normalization its run trained with, which its
+    checkpoint records: neither the ``init_from`` file nor the weights are read again
+    (the resumed checkpoint holds the whole network), nor the images measured anew.
     """
     weights = cfg.model.get("encoder_weights")
     unset = [key for key in ("mean", "std") if cfg.datamodule.get(key) is None]
     check_one_initialisation(cfg.model)
+    if resumed is not None and resumed.record is not None and unset:
+        taken = {key: [float(v) for v in getattr(resumed.record, key)] for key in unset}
+        log.info("datamodule %s null: the resumed checkpoint's %s", "/".join(unset), taken)
+        return taken
     if cfg.model.get("init_from") is not None and unset:
+        if resumed is not None:  # a checkpoint without segscale's record: init_from's, read
+            check_init_source_kept(cfg.model.init_from, resumed)
         taken = init_normalization(
             cfg.model.init_from, cfg.datamodule.get("mean"), cfg.datamodule.get("std")
         )
@@ -89,8 +108,9 @@ def build_module(
     checkpoint keys stay those of the plain network. ``training.encoder_lr_factor`` goes
     to the optimizer; both fine-tuning settings are refused here, before training, for a
     network without an encoder. ``model.init_from`` loads a checkpoint's network into the
-    new one when ``init_weights`` (a resume, whose weights come from its own checkpoint,
-    passes ``False``: the file is then not read for its weights).
+    new one, and ``model.encoder_weights`` the encoder's, when ``init_weights``: a resume,
+    whose weights come from its own checkpoint, passes ``False``, and neither is then
+    read (nor fetched).
     """
     report = datamodule.check()
     model_cfg = cast(dict[str, Any], OmegaConf.to_container(cfg.model, resolve=True))
@@ -99,7 +119,8 @@ def build_module(
     # Not the network builder's: the checkpoint is read with the run's classes and
     # normalization at hand, and checkpoints store the network config without it.
     init_from = model_cfg.pop("init_from", None)
-    network = build(OmegaConf.create(model_cfg))
+    weights = {} if init_weights else {"encoder_weights": None}
+    network = build(OmegaConf.create({**model_cfg, **weights}))
     if init_from is not None and init_weights:
         load_whole_network(
             network,
@@ -184,6 +205,31 @@ def warmup_for(scheduler: DictConfig, scaling_warmup_epochs: float) -> dict[str,
     if scheduler.get("warmup_steps"):
         return {}
     return {"warmup_epochs": max(scheduler.get("warmup_epochs") or 0, scaling_warmup_epochs)}
+
+
+BACKEND_KEY = "strategy.process_group_backend"
+"""Lightning's DDP strategies' key for the ranks' backend (``strategy=ddp``, ``ddp_spawn``)."""
+
+
+def build_strategy(cfg: DictConfig) -> Any:
+    """The ``strategy`` group's Lightning strategy, with the backend ``strategy_backend`` gives."""
+    return build(cfg.strategy, **strategy_backend(cfg))
+
+
+def strategy_backend(cfg: DictConfig) -> dict[str, str]:
+    """``{"process_group_backend": ...}``: the strategy's own, or this platform's for null.
+
+    Lightning's null is NCCL for GPUs whatever the platform, which Windows and macOS do
+    not have; ours is the platform's (``segscale.devices.process_group_backend``). Empty
+    for a strategy without the key (``strategy=single``). ``ConfigError`` for a backend
+    the platform or the device (``trainer.accelerator``) lacks: ``check_config`` asks
+    first, before anything is built.
+    """
+    if "process_group_backend" not in cfg.strategy:
+        return {}
+    value = cfg.strategy.process_group_backend
+    backend = process_group_backend(value, cfg.trainer.accelerator, BACKEND_KEY)
+    return {"process_group_backend": backend}
 
 
 def build(node: DictConfig, **kwargs: Any) -> Any:

@@ -12,8 +12,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_types import check_types
-from segscale.data.folder import check_splits
 from segscale.data.samplers import SHUFFLE_MODES
+from segscale.data.split_forms import check_splits
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
@@ -23,6 +23,7 @@ from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
 from segscale.training.ranks.threads import check_threads_setting
+from segscale.training.run.builders import strategy_backend
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -30,6 +31,7 @@ def check_config(cfg: DictConfig) -> None:
     refuse_moved_config_keys(cfg)
     check_data_source(cfg)
     devices_count(cfg.trainer.get("devices", "auto"))
+    strategy_backend(cfg)
     for key in ("datamodule.num_classes", "model.num_classes"):
         require(_get(cfg, key), key, lambda v: isinstance(v, int) and v >= 2, "an integer >= 2")
     for key, minimum in (

@@ -41,9 +41,11 @@ def inspect_dataset(cfg: DictConfig) -> DatasetReport:
     _check_datamodule_keys(cfg)
     datamodule: SegmentationDataModule = build(cfg.datamodule, _convert_="all")
     report = datamodule.check()
-    census = scan_mask_values(datamodule.source, "train", datamodule.max_image_pixels)
-    rows = class_rows(census, datamodule.labels, datamodule.class_names)
-    kind = "RGB colours" if census.colour else "grey levels"
+    labels = datamodule.labels  # its kind reads palette masks by colour or by index
+    source, limit = datamodule.source, datamodule.max_image_pixels
+    census = scan_mask_values(source, "train", limit, labels.colour)
+    rows = class_rows(census, labels, datamodule.class_names)
+    kind = census.kind
     how = "found by datamodule/classes=auto" if found else "of the classes file"
     lines = [_images_line(report), f"classes ({how}), in the training masks ({kind}):"]
     lines.append(class_table(rows))

@@ -61,7 +61,7 @@ def resolve_inferred_classes(
             f"{error.full_key} is not set; {OPTION} reads the training masks it names"
         ) from None
     source.prepare()
-    census = scan_mask_values(source, "train", max_image_pixels)
+    census = scan_mask_values(source, "train", max_image_pixels, also=("val",))
     found = infer_classes(
         census,
         ignore_index=int(data.ignore_index),
@@ -79,7 +79,7 @@ def resolve_inferred_classes(
             "%s: %d classes found in the training masks (%s):\n%s",
             OPTION,
             found.num_classes,
-            "RGB colours" if found.colour else "grey levels",
+            found.kind,
             found.table(),
         )
     if run_folder is not None:

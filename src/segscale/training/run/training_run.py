@@ -22,6 +22,7 @@ from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
 from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
 from segscale.training.callbacks.launch_record import LaunchRecord
+from segscale.training.callbacks.left_out_tiles import LeftOutTiles
 from segscale.training.callbacks.periodic_checkpoint import ensure_writable
 from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.callbacks.run_summary import RunSummary
@@ -35,6 +36,7 @@ from segscale.training.ranks.preemption import (
     without_lightning_signal_handlers,
 )
 from segscale.training.ranks.threads import process_threads, resolve_threads
+from segscale.training.reporting.logger_folders import check_logger_folders
 from segscale.training.reporting.run_clock import RunClock
 from segscale.training.reporting.third_party_noise import (
     third_party_noise_filtered,
@@ -43,6 +45,7 @@ from segscale.training.run.builders import (
     build,
     build_datamodule,
     build_module,
+    build_strategy,
     fine_tuning,
     instantiate_each,
     trainer_devices,
@@ -59,6 +62,7 @@ from segscale.training.run_folder.relaunch import check_relaunch
 from segscale.training.run_folder.resume import (
     check_resumable,
     checkpoint_of_rank_zero,
+    read_resumed,
     resolve_checkpoint,
 )
 from segscale.training.run_folder.summary_file import read_summary
@@ -80,7 +84,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # it at once (exit 75, nothing to save), while training at the next safe point.
     training = cfg.get("training") or {}
     signals = PreemptionSignals(
-        training.get("preemption_signals", ["SIGTERM", "SIGUSR2"]),
+        training.get("preemption_signals", "auto"),
         training.get("preemption_deadline_s", 25.0),
     )
     with signals, RunFolderLock(cfg.output_dir) if leader else nullcontext():
@@ -105,9 +109,10 @@ def _train_in_folder(
         if leader and not relaunch and not has_launch_record(cfg.output_dir):
             write_launch_record(cfg.output_dir, launch_record(cfg))
     check_relaunch(cfg)  # a change the run cannot take mid-run is refused
+    check_logger_folders(cfg.get("logger"))  # opened only as training starts
     clock.mark("config checks")
     L.seed_everything(cfg.seed, workers=True)
-    strategy = build(cfg.strategy)
+    strategy = build_strategy(cfg)
     check_devices(cfg.trainer.devices, cfg.trainer.accelerator)
     num_processes = devices_count(cfg.trainer.devices, available_devices(cfg.trainer.accelerator))
     effective = build(cfg.scaling).resolve(
@@ -117,7 +122,9 @@ def _train_in_folder(
     devices = trainer_devices(cfg, num_processes, effective.included)
     # Devices are left out on one node only, so every node runs the same number.
     num_processes = effective.world_size // cfg.trainer.num_nodes
-    datamodule = build_datamodule(cfg, effective)
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
+    resumed = read_resumed(ckpt_path) if ckpt_path else None  # its normalization, kept
+    datamodule = build_datamodule(cfg, effective, resumed)
     report = datamodule.check()
     clock.mark("dataset check")
     # Each rank's threads: its share of the cores that nothing else keeps busy now,
@@ -125,7 +132,6 @@ def _train_in_folder(
     workers = datamodule.workers_per_rank(num_processes)
     thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
     threads = resolve_threads(thread_setting, num_processes, workers)
-    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.output_dir)
     module = build_module(
         cfg,
         datamodule,
@@ -144,6 +150,7 @@ def _train_in_folder(
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
     callbacks.insert(0, UnreadableTileStop(cfg.output_dir))  # before the summary names it
+    callbacks.append(LeftOutTiles())  # skip_unreadable's, listed by the summary
     if ema := ema_callback(cfg, relaunch):  # first: the report after training sees the average
         callbacks.insert(0, ema)
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
@@ -157,8 +164,8 @@ def _train_in_folder(
         if node and node.get("dirpath"):
             ensure_writable(node.dirpath, f"callbacks.{name}.dirpath")
     checkpoint_io = SafeCheckpointIO()
-    if ckpt_path:
-        verified = check_resumable(ckpt_path, module)
+    if resumed is not None:
+        verified = check_resumable(resumed, module)
     start_method = cfg.strategy.get("start_method")
     # Everything above is checked before any other rank starts; the trainer comes after,
     # since Lightning reads the rank variables that job_ranks sets.
@@ -188,7 +195,7 @@ def _train_in_folder(
         if auto:  # rank 0's choice, on every rank
             agreed = checkpoint_of_rank_zero(trainer, ckpt_path)
             if agreed and agreed != ckpt_path:
-                verified = check_resumable(agreed, module)
+                verified = check_resumable(read_resumed(agreed), module)
             ckpt_path = agreed
         if ckpt_path and trainer.strategy.launcher is None:
             # The checkpoint read and verified above, not read again by fit; only where

@@ -13,7 +13,8 @@ parsed key and value, never as the file's text:
 - ``key=value``, the key made of names (a letter, then letters, digits, ``_`` or ``-``;
   so never one of Hydra's ``_target_``, ``_args_``, ...) or list positions, the value a
   plain literal: a number, ``true``/``false``, ``null``, a string of printable
-  characters without ``$`` or a backslash, or a list of them;
+  characters without ``${`` (an interpolation's start; a Windows path's backslashes and
+  a share's ``$`` are kept), or a list of them;
 - ``group=option`` for a config group of the package's config folder or the user's
   (``--config-dir``, ``hydra.searchpath``), the option one of the group's files by name
   (or a list of them, or ``null``).
@@ -22,8 +23,9 @@ Everything else is refused, naming the file, the line and why: additions (``+``,
 ``++``), deletions (``~``), packages (``@``), Hydra's own settings (``hydra.*``,
 ``hydra/...``: Hydra records those apart, never in ``overrides.yaml``), sweeps, functions,
 dictionaries, interpolations and resolvers. ``relaunch`` adds the checks that need the
-composed config (the key exists, the run folder is the same, paths where the run writes
-lie inside it) on what this module returns, so what is checked is what is merged.
+composed config (the key exists, the run folder is the same, and ``restored_writes``: no
+write outside the run folder that the config would not make) on what this module
+returns, so what is checked is what is merged.
 
 An override the command line gives again (the same key) or deletes (``~key`` or a key
 above it) is not restored, so not checked: a run started with a callback of one's own
@@ -45,6 +47,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 
+from segscale.command_line import quoted_override
 from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
 from segscale.moved_keys import renamed_overrides
@@ -238,16 +241,19 @@ def _literal(value: Any, recorded: RecordedOverride, depth: int = 0) -> str:
 
 
 def _string(value: str, recorded: RecordedOverride) -> str:
-    """A plain string quoted for Hydra: printable, no interpolation, no escapes."""
-    if "$" in value or "\\" in value:
-        raise refusal(recorded, "has a value with '$' or '\\' (an interpolation or an escape)")
+    """A plain string quoted for Hydra: printable, no interpolation.
+
+    OmegaConf reads a string as an interpolation (a resolver, code) only where it holds
+    ``${``; a backslash is an escape to it only there, and to Hydra's parser only before
+    a quote, which ``quoted_override`` doubles.
+    """
+    if "${" in value:
+        raise refusal(recorded, "has a value with '${' (an interpolation)")
     if any(unicodedata.category(c).startswith(("C", "Z")) and c != " " for c in value):
         raise refusal(recorded, "has a value with a control or separator character")
-    if "'" not in value:
-        return f"'{value}'"
-    if '"' not in value:
-        return f'"{value}"'
-    raise refusal(recorded, "has a value with both kinds of quotes")
+    if "'" in value and '"' in value:
+        raise refusal(recorded, "has a value with both kinds of quotes")
+    return quoted_override(value)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -13,9 +13,9 @@ has its whole command line), a fresh run and a checkpoint outside a run folder r
 nothing.
 
 The record is read as data, by allow-list (``recorded_overrides``): plain values of
-existing keys and config-group options, restored as segscale writes them; paths that
-say where the run writes stay inside its folder, and the restored overrides must
-continue the run in the folder whose record they are.
+existing keys and config-group options, restored as segscale writes them; they send
+no write outside the run folder that the config would not make anyway
+(``restored_writes``), and must continue the run in the folder whose record they are.
 
 ``check_relaunch`` then refuses, for every relaunch of a run folder that holds a launch
 record, an override that would change what the run cannot change mid-run: the keys of
@@ -46,25 +46,15 @@ from segscale.training.run_folder.frozen_keys import frozen_changes
 from segscale.training.run_folder.launch_record import RECORD_DIR, read_record_config
 from segscale.training.run_folder.recorded_overrides import (
     Restorable,
-    refusal,
     restorable_overrides,
 )
+from segscale.training.run_folder.restored_writes import check_generated_tiles, check_value
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
 
 # Keys of the command line that can decide where the run folder is (for the fallback).
 _RUN_DIR_KEYS = ("ckpt_path", "task_name", "experiment", "debug", "hydra.")
-RUN_FOLDER_REFERENCE = re.compile(r"\$\{(output_dir|hydra:runtime\.output_dir)\}")
-"""A default that refers to the run folder: its key says where the run writes."""
-SHARED_STORES = (
-    "logger.mlflow.tracking_uri",
-    "logger.mlflow.artifact_location",
-    "search_trial.storage",
-    "datamodule.decode_cache.folder",
-)
-"""Keys naming stores outside the run folder that runs share (MLflow's, Optuna's study,
-the machine's decode cache, which a run writes decoded images into)."""
 
 
 @dataclass(frozen=True)
@@ -126,24 +116,21 @@ def _check_in_config(
     """Refuse what only the composed config shows: a key it lacks, a write elsewhere.
 
     A restored ``key=value`` must set a key that exists once the restored groups and the
-    command line are composed. Where the run writes stays inside ``folder``: a key whose
-    default refers to the run folder (checkpoints, loggers, reports, plots) takes only a
-    path inside it, the keys beside such a key (a checkpoint's ``filename``, a logger's
-    ``name`` or ``version``) only names that cannot leave it, and a store that runs
-    share (``SHARED_STORES``) only the address the config has anyway. Last, the whole,
-    composed, must continue the run in ``folder``, no other.
+    command line are composed, and send no write outside ``folder`` that the config
+    would not make anyway (``restored_writes``: the run folder's keys, the stores runs
+    share, the synthetic dataset's tiles). Last, the whole, composed, must continue the
+    run in ``folder``, no other.
     """
     if not restorable:
         return
     groups = [r.text for r in restorable if r.is_group]
-    raw = cast(
-        dict[str, Any],
-        OmegaConf.to_container(_composed(config_name, [*groups, *given], restorable)),
-    )
+    config = _composed(config_name, [*groups, *given], restorable)
+    raw = cast(dict[str, Any], OmegaConf.to_container(config))
     for entry in restorable:
         if not entry.is_group:
-            _check_value(entry, raw, folder)
+            check_value(entry, raw, folder)
     merged = _composed(config_name, [*(r.text for r in restorable), *given], restorable)
+    check_generated_tiles(restorable, config, merged)
     moved = OmegaConf.select(merged, "hydra.run.dir", throw_on_resolution_failure=False)
     if moved is None or Path(str(moved)).resolve() != folder.resolve():
         raise ConfigError(
@@ -151,39 +138,6 @@ def _check_in_config(
             f"{moved}, not in {folder} whose record they are; give the overrides that "
             "choose the run's folder (task_name, experiment, debug) on the command line"
         )
-
-
-def _check_value(entry: Restorable, raw: dict[str, Any], folder: Path) -> None:
-    """Refuse ``entry`` (a restored ``key=value``) unless its key exists and it writes inside."""
-    found, default = _raw_at(raw, entry.key)
-    if not found:
-        raise refusal(entry.recorded, f"sets {entry.key!r}, which this config does not have")
-    value = entry.value
-    if entry.key == "output_dir" or _refers_to_run_folder(default):
-        if not (isinstance(value, str) and _inside(Path(value), folder)):
-            raise refusal(
-                entry.recorded,
-                f"says where the run writes ({entry.key}), outside its run folder {folder}",
-            )
-        return
-    if entry.key in SHARED_STORES:
-        if value != default:
-            raise refusal(entry.recorded, f"moves a store that runs share ({entry.key})")
-        return
-    parent = _raw_at(raw, entry.key.rpartition(".")[0])[1] if "." in entry.key else raw
-    writes_here = isinstance(parent, dict) and any(map(_refers_to_run_folder, parent.values()))
-    path_like = isinstance(default, str) and "/" in default  # a metric's name: val/mIoU
-    leaves = isinstance(value, str) and ("/" in value or value in (".", ".."))
-    if writes_here and leaves and not path_like:
-        raise refusal(
-            entry.recorded,
-            f"makes a path of {entry.key}, beside where the run writes; expected a name",
-        )
-
-
-def _refers_to_run_folder(value: Any) -> bool:
-    """Whether a default (as written) is a place in the run folder: ``${output_dir}/...``."""
-    return isinstance(value, str) and RUN_FOLDER_REFERENCE.search(value) is not None
 
 
 def _composed(config_name: str, overrides: list[str], restorable: list[Restorable]) -> DictConfig:
@@ -196,24 +150,6 @@ def _composed(config_name: str, overrides: list[str], restorable: list[Restorabl
             f"with this command line ({error}); give the values the run needs on the "
             "command line, or start a new run"
         ) from None
-
-
-def _raw_at(raw: Any, key: str) -> tuple[bool, Any]:
-    """Whether ``key`` (``a.b.0``) is in ``raw`` (a config as containers), and its value."""
-    node = raw
-    for part in key.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False, None
-    return True, node
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    """Whether ``path`` (relative ones from here) lies in ``folder``, links followed."""
-    return path.resolve().is_relative_to(folder.resolve())
 
 
 def latest_record(folder: Path) -> Path | None:

@@ -95,17 +95,23 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: str) -> str | None:
     return str(path)
 
 
-def check_resumable(path: str, module: SegmentationModule) -> Checkpoint:
-    """Refuse a checkpoint that is damaged, or whose network is not the one ``module`` has.
+def read_resumed(path: str) -> Checkpoint:
+    """The checkpoint a resume continues, read once (``check_resumable`` checks it).
 
     Read weights-only and verified against its digest, before any rank starts; its
-    metadata must make sense and come from this segscale or an older one; its
-    state must cover the module exactly (the same architecture, encoder and classes),
+    record, if any, must make sense and come from this segscale or an older one.
+    """
+    return read_checkpoint(path, "ckpt_path", record_required=False)
+
+
+def check_resumable(checkpoint: Checkpoint, module: SegmentationModule) -> Checkpoint:
+    """Refuse a checkpoint (``read_resumed``) whose network is not the one ``module`` has.
+
+    Its state must cover the module exactly (the same architecture, encoder and classes),
     so that a resume with a forgotten override stops here with the differences named,
     not inside Lightning. Returns it, read, for the fit to take (``SafeCheckpointIO.hand_over``).
     """
-    # Its record, if any, checked, and the segscale that wrote it (not newer).
-    checkpoint = read_checkpoint(path, "ckpt_path", record_required=False)
+    path = str(checkpoint.path)
     record = checkpoint.record
     hint = "resume with the overrides the run was started with (its .hydra/overrides.yaml)"
     if record is not None and list(record.class_names) != list(module.class_names):

@@ -15,7 +15,7 @@ SUMMARY_FILE = "summary.json"
 def read_summary(run_folder: str | Path) -> dict[str, Any] | None:
     """The summary a run wrote into ``run_folder``; ``None`` if it did not finish."""
     path = Path(run_folder) / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def write_summary(run_folder: str | Path, summary: dict[str, Any]) -> None:
