@@ -182,6 +182,64 @@ def test_warped_pixels_the_mask_does_not_cover_are_ignored(tmp_path, monkeypatch
     assert cells[:, :3].min() == 256 and cells[:, 3:].max() == 0
 
 
+COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+"""The colour of each class of ``class_map`` in the palette masks."""
+
+
+def write_palette_geotiff(path: Path, classes: np.ndarray, crs: str, transform, order) -> None:
+    """``classes`` as a palette GeoTIFF whose entry i holds the colour of class ``order[i]``.
+
+    Pixels of 255 (no class: ``in_wgs84``'s fill) keep index 255, black in its colour map.
+    """
+    index_of = np.full(256, 255, np.uint8)
+    index_of[list(order)] = np.arange(len(order))
+    profile = {"driver": "GTiff", "count": 1, "dtype": "uint8", "crs": crs}
+    profile |= {"height": classes.shape[0], "width": classes.shape[1], "transform": transform}
+    with rasterio.open(path, "w", compress="deflate", photometric="palette", **profile) as out:
+        out.write(index_of[classes][None])
+        out.write_colormap(1, {i: (*COLOURS[c], 255) for i, c in enumerate(order)})
+
+
+def test_a_warped_palette_mask_is_read_by_its_colours_on_the_image_grid(tmp_path):
+    # Each mask a palette GeoTIFF in an order of its own; t1's in EPSG:4326, warped onto
+    # its image: nearest neighbour keeps its indices, its colour map gives their classes.
+    root = dataset(tmp_path, "wgs84")
+    classes = class_map()
+    orders = {"t1": [2, 0, 1], "t2": [1, 2, 0], "v1": [0, 1, 2]}
+    for split, name in (("train", "t1"), ("train", "t2"), ("val", "v1")):
+        path = root / split / "masks" / f"{name}.tif"
+        if name == "t1":
+            mask, transform = in_wgs84(classes)
+            write_palette_geotiff(path, mask, "EPSG:4326", transform, orders[name])
+        else:
+            write_palette_geotiff(path, classes, "EPSG:32632", UTM, orders[name])
+    labels = LabelMap(3, 255, COLOURS, ignore_ids=[(0, 0, 0)])
+    source = FolderTiles(str(root))
+    report = validate_dataset(
+        source, labels, NAMES, 16, None, locations_per_class=8, mask_alignment="warp"
+    )
+    assert set(report.warped_masks) == {root / "train/masks/t1.tif"}
+    tiles = open_tiles(report.pairs["train"], labels, warped_masks=report.warped_masks)
+    warped = np.asarray(tiles[0].mask)
+    inside = np.zeros_like(classes, bool)
+    inside[4:-4, 4:-4] = True
+    blocks = (np.arange(HEIGHT)[:, None] % 16 > 1) & (np.arange(WIDTH)[None, :] % 16 > 1)
+    np.testing.assert_array_equal(warped[inside & blocks], classes[inside & blocks])
+    np.testing.assert_array_equal(np.asarray(tiles[1].mask), classes)
+    # The pass's counts and locations are those of the classes the run's tiles read.
+    truth = np.concatenate([warped.ravel(), classes.ravel()])
+    assert report.class_counts["train"].tolist() == np.bincount(truth, minlength=256)[:3].tolist()
+    for c, points in enumerate(report.class_locations["train"][0].points):
+        assert len(points) and (warped[points[:, 0], points[:, 1]] == c).all()
+    # Read by index (labels that are no colours), the warped file gives its indices.
+    by_index = validate_dataset(source, LabelMap(3), NAMES, 16, None, mask_alignment="warp")
+    indices = open_tiles(by_index.pairs["train"], LabelMap(3), warped_masks=by_index.warped_masks)
+    stored = np.argsort(orders["t1"])[classes]
+    np.testing.assert_array_equal(
+        np.asarray(indices[0].mask)[inside & blocks], stored[inside & blocks]
+    )
+
+
 def test_the_cache_keeps_warped_and_plain_masks_apart_and_upgrades_old_entries(
     tmp_path, monkeypatch
 ):
