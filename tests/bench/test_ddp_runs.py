@@ -2,6 +2,7 @@ import sys
 from pathlib import Path
 
 import hydra
+import psutil
 import pytest
 
 from segscale.bench import ddp_runs
@@ -137,11 +138,31 @@ def test_a_run_that_fails_is_the_first_error_its_output_names(tmp_path: Path):
     assert (tmp_path / "run" / "console.log").read_text() == done.stderr
 
 
-def test_a_run_past_its_time_is_stopped_and_its_output_kept(tmp_path: Path):
-    command = [sys.executable, "-c", "print('step 1', flush=True); import time; time.sleep(60)"]
-    point = run_scaling_point(command, tmp_path, 1, 1, 0, 1, timeout_s=2)
-    assert point.error == "no result within 2 s" and point.timing is None
-    assert (tmp_path / "console.log").read_text().strip() == "step 1"
+RANK_STARTER = """
+import subprocess, sys, time
+quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # holds no pipe of ours
+rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], **quiet)
+print("step 1", rank.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_past_its_time_is_stopped_with_the_ranks_it_started_and_its_output_kept(
+    tmp_path: Path,
+):
+    # As train.py's rank 0 starts the other ranks: they end with it, none is left running.
+    command = [sys.executable, "-c", RANK_STARTER]
+    point = run_scaling_point(command, tmp_path, 1, 1, 0, 1, timeout_s=4)
+    assert point.error == "no result within 4 s" and point.timing is None
+    said, pid = (tmp_path / "console.log").read_text().strip().rsplit(" ", 1)
+    assert said == "step 1"
+    try:
+        rank = psutil.Process(int(pid))
+    except psutil.NoSuchProcess:
+        return
+    left = rank.status() != psutil.STATUS_ZOMBIE
+    rank.kill()
+    assert not left, "the rank the run started was left running"
 
 
 def test_a_run_that_ends_without_a_step_timing_says_so():

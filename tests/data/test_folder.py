@@ -265,3 +265,32 @@ def test_a_list_of_names_with_its_own_folders_pairs_like_pascal_voc(tmp_path: Pa
         ("2007_000039.jpg", "2007_000039.png"),
         ("2007_000032.jpg", "2007_000032.png"),
     ]
+
+
+@pytest.mark.parametrize("folds", [False, True])
+def test_names_pair_in_any_case_where_the_file_system_finds_them_so(tmp_path, monkeypatch, folds):
+    # A camera's IMG_0001.JPG beside a labelling tool's img_0001.png: one file on NTFS
+    # and APFS (which open either name), two on Linux's file systems.
+    from segscale.data import list_pairing, name_pairing
+
+    monkeypatch.setattr(name_pairing, "folds_case", lambda folder: folds)
+    monkeypatch.setattr(list_pairing, "folds_case", lambda folder: folds)
+    write_pair(tmp_path, "train", "IMG_0001", *_blank(), image_suffix=".jpg")
+    (tmp_path / "train/masks/IMG_0001.png").rename(tmp_path / "train/masks/img_0001.png")
+    write_pair(tmp_path, "train", "b", *_blank())
+    pairs, problems = FolderTiles(str(tmp_path)).scan("train")
+    paired = [(p.image.name, p.mask.name) for p in pairs]
+    if folds:
+        assert paired == [("b.png", "b.png"), ("IMG_0001.jpg", "img_0001.png")] and not problems
+    else:
+        assert paired == [("b.png", "b.png")]
+        assert {p.path.name for p in problems} == {"IMG_0001.jpg", "img_0001.png"}
+    # a list's names are found as the file system finds them too
+    write_pair(tmp_path, ".", "Tile_A", *_blank())
+    (tmp_path / "masks/Tile_A.png").rename(tmp_path / "masks/tile_a.png")
+    (tmp_path / "val.txt").write_text("TILE_A\n", encoding="utf-8")
+    pairs, problems = FolderTiles(str(tmp_path)).scan("val")
+    assert [(p.image.name, p.mask.name) for p in pairs] == (
+        [("Tile_A.png", "tile_a.png")] if folds else []
+    )
+    assert bool(problems) is not folds

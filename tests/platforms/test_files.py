@@ -58,3 +58,34 @@ def test_a_lock_is_exclusive_until_released(tmp_path):
     finally:
         os.close(first)
         os.close(second)
+
+
+def test_a_case_sensitive_file_system_is_found_so(tmp_path):
+    folder = tmp_path / "Masks"
+    folder.mkdir()
+    assert not files.folds_case(folder)  # Linux's: masks/ is another name
+    (tmp_path / "mASKS").mkdir()
+    assert not files.folds_case(folder)  # and another folder
+
+
+def test_a_file_system_that_finds_names_in_any_case_is_found_so(tmp_path, monkeypatch):
+    folder = tmp_path / "Masks"
+    folder.mkdir()
+    asked = []
+
+    def same_in_any_case(a, b):  # what NTFS and APFS answer
+        asked.append((a, b))
+        return str(a).casefold() == str(b).casefold()
+
+    monkeypatch.setattr(files.os.path, "samefile", same_in_any_case)
+    assert files.folds_case(folder)
+    assert asked == [(folder, tmp_path / "mASKS")]
+
+
+@pytest.mark.parametrize(
+    ("platform", "folds"), [("linux", False), ("darwin", True), ("win32", True)]
+)
+def test_without_a_name_to_ask_by_the_platform_s_default(tmp_path, monkeypatch, platform, folds):
+    monkeypatch.setattr(sys, "platform", platform)
+    assert files.folds_case(tmp_path / "gone" / "123") is folds  # gone: nothing to ask
+    assert files.folds_case(type(tmp_path)("/")) is folds  # no name with a case

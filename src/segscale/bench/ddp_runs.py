@@ -45,6 +45,7 @@ from segscale.bench.step_model import efficiency, speedup
 from segscale.bench.timing import Timing, summarize_steps
 from segscale.command_line import TRAIN_COMMAND, UTF8_OUTPUT
 from segscale.platforms.process_groups import default_process_group_backend
+from segscale.platforms.processes import end_process_tree
 from segscale.training.ranks.launch import free_port
 
 log = logging.getLogger(__name__)
@@ -165,27 +166,27 @@ def run_scaling_point(
     if threads:
         env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run(
-            command,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            encoding="utf-8",
-            errors="replace",  # a child's output, shown in part: never a reason to fail
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as late:
-        partial = late.stdout or b""  # bytes whatever text=True says (the subprocess docs)
-        text = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
-        write_text_atomically(folder / "console.log", text)
-        return ScalingPoint(devices, None, 0, f"no result within {timeout_s:.0f} s")
-    write_text_atomically(folder / "console.log", done.stdout)
+    with subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",  # a child's output, shown in part: never a reason to fail
+    ) as run:
+        try:
+            console, _ = run.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            # the ranks it started (and their workers) go with it: nothing is left running
+            end_process_tree(run.pid)
+            console, _ = run.communicate()
+            write_text_atomically(folder / "console.log", console)
+            return ScalingPoint(devices, None, 0, f"no result within {timeout_s:.0f} s")
+    write_text_atomically(folder / "console.log", console)
     steps = folder / "steps.json"
-    if done.returncode or not steps.is_file():
-        return ScalingPoint(devices, None, 0, run_error(done.returncode, done.stdout))
+    if run.returncode or not steps.is_file():
+        return ScalingPoint(devices, None, 0, run_error(run.returncode, console))
     record = json.loads(steps.read_text(encoding="utf-8"))
     timing = summarize_steps(record["durations_s"], warmup, windows)
     return ScalingPoint(devices, timing, record["global_batch"])

@@ -23,6 +23,7 @@ from segscale.data.list_files import (
 from segscale.data.name_pairing import Naming, files_by_key, unusable
 from segscale.data.repeated_files import repeated_files
 from segscale.data.sources import IMAGE_SUFFIXES, MASK_SUFFIXES, FileProblem, ImageMaskPair
+from segscale.platforms.files import folds_case
 
 LIST_BASES = "the list's folder or datamodule.source.root"
 """What the paths of a list start from, in words (messages)."""
@@ -85,13 +86,19 @@ class _NamedFiles:
         self.problems: list[FileProblem] = []
         self.explained: set[str] = set()
         self._by_key: tuple[dict[str, Path], dict[str, Path]] | None = None
+        self._fold = False  # names in any case (set with _by_key: files_by_key)
 
     def pair(self, line: ListedLine, list_name: str) -> ImageMaskPair | FileProblem | None:
         """The pair that ``line`` names, its problem, or ``None`` if reported already."""
         if self._by_key is None:
+            self._fold = folds_case(self.images) or folds_case(self.masks)
             self._by_key = (
-                files_by_key(self.images, self.image_naming, self.problems, self.explained),
-                files_by_key(self.masks, self.mask_naming, self.problems, self.explained),
+                files_by_key(
+                    self.images, self.image_naming, self.problems, self.explained, self._fold
+                ),
+                files_by_key(
+                    self.masks, self.mask_naming, self.problems, self.explained, self._fold
+                ),
             )
         images, masks = self._by_key
         name = line.fields[0]
@@ -116,7 +123,8 @@ class _NamedFiles:
     def _key(self, name: str) -> str:
         """The pairing key of a listed name (one without the name suffix: as it is)."""
         key = self.image_naming.key(Path(name))
-        return key or replace(self.image_naming, name_suffix="").key(Path(name)) or name
+        key = key or replace(self.image_naming, name_suffix="").key(Path(name)) or name
+        return key.casefold() if self._fold else key
 
 
 def _listed_pair(

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from segscale.data.sources import IMAGE_SUFFIXES, FileProblem, ImageMaskPair
+from segscale.platforms.files import folds_case
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,16 @@ class Naming:
 def pair_folders(
     image_dir: Path, mask_dir: Path, image_naming: Naming, mask_naming: Naming
 ) -> tuple[list[ImageMaskPair], list[FileProblem]]:
-    """Pair every image under ``image_dir`` with the mask of the same key under ``mask_dir``."""
+    """Pair every image under ``image_dir`` with the mask of the same key under ``mask_dir``.
+
+    Keys match in any case where either folder's file system finds names in any case
+    (Windows, macOS: ``IMG_01.JPG`` pairs with ``img_01.png``), as they do there.
+    """
     problems: list[FileProblem] = []
     explained: set[str] = set()
-    images = files_by_key(image_dir, image_naming, problems, explained)
-    masks = files_by_key(mask_dir, mask_naming, problems, explained)
+    fold = folds_case(image_dir) or folds_case(mask_dir)
+    images = files_by_key(image_dir, image_naming, problems, explained, fold)
+    masks = files_by_key(mask_dir, mask_naming, problems, explained, fold)
     pairs = [ImageMaskPair(images[k], masks[k]) for k in sorted(images) if k in masks]
     problems += [
         FileProblem(
@@ -61,9 +67,16 @@ def pair_folders(
 
 
 def files_by_key(
-    folder: Path, naming: Naming, problems: list[FileProblem], explained: set[str]
+    folder: Path,
+    naming: Naming,
+    problems: list[FileProblem],
+    explained: set[str],
+    fold: bool = False,
 ) -> dict[str, Path]:
     """Files under ``folder`` of ``naming``'s kind, by their pairing key (``Naming.key``).
+
+    ``fold``: the keys in one case (``str.casefold``), for a file system that finds
+    names in any case (``segscale.platforms.files.folds_case``).
 
     A second file with the same key (``a.png`` and ``a.tif``) is ambiguous: it is added
     to ``problems`` and left out. So is an entry named like an image that cannot be
@@ -80,6 +93,8 @@ def files_by_key(
         if key is None:
             passed_over.append(path)
             continue
+        if fold:
+            key = key.casefold()
         reason = unusable(path, naming.formats)
         if reason:
             problems.append(FileProblem(path, reason))

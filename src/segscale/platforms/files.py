@@ -1,4 +1,4 @@
-"""What differs in files: locks on descriptors, links, folders, reads and writes at an offset.
+"""What differs in files: locks, links, folders, reads and writes at an offset, name cases.
 
 The locks are filelock's (``lock_descriptor``): ``flock`` on POSIX systems, the
 whole-file lock the kernel drops when its holder dies however it dies; on Windows
@@ -42,6 +42,29 @@ def renames_open_files() -> bool:
     or a deletion of an open file fails there (``WinError 32``).
     """
     return sys.platform != "win32"
+
+
+def folds_case(folder: Path) -> bool:
+    """Whether the file system of ``folder`` finds names in any case (``A.png`` is ``a.png``).
+
+    Windows' NTFS and macOS's APFS do by default, Linux's file systems do not; but each
+    can be set either way (a case-sensitive APFS volume, a case-folding ext4 folder, a
+    Samba share), so the file system is asked: does the name of ``folder`` (or of the
+    nearest folder above it with a letter of two cases) in the other case lead to the
+    same folder? A path without such a name, or one that is gone, is answered by the
+    platform's default.
+    """
+    for place in (folder, *folder.parents):
+        other = place.name.swapcase()
+        if other == place.name:
+            continue
+        try:
+            return os.path.samefile(place, place.with_name(other))
+        except FileNotFoundError:
+            if place.exists():  # the name in the other case is another name
+                return False
+            break
+    return sys.platform in ("win32", "darwin")
 
 
 def open_unfollowed(path: str | Path) -> int:

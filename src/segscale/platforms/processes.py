@@ -6,8 +6,8 @@
   as it adds the boot time in whole seconds).
 - Peak memory: ``getrusage``'s ``ru_maxrss`` on POSIX systems, in KiB on Linux and in
   bytes on macOS; the peak working set (psutil) on Windows.
-- Ending this process at once: psutil's ``kill`` (``SIGKILL``; ``TerminateProcess`` on
-  Windows).
+- Ending this process, or another and all it started, at once: psutil's ``kill``
+  (``SIGKILL``; ``TerminateProcess`` on Windows).
 - A child interrupted alone: ``SIGINT`` on POSIX systems; on Windows a console event,
   which reaches a child only in a process group of its own (``CTRL_BREAK_EVENT``:
   Windows cannot send Ctrl-C to a group), which the child hears as ``SIGBREAK``.
@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -69,6 +70,24 @@ def peak_memory_bytes() -> int:
 def end_this_process() -> None:
     """End this process at once, from any thread: no handler, no clean-up, no waiting."""
     psutil.Process().kill()
+
+
+def end_process_tree(pid: int) -> None:
+    """End process ``pid`` and every process it started, at once, on every platform.
+
+    Its descendants are listed first (ended, a process's children would be adopted by
+    the system and no longer be found), then all are killed (``SIGKILL``;
+    ``TerminateProcess`` on Windows); one already gone is passed over.
+    """
+    try:
+        root = psutil.Process(pid)
+        tree = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(tree, timeout=10)
 
 
 def interruptible_child() -> dict[str, Any]:
