@@ -1,12 +1,14 @@
 """The dataset check against one plain decode of the same files, in one run (issue 46, item 20).
 
     python experiments/dataset-check/measure.py --work /tmp/dataset-check [--tiles 11]
-        [--side 2048] [--repeats 3] [--kinds png tif] [--label after] [--out results.json]
+        [--side 2048] [--repeats 3] [--kinds png tif palette] [--label after] [--out results.json]
     python experiments/dataset-check/measure.py --table experiments/dataset-check/results.json
 
 Writes ``--tiles`` RGB tiles of ``--side``² and their masks of 6 classes (smooth noise,
 so that they compress as photographs and class maps do) under ``--work``, once per kind:
-``png`` (PNG images and masks) and ``tif`` (deflate-compressed, 256×256-tiled GeoTIFFs).
+``png`` (PNG images and masks), ``tif`` (deflate-compressed, 256×256-tiled GeoTIFFs) and
+``palette`` (PNG images, palette PNG masks, each ordering its palette its own way, read
+by their colours: the classes are given as colours).
 Then, per kind, ``--repeats`` times and alternating in that order:
 
 - ``decode``: every image and mask decoded whole once (Pillow for PNG, rasterio for
@@ -40,6 +42,9 @@ import numpy as np
 
 CLASSES = 6
 CLASS_NAMES = [f"class_{c}" for c in range(CLASSES)]
+COLOURS = [(60, 16, 152), (132, 41, 246), (110, 193, 228), (254, 221, 58), (226, 169, 41)]
+COLOURS += [(155, 155, 155)]
+"""The ``palette`` kind's class colours (the Dubai set's five and its "unlabelled")."""
 PATCH = 256
 MEASURES = ("decode", "check", "check+", "check 1 core")
 
@@ -72,10 +77,17 @@ def write_dataset(root: Path, kind: str, tiles: int, side: int) -> int:
         mask = (smooth(rng, side, 1, 64)[:, :, 0] // 43).astype(np.uint8)
         for sub in ("images", "masks"):
             (root / split / sub).mkdir(parents=True, exist_ok=True)
-        name = f"tile{index:03d}.{kind}"
+        name = f"tile{index:03d}.{'tif' if kind == 'tif' else 'png'}"
         if kind == "png":
             Image.fromarray(image).save(root / split / "images" / name)
             Image.fromarray(mask, mode="L").save(root / split / "masks" / name)
+            continue
+        if kind == "palette":  # entry i: the colour of class order[i], an order per file
+            order = rng.permutation(CLASSES)
+            picture = Image.fromarray(np.argsort(order).astype(np.uint8)[mask], mode="L")
+            picture.putpalette([v for c in order for v in COLOURS[c]])
+            Image.fromarray(image).save(root / split / "images" / name)
+            picture.save(root / split / "masks" / name)
             continue
         profile = {
             "driver": "GTiff",
@@ -93,7 +105,7 @@ def write_dataset(root: Path, kind: str, tiles: int, side: int) -> int:
             out.write(np.moveaxis(image, 2, 0))
         with rasterio.open(root / split / "masks" / name, "w", count=1, **profile) as out:
             out.write(mask[None])
-    done.write_text("")
+    done.write_text("", encoding="utf-8")
     return total
 
 
@@ -111,8 +123,13 @@ def plain_decode(root: Path) -> None:
                 dataset.read()
 
 
-def dataset_check(root: Path, extras: bool, workers: int | None = None) -> None:
-    """``validate_dataset`` as a run calls it, in a fresh cache folder (``workers`` threads)."""
+def dataset_check(
+    root: Path, extras: bool, workers: int | None = None, colours: bool = False
+) -> None:
+    """``validate_dataset`` as a run calls it, in a fresh cache folder (``workers`` threads).
+
+    ``colours``: the classes are given as colours (``COLOURS``), as palette masks' are.
+    """
     from segscale.data.folder import FolderTiles
     from segscale.data.labels import LabelMap
     from segscale.data.validation import validate_dataset
@@ -121,7 +138,7 @@ def dataset_check(root: Path, extras: bool, workers: int | None = None) -> None:
         os.environ["XDG_CACHE_HOME"] = cache
         validate_dataset(
             FolderTiles(str(root)),
-            LabelMap(CLASSES),
+            LabelMap(CLASSES, 255, COLOURS) if colours else LabelMap(CLASSES),
             CLASS_NAMES,
             PATCH,
             3,
@@ -144,13 +161,13 @@ def timed(action: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def actions_on(root: Path) -> dict[str, Callable[[], None]]:
-    """Each measure's action on the dataset at ``root``."""
+def actions_on(root: Path, colours: bool) -> dict[str, Callable[[], None]]:
+    """Each measure's action on the dataset at ``root`` (``colours``: colour classes)."""
     return {
         "decode": lambda: plain_decode(root),
-        "check": lambda: dataset_check(root, False),
-        "check+": lambda: dataset_check(root, True),
-        "check 1 core": lambda: dataset_check(root, True, workers=1),
+        "check": lambda: dataset_check(root, False, colours=colours),
+        "check+": lambda: dataset_check(root, True, colours=colours),
+        "check 1 core": lambda: dataset_check(root, True, workers=1, colours=colours),
     }
 
 
@@ -162,7 +179,7 @@ def measure(work: Path, kinds: list[str], tiles: int, side: int, repeats: int) -
     for kind in kinds:
         root = work / f"{kind}-{tiles}x{side}"
         decoded = write_dataset(root, kind, tiles, side)
-        actions = actions_on(root)
+        actions = actions_on(root, kind == "palette")
         plain_decode(root)  # the files in the page cache for every measure alike
         seconds: dict[str, list[float]] = {name: [] for name in MEASURES}
         for _ in range(repeats):
@@ -175,7 +192,7 @@ def measure(work: Path, kinds: list[str], tiles: int, side: int, repeats: int) -
 
 def table(path: Path) -> str:
     """The tables of ``path``: per label and kind, each measure against the decode."""
-    stored = json.loads(path.read_text())
+    stored = json.loads(path.read_text(encoding="utf-8"))
     lines = []
     for label, run in stored.items():
         setup = run["setup"]
@@ -222,9 +239,9 @@ def main() -> None:
     setup = {"tiles": args.tiles, "side": args.side, "cores": os.cpu_count(), "load": load}
     run = {"setup": setup, "kinds": kinds, "command": " ".join(sys.argv)}
     if args.out:
-        stored = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        stored = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
         stored[args.label] = run
-        args.out.write_text(json.dumps(stored, indent=1) + "\n")
+        args.out.write_text(json.dumps(stored, indent=1) + "\n", encoding="utf-8")
         print(table(args.out))
 
 
