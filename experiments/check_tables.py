@@ -60,6 +60,11 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/sync-batchnorm/cpu.json",
     ],
+    "dataset-check": [
+        "experiments/dataset-check/measure.py",
+        "--table",
+        "experiments/dataset-check/results.json",
+    ],
     "windows-gloo": [
         "experiments/windows-gloo/measure.py",
         "--table",

@@ -578,6 +578,36 @@ def test_a_bf_tolerance_other_than_a_fraction_is_refused_naming_the_key(tmp_path
         evaluate(_config(root, ckpt, tmp_path / "out", "split=test", f"bf_tolerance={value}"))
 
 
+def test_a_mask_on_another_grid_is_refused_or_warped_onto_its_image(tmp_path: Path):
+    from segscale.data.grids import read_grid
+    from segscale.data.warped_masks import WarpedLabels
+    from tests.data.test_grids import UTM, class_map, in_wgs84, write_geotiff
+
+    classes = class_map()
+    root = tmp_path / "data"
+    write_geotiff(
+        root / "test/images/g.tif", np.moveaxis(oracle_image(classes), 2, 0), "EPSG:32632", UTM
+    )
+    mask, transform = in_wgs84(classes)
+    write_geotiff(root / "test/masks/g.tif", mask, "EPSG:4326", transform)
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
+    with pytest.raises(
+        InvalidDatasetError, match=r"mask lies on another grid than its image g\.tif"
+    ):
+        evaluate(_config(root, ckpt, tmp_path / "refused", "split=test"))
+    warped = _config(root, ckpt, tmp_path / "out", "split=test", "datamodule.mask_alignment=warp")
+    metrics = evaluate(warped)
+    # The oracle predicts the image's classes: the truth, read on the image's grid, agrees
+    # but for nearest-neighbour seams along the blocks' edges.
+    assert metrics["GlobalAccuracy"] > 0.95
+    truth = WarpedLabels(
+        root / "test/masks/g.tif", read_grid(root / "test/images/g.tif"), LabelMap(3)
+    )
+    rows = (tmp_path / "out/confusion_matrix.csv").read_text(encoding="utf-8").splitlines()
+    counted = sum(int(v) for row in rows[1:] for v in row.split(",")[1:])
+    assert counted == (np.asarray(truth) < 3).sum() > 0.95 * classes.size
+
+
 @pytest.mark.parametrize("given", [False, True])
 def test_a_tile_side_the_network_cannot_take_is_named_where_it_came_from(tmp_path, given):
     # An edited checkpoint records a validation patch side of 63 for an FPN (multiples of

@@ -8,6 +8,7 @@ from segscale.data.class_locations import (
     ClassCentres,
     LocationSampler,
     TileClassLocations,
+    _priority,
     centre_rng,
     class_probabilities,
 )
@@ -100,3 +101,25 @@ def test_the_rare_car_class_is_kept_too():
     tile = TileClassLocations.from_facts(kept(draw_tile(256, seed=0, index=0)[1], 32))
     assert 0 < tile.counts[CAR] < tile.counts.sum() / 20
     assert len(tile.points[CAR]) == min(32, tile.counts[CAR])
+
+
+def test_kept_pixels_are_each_class_s_lowest_priorities_rare_classes_too():
+    # The pixels kept are those of lowest priority of each class over the whole mask,
+    # whether a class is common (found among a chunk's lowest priorities) or rare
+    # (looked for among all its pixels), whatever the chunks.
+    rng = np.random.default_rng(5)
+    mask = rng.choice(np.array([0, 1, 2, 255], np.uint8), (300, 257), p=[0.6, 0.3, 0.099, 0.001])
+    mask[7, 9] = mask[250, 3] = 3  # a class of two pixels
+    positions = np.arange(mask.size)
+    for per_class, rows in ((16, 300), (16, 64), (40, 11), (3000, 128)):
+        sampler = LocationSampler(4, per_class, mask.shape[1])
+        for start in range(0, mask.shape[0], rows):
+            sampler.add(mask[start : start + rows], start)
+        stored = TileClassLocations.from_facts(
+            {"class_locations": sampler.facts(), "class_counts": [0] * 4}
+        )
+        for c in range(4):
+            members = positions[mask.ravel() == c]
+            lowest = members[np.argsort(_priority(members))[:per_class]]
+            expected = np.stack(np.divmod(np.sort(lowest), mask.shape[1]), axis=1)
+            np.testing.assert_array_equal(stored.points[c], expected)

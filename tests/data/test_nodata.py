@@ -93,3 +93,16 @@ def test_a_pixel_is_no_data_only_in_every_band():
     # GDAL writes float32's lowest value rounded; in the pixels' type it is that value.
     np.testing.assert_array_equal(nodata_pixels(floats, -3.4e38), [[False, True]])
     np.testing.assert_array_equal(nodata_pixels(rows.astype(np.uint16), 5), [[False, False, True]])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "float32"])
+@pytest.mark.parametrize("bands", [1, 3, 4, 6])
+def test_every_band_is_compared_for_each_type_and_band_count(dtype, bands):
+    # Up to 4 bands OpenCV compares them at once, beyond NumPy band by band: the same.
+    rows = np.random.default_rng(bands).integers(0, 2, (9, 11, bands)).astype(dtype)
+    rows[0, 0] = 0
+    found = nodata_pixels(rows, 0.0)
+    assert found.dtype == bool and found.shape == (9, 11) and found[0, 0]
+    np.testing.assert_array_equal(found, (rows == 0).all(axis=2))
+    apart = np.moveaxis(np.ascontiguousarray(np.moveaxis(rows, 2, 0)), 0, -1)  # GDAL's bands
+    np.testing.assert_array_equal(nodata_pixels(apart, 0.0), found)

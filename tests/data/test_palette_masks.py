@@ -107,6 +107,46 @@ def test_palettes_in_their_own_orders_train_on_their_colours_as_rgb_masks_do(tmp
     assert set(np.unique(np.asarray(patch)).tolist()) <= {0, 1, 2, 3, 4, 255}
 
 
+def test_the_pass_counts_palette_masks_as_the_rgb_masks_of_their_colours(tmp_path, monkeypatch):
+    # The one-pass reader's class counts, class locations and valid cells (the void
+    # colour is no valid pixel) of palette masks, each its own order, are those of the
+    # same masks saved as RGB, read on threads as one.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    maps = _dubai(tmp_path / "palette")
+    for split, name in (("train", "t0"), ("train", "t1"), ("train", "t2"), ("val", "v0")):
+        write_pair(tmp_path / "rgb", split, name, _tile(64, 0)[0], COLOURS[maps[name]])
+    labels = LabelMap(5, 255, DUBAI, [UNLABELLED])
+    reports = {
+        kind: validate_dataset(
+            FolderTiles(str(tmp_path / kind)),
+            labels,
+            NAMES,
+            16,
+            None,
+            locations_per_class=12,
+            min_valid=0.3,
+            workers=2,
+        )
+        for kind in ("palette", "rgb")
+    }
+    palette, rgb = reports["palette"], reports["rgb"]
+    assert palette.class_counts["train"].tolist() == rgb.class_counts["train"].tolist()
+    assert palette.class_counts["val"].tolist() == rgb.class_counts["val"].tolist()
+    valid = [w.cells.counts for w in palette.valid_windows["train"]]
+    assert len(valid) == 3 and 0 < min(c.min() for c in valid) < 256  # void: cells short
+    theirs_valid = [w.cells.counts for w in rgb.valid_windows["train"]]
+    for ours, theirs in zip(valid, theirs_valid, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    train = [_void(maps[name]) for name in ("t0", "t1", "t2")]
+    located = zip(
+        palette.class_locations["train"], rgb.class_locations["train"], train, strict=True
+    )
+    for ours, theirs, truth in located:
+        for index, (points, expected) in enumerate(zip(ours.points, theirs.points, strict=True)):
+            np.testing.assert_array_equal(points, expected)
+            assert (truth[points[:, 0], points[:, 1]] == index).all()
+
+
 def test_one_palette_file_read_by_colour_and_by_index_is_two_cache_entries(tmp_path):
     image, classes = _tile(48, seed=1, classes=5)
     order = [3, 1, 4, 0, 2]

@@ -58,6 +58,11 @@ def test_windows_hold_the_images_pixels(layouts, name):
     ]:
         np.testing.assert_array_equal(raster[index], pixels[index], err_msg=str(index))
     np.testing.assert_array_equal(np.asarray(raster), pixels)
+    # Whole rows band by band, as the validation pass reads them: the same pixels.
+    for y0, y1 in ((0, 128), (256, 400)):
+        rows = raster.band_rows(y0, y1)
+        assert rows.shape == pixels[y0:y1].shape and rows[:, :, 1].flags.c_contiguous
+        np.testing.assert_array_equal(rows, pixels[y0:y1])
 
 
 def test_a_mask_is_h_by_w_and_loses_its_alpha(tmp_path):

@@ -491,5 +491,37 @@ def test_the_pass_over_the_files_logs_its_progress_when_not_on_a_terminal(
     monkeypatch.setattr(progress, "QUIET_S", 0.0)  # a tiny pass is over in a moment
     _validate(_dataset(tmp_path))
     lines = [r.getMessage() for r in caplog.records if "files checked" in r.getMessage()]
-    assert lines[0].startswith("train files checked: 1/2 (50%)")
-    assert lines[-1].startswith("val files checked: 1/1 (100%)") and len(lines) == 3
+    assert lines[0].startswith("dataset files checked: 1/3 (33%)")
+    assert "left" in lines[1]  # the time left
+    assert lines[-1].startswith("dataset files checked: 3/3 (100%)") and len(lines) == 3
+    caplog.clear()
+    _validate(tmp_path)  # cached: nothing to read, no line
+    assert not [r for r in caplog.records if "files checked" in r.getMessage()]
+
+
+def _damage_a_block(path: Path) -> None:
+    """Overwrite one compressed block of a tiled TIFF: its header reads, that block does not."""
+    with tifffile.TiffFile(path) as tif:
+        page = tif.pages[0]
+        offset, count = page.dataoffsets[5], page.databytecounts[5]
+    data = bytearray(path.read_bytes())
+    data[offset : offset + count] = b"\xff" * count
+    path.write_bytes(bytes(data))
+
+
+def test_a_block_that_cannot_be_decoded_is_listed_for_images_and_masks(tmp_path: Path):
+    rng = np.random.default_rng(0)
+    for split, name in (("train", "t1"), ("train", "t2"), ("val", "v1")):
+        for folder, array in (
+            ("images", rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)),
+            ("masks", rng.integers(0, 3, (64, 64)).astype(np.uint8)),
+        ):
+            (tmp_path / split / folder).mkdir(parents=True, exist_ok=True)
+            path = tmp_path / split / folder / f"{name}.tif"
+            tifffile.imwrite(path, array, tile=(16, 16), compression="zlib")
+    _damage_a_block(tmp_path / "train/images/t1.tif")
+    _damage_a_block(tmp_path / "train/masks/t2.tif")
+    message = _problems(tmp_path)
+    assert message.startswith("2 problem(s) in the dataset")
+    assert "train/masks/t2.tif: mask cannot be read: rows 0-64, columns 0-64" in message
+    assert "train/images/t1.tif: image cannot be read: rows 0-64, columns 0-64" in message

@@ -129,3 +129,27 @@ def test_a_huge_image_is_checked_from_rows_spread_over_it(monkeypatch):
     monkeypatch.setattr(value_range, "_sampled_bands", counted)
     assert value_range_problem(image, ZERO_ONE) is not None
     assert sum(reads) * 30 * 3 <= 1000 + 30 * 3  # a sample, not every row
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16"])
+def test_an_integer_image_s_sums_come_exactly_from_its_histogram(dtype: str):
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, np.iinfo(dtype).max + 1, (70, 40, 3), dtype=dtype)
+    histogram = ValueHistogram(3, image.dtype)
+    for start in range(0, 70, 32):
+        histogram.add(image[start : start + 32])
+    sums, squares = histogram.moments()
+    wide = image.astype(np.int64)
+    assert sums == [float(s) for s in wide.sum((0, 1)).tolist()]
+    assert squares == [float(s) for s in (wide**2).sum((0, 1)).tolist()]
+    # What summing the pixels in float64 gave, bit for bit, while its sums are exact.
+    assert sums == image.astype(np.float64).sum((0, 1)).tolist()
+
+
+def test_sums_past_int64_are_summed_exactly_in_python():
+    histogram = ValueHistogram(1, np.uint16)
+    histogram.counts[0, 65535] = 1 << 42  # 4 * 10**12 pixels of 65535: squares past 2**63
+    sums, squares = histogram.moments()
+    assert squares == [float(65535**2 * (1 << 42))] and sums == [float(65535 * (1 << 42))]
+    with pytest.raises(ValueError, match="float image"):
+        ValueHistogram(1, np.float32).moments()

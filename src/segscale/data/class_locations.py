@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -49,10 +50,39 @@ def _priority(positions: np.ndarray) -> np.ndarray:
     A bijection, so no two pixels tie; it depends on the position alone, not on the
     order or the chunks in which pixels are seen.
     """
-    z = positions.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    z = positions.astype(np.uint64)  # a copy, worked on in place: two arrays, not nine
+    z += np.uint64(0x9E3779B97F4A7C15)
+    shifted = np.empty_like(z)
+    for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        np.right_shift(z, np.uint64(shift), out=shifted)
+        z ^= shifted
+        z *= np.uint64(factor)
+    np.right_shift(z, np.uint64(31), out=shifted)
+    z ^= shifted
+    return z
+
+
+CANDIDATES_PER_KEPT = 4
+"""A chunk's pixels that may be kept are first looked for among its pixels of lowest
+priority: a share of the chunk that holds this many times the pixels kept, over the classes."""
+
+MAX_CANDIDATES = 1 << 16
+"""At most this many such pixels (1 MiB with their priorities) are remembered per chunk."""
+
+
+@lru_cache(maxsize=64)
+def _lowest_priorities(offset: int, length: int, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """The positions ``offset`` to ``offset + length`` whose priority is in the lowest ``share``.
+
+    With their priorities (both read-only). A function of the chunk's place alone, so
+    the tiles of one size share it: each chunk's positions are hashed once per process.
+    """
+    positions = np.arange(offset, offset + length, dtype=np.int64)
+    priorities = _priority(positions)
+    chosen = np.flatnonzero(priorities < np.uint64(share * 2.0**64))
+    positions, priorities = positions[chosen], priorities[chosen]
+    positions.flags.writeable = priorities.flags.writeable = False
+    return positions, priorities
 
 
 class LocationSampler:
@@ -69,18 +99,38 @@ class LocationSampler:
         empty = np.zeros(0, np.uint64)
         self._kept = [(empty, empty.astype(np.int64)) for _ in range(num_classes)]
 
-    def add(self, classes: np.ndarray, first_row: int) -> None:
-        """Offer the pixels of ``classes`` (rows from ``first_row`` on, H×W)."""
+    def add(self, classes: np.ndarray, first_row: int, members: np.ndarray | None = None) -> None:
+        """Offer the pixels of ``classes`` (uint8 class indices, rows from ``first_row`` on, H×W).
+
+        ``members``: the pixels of each class index in ``classes``, where they are
+        counted already (the pass counts the mask's values).
+
+        Only a chunk's ``per_class`` lowest priorities of a class can be kept, so each
+        class is looked for first among the chunk's pixels of lowest priority
+        (``_lowest_priorities``, sized by ``CANDIDATES_PER_KEPT``); a class with fewer of
+        them than it may keep, and than it has, is looked for among all its pixels.
+        """
         flat = classes.reshape(-1)
-        # A stable argsort of uint8 is a radix sort: one pass groups the pixels by class.
-        order = np.argsort(flat, kind="stable")
-        bounds = np.searchsorted(flat[order], np.arange(self.num_classes + 1))
+        if members is None:
+            members = np.bincount(flat, minlength=self.num_classes)
+        members = members[: self.num_classes]
+        if not members.any():
+            return
         offset = first_row * self.width
-        for c in range(self.num_classes):
-            members = order[bounds[c] : bounds[c + 1]]
-            if len(members):
-                positions = members.astype(np.int64) + offset
-                self._keep(c, _priority(positions), positions)
+        wanted = CANDIDATES_PER_KEPT * self.per_class * self.num_classes
+        if wanted < min(len(flat), MAX_CANDIDATES):
+            candidates, priorities = _lowest_priorities(offset, len(flat), wanted / len(flat))
+        else:  # every pixel is a candidate
+            candidates = np.arange(offset, offset + len(flat), dtype=np.int64)
+            priorities = _priority(candidates)
+        of_class = flat[candidates - offset]
+        for c in np.flatnonzero(members).tolist():
+            chosen = of_class == c
+            positions, kept = candidates[chosen], priorities[chosen]
+            if len(positions) < min(self.per_class, members[c]):  # too few: all of the class
+                positions = np.flatnonzero(flat == c).astype(np.int64) + offset
+                kept = _priority(positions)
+            self._keep(c, kept, positions)
 
     def _keep(self, c: int, priorities: np.ndarray, positions: np.ndarray) -> None:
         kept_priorities, kept_positions = self._kept[c]

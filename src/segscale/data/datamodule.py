@@ -21,6 +21,7 @@ from segscale.data.datamodule_settings import (
 from segscale.data.dataset_report import DatasetReport
 from segscale.data.decode_cache import DecodeCache
 from segscale.data.deferred_loader import DeferredStartLoader
+from segscale.data.grids import check_mask_alignment
 from segscale.data.labels import LabelMap
 from segscale.data.loader_workers import auto_num_workers, init_worker
 from segscale.data.palette import warn_indistinct
@@ -58,6 +59,10 @@ class SegmentationDataModule(L.LightningDataModule):
     (``DecodeCache``; ``None``: each rank decodes them into its memory); TIFFs are read
     where they lie (``segscale.data.tiles``). A tile found unreadable mid-run stops it
     (``UnreadableTileError``), or with ``skip_unreadable`` is left out with a warning.
+
+    ``mask_alignment``: what the validation pass does with a GeoTIFF mask on another grid
+    than its image's (``segscale.data.grids``): ``refuse`` it, or ``warp`` it onto the
+    image's grid, which the tiles are then read on.
     """
 
     def __init__(
@@ -72,8 +77,11 @@ class SegmentationDataModule(L.LightningDataModule):
         sampling: PatchSampling | Mapping[str, Any] | None = None,
         decode_cache: DecodeCache | None = None,
         skip_unreadable: bool = False,
+        mask_alignment: str = "refuse",
     ) -> None:
         super().__init__()
+        check_mask_alignment(mask_alignment)
+        self.mask_alignment = mask_alignment
         self.decode_cache = decode_cache
         if not isinstance(skip_unreadable, bool):
             raise ConfigError(
@@ -141,6 +149,7 @@ class SegmentationDataModule(L.LightningDataModule):
                 ),
                 min_valid=self.sampling.min_valid,
                 nodata=self.sampling.nodata,
+                mask_alignment=self.mask_alignment,
             )
         return self.report
 
@@ -185,7 +194,11 @@ class SegmentationDataModule(L.LightningDataModule):
             windows = report.valid_windows.get("train")
             self.train_set = RandomPatchDataset(
                 open_tiles(
-                    report.pairs["train"], self.labels, self.max_image_pixels, self.decode_cache
+                    report.pairs["train"],
+                    self.labels,
+                    self.max_image_pixels,
+                    self.decode_cache,
+                    report.warped_masks,
                 ),
                 self.patch_size,
                 self.patches_per_image,
@@ -198,9 +211,14 @@ class SegmentationDataModule(L.LightningDataModule):
                 max_class_ratio=self.sampling.max_class_ratio,
             )
         if stage in ("fit", "validate") and self.val_set is None:
+            report = self.check()
             self.val_set = GridPatchDataset(
                 open_tiles(
-                    self.check().pairs["val"], self.labels, self.max_image_pixels, self.decode_cache
+                    report.pairs["val"],
+                    self.labels,
+                    self.max_image_pixels,
+                    self.decode_cache,
+                    report.warped_masks,
                 ),
                 self.patch_size,
                 self.ignore_index,
@@ -327,6 +345,7 @@ def segmentation_datamodule(
     sampling: PatchSampling | Mapping[str, Any] | None = None,
     decode_cache: DecodeCache | None = None,
     skip_unreadable: bool = False,
+    mask_alignment: str = "refuse",
 ) -> SegmentationDataModule:
     """The ``datamodule`` group's object, from its flat keys (each documented in the group).
 
@@ -352,4 +371,5 @@ def segmentation_datamodule(
         sampling=sampling,
         decode_cache=decode_cache,
         skip_unreadable=skip_unreadable,
+        mask_alignment=mask_alignment,
     )

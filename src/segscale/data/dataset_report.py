@@ -14,6 +14,7 @@ import numpy as np
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.data.class_locations import TileClassLocations
+from segscale.data.grids import Grid
 from segscale.data.labels import LabelId, code_of, shown_value
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pixel_types import MAX_VALUES
@@ -58,6 +59,9 @@ class DatasetReport:
     valid_windows: dict[str, list[TileWindows]] = field(default_factory=dict)
     """For the training split, parallel to ``pairs``: each tile's windows that hold
     ``datamodule.sampling.min_valid`` of valid pixels. Empty unless asked for."""
+    warped_masks: dict[Path, Grid] = field(default_factory=dict)
+    """The masks read on their image's grid (``datamodule.mask_alignment=warp``), each
+    with that grid: those of pairs whose grids differ (``segscale.data.grids``)."""
 
     @property
     def max_value(self) -> float:

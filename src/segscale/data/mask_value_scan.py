@@ -1,6 +1,7 @@
 """The values of a split's masks, for ``datamodule/classes=auto``.
 
-Read through the validation cache: a dataset validated before is not read again.
+Read through the validation cache: a dataset validated before is not read again (and
+one that is not, on every core: ``segscale.data.pass_reading``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from segscale.data.dataset_problems import InvalidDatasetError, problem_message
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pair_inspection import mask_holds_an_image, too_many_values
 from segscale.data.palette_masks import channels_as_read, is_palette, one_palette, values_as_read
+from segscale.data.pass_reading import PairRequest, read_pairs
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, FileProblem, TileSource
 from segscale.data.validation_cache import ValidationCache
 from segscale.errors import ConfigError
@@ -36,10 +38,10 @@ def scan_mask_values(
     and the files that the splits of ``also`` cannot pair (a val list's bad lines with
     the train list's: every list's problems at once).
     """
-    cache = ValidationCache(source, max_image_pixels)
     pairs, problems = source.scan(split)
-    facts = [(pair, cache.facts(pair)) for pair in pairs]
-    cache.save()
+    requests = [PairRequest(pair) for pair in pairs]
+    read = read_pairs(lambda: ValidationCache(source, max_image_pixels), requests)
+    facts = list(zip(pairs, read, strict=True))
     problems = problems + [FileProblem(p.mask, r) for p, f in facts for r in f["mask_problems"]]
     readable = [(p, f) for p, f in facts if "mask_values" in f]
     problems += [

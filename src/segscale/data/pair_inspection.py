@@ -10,24 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from segscale.data.class_locations import LocationSampler
-from segscale.data.labels import LabelMap, mask_codes, palette_codes
+from segscale.data.grids import Grid, pair_grids
+from segscale.data.labels import LabelMap, palette_codes
+from segscale.data.mask_counts import MaskCounts
 from segscale.data.palette_masks import PALETTE, channels_as_read
-from segscale.data.rasters import Pixels
+from segscale.data.rasters import Pixels, WindowedRaster
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     READ_ERRORS,
     ImageMaskPair,
+    MaskFile,
     describe_read_error,
     read_image,
     read_mask,
 )
 from segscale.data.valid_cells import CELL, Validity, ValidPixels
 from segscale.data.value_range import ValueHistogram
+from segscale.data.warped_masks import warped_mask
 
 ROWS_PER_CHUNK = 1024
 """Rows read at a time, so a memory-mapped tile is never loaded whole."""
@@ -43,6 +48,7 @@ def inspect_pair(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     locations_per_class: int = 0,
     validity: Validity | None = None,
+    warp_masks: bool = False,
 ) -> dict[str, Any]:
     """Read one image and mask in row chunks; return sizes, statistics and problems.
 
@@ -57,25 +63,87 @@ def inspect_pair(
     class (``class_locations``, see ``LocationSampler``), marked with the labels they
     were found with. ``validity`` with ``labels`` also counts the valid pixels per cell
     (``valid_cells``, see ``ValidPixels``; ``problem`` there: a no-data tag that is no
-    number), marked with the labels and the no-data setting.
+    number), marked with the labels and the no-data setting. Class locations and valid
+    cells of a palette mask are its pixels' classes as ``labels`` read it: by its
+    colours for colour classes (``LabelMap.palette_table``), else by index.
+
+    The image and the mask are read side by side, chunk by chunk, once: every statistic
+    is taken from the same chunks. Both files' grids on the ground are kept
+    (``segscale.data.grids.pair_grids``); with ``warp_masks`` a mask on another grid than
+    its image's is read on the image's (``mask_warped``; ``mask_uncovered``: the image's
+    pixels it does not cover, counted in no value).
     """
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
-    image = None
-    try:
-        image = read_image(pair.image, max_image_pixels)
-        facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
-        facts |= {"dtype": str(image.dtype), **_pixel_statistics(image)}
+    image = _opened_image(pair, facts, max_image_pixels)
+    facts |= pair_grids(pair.image, pair.mask)
+    onto = Grid.from_facts(facts["image_grid"]) if warp_masks and facts["grids_differ"] else None
+    opened, coverage = _opened_mask(pair, facts, max_image_pixels, onto)
+    statistics = _ImageStatistics(image) if image is not None else None
+    mask = None
+    if opened is not None:
+        mask = _MaskReading(pair, facts, opened, coverage, labels, locations_per_class)
+        if validity is not None and labels is not None and image is not None:
+            mask.cells = _valid_pixels(pair, facts, image, labels, validity)
+    rows = max(image.shape[0] if image is not None else 0, mask.height if mask is not None else 0)
+    for start in range(0, rows, ROWS_PER_CHUNK):
+        image_rows = None
+        if statistics is not None and start < statistics.height:
+            image_rows = _chunk(statistics.image, start, pair.image, facts["image_problems"])
+            if image_rows is None:
+                statistics = None  # unreadable: its problem is listed
+            else:
+                statistics.add(image_rows)
+        if mask is not None and start < mask.height and not mask.read(start, image_rows):
+            mask = None  # unreadable: its problem is listed
+    if statistics is not None:
+        facts |= statistics.facts()
         if facts["nonfinite"]:
             facts["image_problems"].append(_nonfinite_problem(facts["nonfinite"]))
+    elif image is not None:
+        facts["channels"] = None  # an image whose pixels could not all be read
+    if mask is not None:
+        facts |= mask.facts()
+        if mask.cells is not None:
+            facts["valid_cells"] |= mask.cells.counter.facts()
+    return facts
+
+
+def _opened_image(
+    pair: ImageMaskPair, facts: dict[str, Any], max_image_pixels: int | None
+) -> Pixels | None:
+    """The image, its shape, channels and pixel type in ``facts``; ``None`` if unreadable."""
+    try:
+        image = read_image(pair.image, max_image_pixels)
     except READ_ERRORS as error:
         reason = describe_read_error(pair.image, error)
         facts["image_problems"].append(f"image cannot be read: {reason}")
+        return None
+    facts |= {"shape": list(image.shape[:2]), "channels": image.shape[2]}
+    facts["dtype"] = str(image.dtype)
+    return image
+
+
+def _opened_mask(
+    pair: ImageMaskPair, facts: dict[str, Any], max_image_pixels: int | None, onto: Grid | None
+) -> tuple[MaskFile | None, Pixels | None]:
+    """The mask's raw values, channels and palette (in ``facts``); ``None`` if not counted.
+
+    Not counted: a mask that cannot be read, or of neither 1 nor 3 channels (a problem
+    in ``facts``). A mask of another size than its image is counted (and a problem).
+    ``onto``: the mask read on this grid (its image's: ``mask_warped``), with its
+    coverage (else ``None``); a palette mask's indices are warped, its palette kept.
+    """
+    facts["mask_warped"] = onto is not None
+    coverage = None
     try:
-        mask = read_mask(pair.mask, max_image_pixels)
+        if onto is None:
+            mask = read_mask(pair.mask, max_image_pixels)
+        else:
+            mask, coverage = warped_mask(pair.mask, onto)
     except READ_ERRORS as error:
         reason = describe_read_error(pair.mask, error)
         facts["mask_problems"].append(f"mask cannot be read: {reason}")
-        return facts
+        return None, None
     raw = mask.values
     mask_channels = 1 if raw.ndim == 2 else raw.shape[2]
     facts["mask_channels"] = mask_channels
@@ -86,30 +154,153 @@ def inspect_pair(
             f"mask has {mask_channels} channels; expected 1 (class indices or grey levels) "
             "or 3 (RGB colours)"
         )
-        return facts
+        return None, None
+    if facts["grids_differ"]:  # the pass says how the grids differ, or the mask is warped
+        return mask, coverage
     if "shape" in facts and list(raw.shape[:2]) != facts["shape"]:
         facts["mask_problems"].append(
             f"mask is {raw.shape[1]}x{raw.shape[0]} but its image {pair.image.name} is "
             f"{facts['shape'][1]}x{facts['shape'][0]}; they must match"
         )
-    sampler = None
-    fits = labels is not None and channels_as_read(facts, labels.colour) == labels.channels
-    if labels is not None and locations_per_class and fits:
-        sampler = LocationSampler(labels.num_classes, locations_per_class, raw.shape[1])
-    cells = None
-    if validity is not None and labels is not None and image is not None:
-        cells = _valid_pixels(pair, facts, image, labels, validity)
-    table = labels.palette_table(mask.palette) if labels is not None else None
-    values, counts = _value_counts(raw, labels, sampler, cells, table)
-    kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
-    kept.sort()
-    facts["mask_values"] = np.stack([values[kept], counts[kept]], axis=1).tolist()
-    facts["mask_distinct"] = len(values)
-    if sampler is not None and labels is not None:
-        facts["class_locations"] = {**sampler.facts(), "labels": labels_key(labels)}
-    if cells is not None:
-        facts["valid_cells"] |= cells.counter.facts()
-    return facts
+    return mask, coverage
+
+
+def _chunk(
+    pixels: Pixels, start: int, path: Path, problems: list[str], what: str = "image"
+) -> np.ndarray | None:
+    """Rows ``start`` on of ``pixels`` (``ROWS_PER_CHUNK``); ``None``, a problem, if unreadable."""
+    try:
+        if isinstance(pixels, WindowedRaster) and pixels.dtype.kind == "u":
+            # Integers are counted channel by channel: GDAL's bands need no interleaving
+            # (a float image's sums are taken from interleaved rows, as they always were).
+            return pixels.band_rows(start, start + ROWS_PER_CHUNK)
+        return np.asarray(pixels[start : start + ROWS_PER_CHUNK])
+    except READ_ERRORS as error:
+        problems.append(f"{what} cannot be read: {describe_read_error(path, error)}")
+        return None
+
+
+class _ImageStatistics:
+    """Per channel: sum and sum of squares, for the dataset's mean and std; the range.
+
+    The range (``value_range``: ``[low, high]`` per channel, ``None`` without a finite
+    value) goes into the checkpoint; ``nonfinite`` counts NaN and infinite values. An
+    integer image's sums come from its histogram, exactly; a float image's are summed
+    in float64, chunk by chunk.
+    """
+
+    def __init__(self, image: Pixels) -> None:
+        self.image = image
+        self.height, self.width, channels = image.shape[0], image.shape[1], image.shape[2]
+        self.histogram = ValueHistogram(channels, image.dtype)
+        self.total = np.zeros(channels)
+        self.squares = np.zeros(channels)
+
+    def add(self, rows: np.ndarray) -> None:
+        """Count a chunk of the image's rows."""
+        self.histogram.add(rows)
+        if not self.histogram.integer:
+            chunk = rows.astype(np.float64)
+            self.total += chunk.sum((0, 1))
+            self.squares += (chunk**2).sum((0, 1))
+
+    def facts(self) -> dict[str, Any]:
+        """What the pass keeps of the image's pixels."""
+        if self.histogram.integer:
+            total, squares = self.histogram.moments()
+        else:
+            total, squares = self.total.tolist(), self.squares.tolist()
+        return {
+            "pixels": self.height * self.width,
+            "sum": total,
+            "squares": squares,
+            "value_range": self.histogram.percentiles(),
+            "nonfinite": self.histogram.nonfinite(),
+        }
+
+
+class _MaskReading:
+    """What the pass counts of a mask's chunks: its values, class locations, valid cells.
+
+    A palette mask's values are its indices; its classes are read through the table
+    ``labels`` make of its palette (``LabelMap.palette_table``: its colours' classes for
+    colour labels, ``None``, by index, for others).
+    """
+
+    def __init__(
+        self,
+        pair: ImageMaskPair,
+        facts: dict[str, Any],
+        mask: MaskFile,
+        coverage: Pixels | None,
+        labels: LabelMap | None,
+        locations_per_class: int,
+    ) -> None:
+        self.path, self.problems = pair.mask, facts["mask_problems"]
+        self.raw, self.coverage = mask.values, coverage
+        self.height = self.raw.shape[0]
+        self.labels = labels
+        table = labels.palette_table(mask.palette) if labels is not None else None
+        self.counts = MaskCounts(self.raw.dtype, self.raw.ndim, labels, table)
+        self.sampler = None
+        self.warped = facts["mask_warped"]
+        self.uncovered = 0
+        counted = labels is not None and channels_as_read(facts, labels.colour) == labels.channels
+        if counted and labels is not None and locations_per_class and _on_image_grid(facts):
+            width = self.raw.shape[1]
+            self.sampler = LocationSampler(labels.num_classes, locations_per_class, width)
+        self.cells: ValidPixels | None = None
+
+    def read(self, start: int, image_rows: np.ndarray | None) -> bool:
+        """Read and count the chunk of rows from ``start``; ``False`` (a problem) if unreadable."""
+        rows = _chunk(self.raw, start, self.path, self.problems, "mask")
+        covered = None
+        if rows is not None and self.coverage is not None:
+            covered = _chunk(self.coverage, start, self.path, self.problems, "mask")
+            if covered is None:
+                return False
+        if rows is None:
+            return False
+        self.add(rows, start, image_rows, None if covered is None else covered > 0)
+        return True
+
+    def add(
+        self,
+        rows: np.ndarray,
+        start: int,
+        image_rows: np.ndarray | None,
+        covered: np.ndarray | None = None,
+    ) -> None:
+        """Count a chunk of the mask's rows (``image_rows``: the image's same rows).
+
+        ``covered``: where a warped mask covers its image (the rest has no label).
+        """
+        if covered is not None:
+            self.uncovered += int(covered.size - np.count_nonzero(covered))
+        wanted = self.sampler is not None or self.cells is not None
+        decoded = self.counts.add(rows, classes=wanted, covered=covered)
+        if decoded is None:
+            return
+        classes, per_class = decoded
+        if self.sampler is not None:
+            self.sampler.add(classes, start, per_class)
+        if self.cells is not None and image_rows is not None:
+            self.cells.add(classes, start, image_rows)
+
+    def facts(self) -> dict[str, Any]:
+        """The mask's values (the ``MAX_MASK_VALUES`` with most pixels), locations, cells."""
+        values, counts = self.counts.values()
+        kept = np.argsort(-counts, kind="stable")[:MAX_MASK_VALUES]
+        kept.sort()
+        facts: dict[str, Any] = {
+            "mask_values": np.stack([values[kept], counts[kept]], axis=1).tolist(),
+            "mask_distinct": len(values),
+        }
+        if self.warped:
+            facts["mask_uncovered"] = self.uncovered
+        if self.sampler is not None and self.labels is not None:
+            facts["class_locations"] = {**self.sampler.facts(), "labels": labels_key(self.labels)}
+        return facts
 
 
 def _valid_pixels(
@@ -123,6 +314,8 @@ def _valid_pixels(
     """
     if facts["mask_problems"] or channels_as_read(facts, labels.colour) != labels.channels:
         return None
+    if not _on_image_grid(facts):  # a problem the pass reports
+        return None
     entry: dict[str, Any] = {"cell": CELL, **validity_key(labels, validity)}
     facts["valid_cells"] = entry
     try:
@@ -131,32 +324,12 @@ def _valid_pixels(
         entry["problem"] = str(error)
         return None
     entry["nodata"] = nodata
-    return ValidPixels(image, labels.num_classes, nodata)
+    return ValidPixels(image.shape[0], image.shape[1], labels.num_classes, nodata)
 
 
-def _pixel_statistics(image: Pixels) -> dict[str, Any]:
-    """Per channel: sum and sum of squares (float64), for the dataset's mean and std; range.
-
-    The range (``value_range``: ``[low, high]`` per channel, ``None`` without a finite
-    value) goes into the checkpoint; ``nonfinite`` counts NaN and infinite values.
-    """
-    total = np.zeros(image.shape[2])
-    squares = np.zeros(image.shape[2])
-    histogram = ValueHistogram(image.shape[2], image.dtype)
-    for start in range(0, image.shape[0], ROWS_PER_CHUNK):
-        rows = np.asarray(image[start : start + ROWS_PER_CHUNK])
-        histogram.add(rows)
-        chunk = rows.astype(np.float64)
-        total += chunk.sum((0, 1))
-        squares += (chunk**2).sum((0, 1))
-    pixels = image.shape[0] * image.shape[1]
-    return {
-        "pixels": pixels,
-        "sum": total.tolist(),
-        "squares": squares.tolist(),
-        "value_range": histogram.percentiles(),
-        "nonfinite": histogram.nonfinite(),
-    }
+def _on_image_grid(facts: dict[str, Any]) -> bool:
+    """Whether the mask is read on its image's grid: the same grid, or warped onto it."""
+    return bool(facts["mask_warped"] or not facts["grids_differ"])
 
 
 def _nonfinite_problem(count: int) -> str:
@@ -166,37 +339,6 @@ def _nonfinite_problem(count: int) -> str:
         "makes every patch and the mean NaN): give no-data pixels a value, and their "
         "mask the ignore index"
     )
-
-
-def _value_counts(
-    raw: Pixels,
-    labels: LabelMap | None = None,
-    sampler: LocationSampler | None = None,
-    cells: ValidPixels | None = None,
-    palette_table: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct mask values (as ``mask_codes``) and how many pixels have each.
-
-    ``sampler`` and ``cells`` are offered each chunk's class indices (decoded by
-    ``labels``, a palette mask's through its ``palette_table``) on the way.
-    """
-    totals: dict[int, int] = {}
-    listeners = [each for each in (sampler, cells) if each is not None]
-    for start in range(0, raw.shape[0], ROWS_PER_CHUNK):
-        chunk = np.asarray(raw[start : start + ROWS_PER_CHUNK])
-        codes = mask_codes(chunk)
-        if listeners and labels is not None:
-            if palette_table is not None:
-                classes = palette_table[chunk]
-            else:
-                classes = chunk if labels.is_identity(chunk) else labels.decode_codes(codes)
-            for listener in listeners:
-                listener.add(classes, start)
-        values, counts = np.unique(codes, return_counts=True)
-        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-            totals[value] = totals.get(value, 0) + count
-    values = np.array(sorted(totals), np.int64)
-    return values, np.array([totals[v] for v in values.tolist()], np.int64)
 
 
 def mask_holds_an_image(facts: dict[str, Any]) -> bool:

@@ -26,10 +26,13 @@ import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cv2
 import numpy as np
+
+if TYPE_CHECKING:  # grids reads files through sources, which imports this module
+    from segscale.data.grids import Grid
 
 GDAL_CACHE_MB = 64
 """GDAL's block cache in each process that reads windows (GDAL's own default is 5 % of
@@ -79,21 +82,33 @@ class WindowedRaster:
     ``bands`` (1-based, as GDAL counts) are the channels it stands for (default: all);
     with ``squeeze`` one band is an H×W array, as a mask of class indices is. ``nodata``
     is the file's no-data value (GeoTIFF's ``GDAL_NODATA`` tag), if it has one.
+
+    ``onto``: the file read on another grid (``segscale.data.grids.Grid``: a mask on its
+    image's), through GDAL's warper (``WarpedVRT``, nearest neighbour: each pixel takes
+    the value of the file's pixel it falls in), window by window. The warper adds a band
+    after the file's, ``coverage_band``: 255 where the file covers the grid, 0 elsewhere.
     """
 
     def __init__(
-        self, path: Path, bands: tuple[int, ...] | None = None, squeeze: bool = False
+        self,
+        path: Path,
+        bands: tuple[int, ...] | None = None,
+        squeeze: bool = False,
+        onto: Grid | None = None,
     ) -> None:
         self.path = Path(path)
+        self.onto = onto
         self._handles: dict[int, Any] = {}  # process id → its open dataset
         self._lock = threading.Lock()
         dataset = self._dataset()
-        self.bands = bands or tuple(range(1, dataset.count + 1))
+        count = dataset.count - 1 if onto is not None else dataset.count
+        self.coverage_band = dataset.count if onto is not None else None
+        self.bands = bands or tuple(range(1, count + 1))
         self.squeeze = squeeze and len(self.bands) == 1
         height, width = dataset.height, dataset.width
         self.shape = (height, width) if self.squeeze else (height, width, len(self.bands))
-        self.dtype = np.dtype(dataset.dtypes[0])
-        self.nodata: float | None = dataset.nodata
+        self.dtype = np.dtype(dataset.dtypes[self.bands[0] - 1])
+        self.nodata: float | None = dataset.nodata if onto is None else None
 
     @property
     def ndim(self) -> int:
@@ -137,8 +152,24 @@ class WindowedRaster:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def band_rows(self, y0: int, y1: int) -> np.ndarray:
+        """Rows ``y0`` to ``y1`` as GDAL decodes them, band after band: an H×W×C view.
+
+        The same pixels as ``self[y0:y1]`` without interleaving them (a copy of the rows
+        that reading a whole band at a time does not need): each channel is contiguous.
+        """
+        bands = self._read_bands(y0, min(y1, self.shape[0]), 0, self.shape[1])
+        return bands[0] if self.squeeze else np.moveaxis(bands, 0, -1)
+
     def _read_window(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         """The window's pixels (H×W×C, or H×W), decoded from the blocks it touches."""
+        bands = self._read_bands(y0, y1, x0, x1)
+        if self.squeeze:
+            return bands[0]
+        return interleaved(bands)
+
+    def _read_bands(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        """The window's bands (C×H×W), decoded from the blocks it touches."""
         from rasterio.windows import Window
 
         dataset = self._dataset()
@@ -150,15 +181,15 @@ class WindowedRaster:
                 f"{self.path}: rows {y0}-{y1}, columns {x0}-{x1} cannot be read ({reason})",
                 self.path,
             ) from None
-        if self.squeeze:
-            return bands[0]
-        return interleaved(bands)
+        return bands
 
     def close(self) -> None:
         """Close this process's dataset (the next read opens it again)."""
         handle = self._handles.pop(os.getpid(), None)
         if handle is not None:
             handle.close()
+            if self.onto is not None:  # the file the warper read
+                handle.src_dataset.close()
 
     def _dataset(self) -> Any:
         """The dataset open in this process: one opened before a fork is never used after it."""
@@ -169,6 +200,8 @@ class WindowedRaster:
                 handle = self._handles.get(pid)
                 if handle is None:
                     handle = _open(self.path)
+                    if self.onto is not None:
+                        handle = _warped(handle, self.onto)
                     self._handles = {pid: handle}  # a parent's handle is dropped, not closed
         return handle
 
@@ -185,6 +218,23 @@ def _open(path: Path) -> Any:
             return rasterio.open(path, sharing=False)
         except rasterio.errors.RasterioIOError as error:
             raise ValueError(f"{path}: cannot be read ({error})") from None
+
+
+def _warped(dataset: Any, grid: Grid) -> Any:
+    """``dataset`` read on ``grid`` (nearest neighbour), with a coverage band after its own."""
+    from affine import Affine
+    from rasterio.enums import Resampling
+    from rasterio.vrt import WarpedVRT
+
+    return WarpedVRT(
+        dataset,
+        crs=grid.crs,
+        transform=Affine(*grid.transform),
+        width=grid.width,
+        height=grid.height,
+        resampling=Resampling.nearest,
+        add_alpha=True,
+    )
 
 
 _cache_set_in: int | None = None

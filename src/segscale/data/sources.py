@@ -83,9 +83,37 @@ every image that Pillow reads reads here too."""
 MAX_IMAGE_PIXELS_KEYS = "datamodule.max_image_pixels; max_image_pixels for predict.py"
 """The config keys that set the limit, as a refusal names them."""
 _TO_RGB_MODES = ("P", "RGBA", "LA", "CMYK", "YCbCr")  # read_image converts these to RGB
-# Pillow's limit is one module global; this lock keeps two threads that read at once
-# from restoring each other's value (see _open_checked).
-_PILLOW_LIMIT_LOCK = threading.Lock()
+
+
+class _PillowLimitSwitch:
+    """Pillow's limit (one module global) off while any thread reads through ``_open_checked``.
+
+    Counted, so that threads decode files side by side and the last one to finish puts
+    the value back: none restores it while another still reads, or keeps another's.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._readers = 0
+        self._saved: int | None = None
+
+    @contextmanager
+    def off(self) -> Iterator[None]:
+        """Pillow's limit is ``None`` inside (and was as it is before and after)."""
+        with self._lock:
+            if self._readers == 0:
+                self._saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._readers -= 1
+                if self._readers == 0:
+                    Image.MAX_IMAGE_PIXELS = self._saved
+
+
+_PILLOW_LIMIT = _PillowLimitSwitch()
 
 
 @dataclass(frozen=True)
@@ -167,7 +195,7 @@ def read_mask(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXEL
     palette = None
     if path.suffix.lower() in TIFF_SUFFIXES:
         array = _read_tiff(path, mask=True)
-        palette = _tiff_palette(path)
+        palette = tiff_palette(path)
         if isinstance(array, WindowedRaster):
             return MaskFile(array, palette)
     else:
@@ -188,7 +216,7 @@ def _png_palette(img: Image.Image) -> np.ndarray | None:
     return None if colours is None else np.asarray(colours, np.uint8).reshape(-1, 3)
 
 
-def _tiff_palette(path: Path) -> np.ndarray | None:
+def tiff_palette(path: Path) -> np.ndarray | None:
     """The colour map of a palette TIFF (n×3 uint8), ``None`` for any other TIFF.
 
     A TIFF stores 16-bit colours; the high byte is the 8-bit colour, whether the writer
@@ -235,16 +263,12 @@ def _open_checked(path: Path, max_image_pixels: int | None) -> Iterator[Image.Im
 
     Ours replaces Pillow's decompression-bomb check, which would raise (or warn) with a
     message that names neither the file nor our key: Pillow's is switched off for the
-    duration of this read only, never for the rest of the process.
+    duration of this read only, never for the rest of the process (threads that read at
+    once decode side by side: ``_PillowLimitSwitch``).
     """
-    with _PILLOW_LIMIT_LOCK:
-        pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
-        try:
-            with Image.open(path) as img:
-                _check_pixel_count(path, img.width, img.height, max_image_pixels)
-                yield img
-        finally:
-            Image.MAX_IMAGE_PIXELS = pillow_limit
+    with _PILLOW_LIMIT.off(), Image.open(path) as img:
+        _check_pixel_count(path, img.width, img.height, max_image_pixels)
+        yield img
 
 
 def _verify_png(path: Path, img: Image.Image) -> None:

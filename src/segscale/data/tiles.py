@@ -5,15 +5,18 @@ window at a time (``segscale.data.rasters``): TIFFs mapped or read by window, PN
 JPEG files through the machine's decode cache (``segscale.data.decode_cache``). A mask
 whose values are not already class indices (grey levels, colours, label IDs, a palette
 mask's colours) is decoded window by window as it is read (``LabelledMask``), except a
-PNG's, whose class indices the decode cache keeps. So no rank holds the decoded
-dataset: what a rank holds grows with the patches it cuts, not with the images, and the
-pixels it reads sit in the page cache, which the ranks and workers of a machine share.
+PNG's, whose class indices the decode cache keeps, and a mask on another grid than its
+image's, read on the image's grid (``datamodule.mask_alignment=warp``:
+``segscale.data.warped_masks``). So no rank holds the decoded dataset: what a rank holds
+grows with the patches it cuts, not with the images, and the pixels it reads sit in the
+page cache, which the ranks and workers of a machine share.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from segscale.data.decode_cache import DecodeCache
+from segscale.data.grids import Grid
 from segscale.data.labels import LabelMap
 from segscale.data.rasters import Pixels, UnreadableWindowError
 from segscale.data.sources import (
@@ -30,6 +34,7 @@ from segscale.data.sources import (
     read_image,
     read_mask,
 )
+from segscale.data.warped_masks import WarpedLabels
 from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -126,6 +131,7 @@ def open_tiles(
     labels: LabelMap,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     cache: DecodeCache | None = None,
+    warped_masks: Mapping[Path, Grid] | None = None,
 ) -> list[Tile]:
     """Open every pair where it lies (see the module's docstring); decode no TIFF.
 
@@ -133,11 +139,16 @@ def open_tiles(
     rank then holds them). The pairs are expected to have passed
     ``segscale.data.validation`` (sizes agree, mask values known); a size mismatch is
     still refused here, and so is a file past ``max_image_pixels`` (see ``read_image``).
+    ``warped_masks``: masks read on another grid, their image's (``WarpedLabels``).
     """
     tiles = []
+    warped_masks = warped_masks or {}
     for pair in pairs:
         image = _open_image(pair.image, max_image_pixels, cache)
-        mask = _open_mask(pair.mask, labels, max_image_pixels, cache)
+        if pair.mask in warped_masks:
+            mask: Mask = WarpedLabels(pair.mask, warped_masks[pair.mask], labels)
+        else:
+            mask = _open_mask(pair.mask, labels, max_image_pixels, cache)
         if image.shape[:2] != mask.shape[:2]:
             raise ValueError(
                 f"{pair.mask}: mask is {mask.shape[1]}x{mask.shape[0]} but its image "

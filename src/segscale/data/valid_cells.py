@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from segscale.data.nodata import nodata_pixels, parse_nodata, read_nodata_tag
-from segscale.data.rasters import Pixels
 
 CELL = 16
 """Side of a cell in pixels: fine enough that a window's count is close to exact at its
@@ -47,12 +46,16 @@ class ValidCellCounter:
         rows = valid.shape[0]
         if not rows:
             return
-        padded = np.zeros((rows, self.counts.shape[1] * CELL), np.int32)
-        padded[:, : self.width] = valid
-        per_row = padded.reshape(rows, -1, CELL).sum(axis=2)  # rows × cell columns
-        cell_rows = (np.arange(first_row, first_row + rows)) // CELL
-        starts = np.flatnonzero(np.r_[True, cell_rows[1:] != cell_rows[:-1]])
-        self.counts[cell_rows[starts]] += np.add.reduceat(per_row, starts, axis=0)
+        # Placed in whole cells (zeros around), then summed over each cell's 16 rows and
+        # its 16 columns in turn: two reshaped sums, in place of a reduction per cell.
+        skip = first_row % CELL
+        cell_rows = cells_along(skip + rows)
+        padded = np.zeros((cell_rows * CELL, self.counts.shape[1] * CELL), np.uint8)
+        padded[skip : skip + rows, : self.width] = valid
+        per_cell_row = padded.reshape(cell_rows, CELL, -1).sum(axis=1, dtype=np.uint8)
+        per_cell = per_cell_row.reshape(cell_rows, -1, CELL).sum(axis=2, dtype=np.int64)
+        first = first_row // CELL
+        self.counts[first : first + cell_rows] += per_cell
 
     def facts(self) -> dict[str, Any]:
         """The counts for the cache: the cell side, and base64 of zlib'd uint16 counts."""
@@ -61,23 +64,25 @@ class ValidCellCounter:
 
 
 class ValidPixels:
-    """A pair's valid pixels, fed chunk by chunk of its mask's class indices.
+    """A pair's valid pixels, fed chunk by chunk of its mask's class indices and image rows.
 
-    ``image`` is read again, chunk by chunk, only where there is a ``nodata`` value.
+    The image rows are those the pass read for its statistics: no pixel is read twice.
     """
 
-    def __init__(self, image: Pixels, num_classes: int, nodata: float | None) -> None:
-        self.image = image
+    def __init__(self, height: int, width: int, num_classes: int, nodata: float | None) -> None:
         self.num_classes = num_classes
         self.nodata = nodata
-        self.counter = ValidCellCounter(image.shape[0], image.shape[1])
+        self.counter = ValidCellCounter(height, width)
 
-    def add(self, classes: np.ndarray, first_row: int) -> None:
-        """Count the valid pixels of a chunk of class indices (rows from ``first_row`` on)."""
+    def add(self, classes: np.ndarray, first_row: int, image_rows: np.ndarray) -> None:
+        """Count the valid pixels of a chunk (rows from ``first_row`` on).
+
+        ``classes``: the mask's class indices; ``image_rows``: the same rows of the image
+        (H×W×C), looked at only where there is a ``nodata`` value.
+        """
         valid = classes < self.num_classes  # ignore_index, and what decodes to it, is not
         if self.nodata is not None:
-            rows = np.asarray(self.image[first_row : first_row + classes.shape[0]])
-            valid &= ~nodata_pixels(rows, self.nodata)
+            valid &= ~nodata_pixels(image_rows, self.nodata)
         self.counter.add(valid, first_row)
 
 

@@ -21,10 +21,12 @@ import numpy as np
 from segscale.data.class_locations import TileClassLocations
 from segscale.data.dataset_problems import InvalidDatasetError, problem_message
 from segscale.data.dataset_report import DatasetReport
+from segscale.data.grids import Grid, check_mask_alignment, grid_problem
 from segscale.data.labels import LabelMap
 from segscale.data.mask_values import MaskValueCensus
 from segscale.data.pair_inspection import mask_holds_an_image, too_many_values
 from segscale.data.palette_masks import beyond_palette, channels_as_read, is_palette, values_as_read
+from segscale.data.pass_reading import PairRequest, read_pairs
 from segscale.data.pixel_types import MAX_VALUES
 from segscale.data.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -36,7 +38,6 @@ from segscale.data.valid_cells import TileValidCells, Validity
 from segscale.data.valid_windows import TileWindows, qualifying_tiles
 from segscale.data.validation_cache import ValidationCache
 from segscale.data.value_range import ValueRange
-from segscale.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ def validate_dataset(
     checkpoint: str | None = None,
     min_valid: float = 0.0,
     nodata: float | None = None,
+    workers: int | None = None,
+    mask_alignment: str = "refuse",
 ) -> DatasetReport:
     """Check every file of ``splits``; raise ``InvalidDatasetError`` listing all problems.
 
@@ -78,28 +81,37 @@ def validate_dataset(
     keeps the tiles that have a window of ``patch_size`` with that share of valid pixels
     (``DatasetReport.valid_windows``); the others are left out with a warning, and a
     dataset without any is refused (``qualifying_tiles``). Cached as class locations are.
+
+    The files not cached are read on ``workers`` threads (``None``: the cores this
+    process may use), once per machine (``segscale.data.pass_reading``).
+
+    A GeoTIFF mask on another grid than its GeoTIFF image (CRS, transform or size,
+    ``segscale.data.grids``) is a problem naming both grids; with ``mask_alignment``
+    ``warp`` it is read on its image's grid instead (``DatasetReport.warped_masks``).
     """
-    cache = ValidationCache(source, max_image_pixels)
+    check_mask_alignment(mask_alignment)
+    warp = mask_alignment == "warp"
     problems: list[FileProblem] = []
     unknown = MaskValueCensus(colour=labels.colour)
+    scanned = {split: source.scan(split) for split in splits}
+    requests = [
+        PairRequest(
+            pair, labels, locations_per_class, _validity(split, splits, min_valid, nodata), warp
+        )
+        for split in splits
+        for pair in scanned[split][0]
+    ]
+    read = iter(read_pairs(lambda: ValidationCache(source, max_image_pixels), requests, workers))
     facts: dict[str, list[tuple[ImageMaskPair, dict[str, Any]]]] = {}
     for split in splits:
-        pairs, unpaired = source.scan(split)
+        pairs, unpaired = scanned[split]
         problems += unpaired
-        validity = Validity(nodata) if min_valid and split == splits[0] else None
-        # The first pass over a large data set reads every file (minutes): say how far.
-        progress = Progress(len(pairs), f"{split} files checked", log)
-        read = []
-        for pair in pairs:
-            read.append((pair, cache.facts(pair, labels, locations_per_class, validity)))
-            progress.update()
-        progress.close()
-        facts[split] = [(pair, _with_labels(pair, f, labels, unknown)) for pair, f in read]
+        facts[split] = [(pair, _with_labels(pair, next(read), labels, unknown)) for pair in pairs]
         problems += [FileProblem(p.mask, r) for p, f in facts[split] for r in f["mask_problems"]]
+        problems += _grid_problems(facts[split])
         problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]
-        if validity is not None:
+        if min_valid and split == splits[0]:
             problems += _nodata_problems(facts[split])
-    cache.save()
     readable = [(p, f) for split in splits for p, f in facts[split] if f["channels"] is not None]
     problems += _kind_problems(readable, in_channels, channels_from)
     usable = {split: _large_enough(facts[split], patch_size, split) for split in splits}
@@ -133,7 +145,34 @@ def validate_dataset(
         ignore_index=labels.ignore_index,
         value_range=ValueRange.spanning([f["value_range"] for f in train]),
         valid_windows=windows,
+        warped_masks={
+            p.mask: Grid.from_facts(f["image_grid"])
+            for s in splits
+            for p, f in usable[s]
+            if f.get("mask_warped")
+        },
     )
+
+
+def _grid_problems(facts: list[tuple[ImageMaskPair, dict[str, Any]]]) -> list[FileProblem]:
+    """The masks on another grid than their image's, not read on the image's."""
+    return [
+        FileProblem(
+            pair.mask,
+            grid_problem(
+                pair.image, Grid.from_facts(f["image_grid"]), Grid.from_facts(f["mask_grid"])
+            ),
+        )
+        for pair, f in facts
+        if f.get("grids_differ") and not f.get("mask_warped")
+    ]
+
+
+def _validity(
+    split: str, splits: Sequence[str], min_valid: float, nodata: float | None
+) -> Validity | None:
+    """What valid pixels of ``split`` are counted with: only the training split's, if asked."""
+    return Validity(nodata) if min_valid and split == splits[0] else None
 
 
 def _nodata_problems(facts: list[tuple[ImageMaskPair, dict[str, Any]]]) -> list[FileProblem]:

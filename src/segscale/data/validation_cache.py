@@ -6,8 +6,8 @@ are reported as they are), keyed by the image's and mask's path and identity
 (``source_identity``: size, mtime, inode and change time), so a second run re-reads
 only files that changed, a replacement that keeps size and mtime included. It holds
 what does not depend on the label settings (``inspect_pair``), so other classes re-read
-nothing either; class locations and valid cells are kept for the settings that found
-them.
+nothing either; class locations, valid cells and masks read on their image's grid are
+kept for the settings that found them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from segscale.atomic_files import write_text_atomically
+from segscale.data.grids import pair_grids
 from segscale.data.labels import LabelMap
 from segscale.data.pair_inspection import inspect_pair, labels_key, validity_key
 from segscale.data.palette_masks import channels_as_read
@@ -72,6 +73,7 @@ class ValidationCache:
         labels: LabelMap | None = None,
         locations_per_class: int = 0,
         validity: Validity | None = None,
+        warp_masks: bool = False,
     ) -> dict[str, Any]:
         """The pair's facts: from the cache if both files are unchanged, else read afresh.
 
@@ -80,20 +82,57 @@ class ValidationCache:
         read again (the labels are not part of the settings key, since nothing else
         depends on them).
         """
-        key = f"{pair.image.resolve()}|{pair.mask.resolve()}"
-        stamp = [source_identity(pair.image), source_identity(pair.mask)]
-        entry = self.entries.get(key)
+        cached = self.cached(pair, labels, locations_per_class, validity, warp_masks)
+        if cached is not None:
+            return cached
+        return self.read(pair, labels, locations_per_class, validity, warp_masks)
+
+    def cached(
+        self,
+        pair: ImageMaskPair,
+        labels: LabelMap | None = None,
+        locations_per_class: int = 0,
+        validity: Validity | None = None,
+        warp_masks: bool = False,
+    ) -> dict[str, Any] | None:
+        """The pair's cached facts, as ``facts`` would take them; ``None`` if they must be read.
+
+        Facts cached before the files' grids were kept get them from the headers alone.
+        """
+        entry = self.entries.get(_key(pair))
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
+        if not entry or entry["stamp"] != _stamp(pair):
+            return None
+        facts = entry["facts"]
+        if "grids_differ" not in facts:
+            facts |= pair_grids(pair.image, pair.mask)
+            self.changed = True
         if (
-            entry
-            and entry["stamp"] == stamp
-            and _has_locations(entry["facts"], labels, wanted)
-            and _has_valid_cells(entry["facts"], labels, validity)
+            _has_locations(facts, labels, wanted)
+            and _has_valid_cells(facts, labels, validity)
+            and bool(facts.get("mask_warped")) == (warp_masks and facts["grids_differ"])
         ):
-            return entry["facts"]
-        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity)
-        self.entries[key] = {"stamp": stamp, "facts": facts}
+            return facts
+        return None
+
+    def read(
+        self,
+        pair: ImageMaskPair,
+        labels: LabelMap | None = None,
+        locations_per_class: int = 0,
+        validity: Validity | None = None,
+        warp_masks: bool = False,
+    ) -> dict[str, Any]:
+        """Read the pair's facts afresh and keep them (``save`` writes them).
+
+        Threads may read pairs at once: each keeps its own entry.
+        """
+        stamp = _stamp(pair)  # before reading: a change then reads again
+        wanted = locations_per_class if labels is not None else 0
+        validity = validity if labels is not None else None
+        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity, warp_masks)
+        self.entries[_key(pair)] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
 
@@ -137,3 +176,12 @@ def _has_valid_cells(
     counted = "counts" in kept or "problem" in kept
     same = {k: kept.get(k) for k in ("labels", "nodata_setting")} == validity_key(labels, validity)
     return counted and same and kept.get("cell") == CELL
+
+
+def _key(pair: ImageMaskPair) -> str:
+    return f"{pair.image.resolve()}|{pair.mask.resolve()}"
+
+
+def _stamp(pair: ImageMaskPair) -> list[list[int | str]]:
+    """The identity of both files of ``pair`` (``source_identity``), as entries keep it."""
+    return [source_identity(pair.image), source_identity(pair.mask)]

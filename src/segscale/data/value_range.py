@@ -20,6 +20,7 @@ from functools import cache
 
 import numpy as np
 
+from segscale.data.histograms import value_counts
 from segscale.data.rasters import Pixels
 
 LOW_PERCENTILE = 0.1
@@ -60,13 +61,26 @@ class ValueHistogram:
     def add(self, chunk: np.ndarray) -> None:
         """Count the values of ``chunk`` (rows × width × channels of the image)."""
         for channel, counts in enumerate(self.counts):
-            values = chunk[..., channel]
-            if not self.integer:  # a float32's bits, whose top ones order it by magnitude
-                bits = np.asarray(values, np.float32).view(np.uint32)
-                values = bits >> (32 - _FLOAT_KEPT_BITS)
-            # One channel at a time: a bincount of a strided copy is faster than one of
-            # all channels offset apart, which needs every value widened first.
-            counts += np.bincount(values.ravel(), minlength=self.bins)
+            if self.integer:  # OpenCV counts a channel in place (segscale.data.histograms)
+                counts += value_counts(chunk, channel)
+                continue
+            # A float32's bits, whose top ones order it by magnitude.
+            bits = np.asarray(chunk[..., channel], np.float32).view(np.uint32)
+            counts += np.bincount((bits >> (32 - _FLOAT_KEPT_BITS)).ravel(), minlength=self.bins)
+
+    def moments(self) -> tuple[list[float], list[float]]:
+        """Per channel, the sum of the values and of their squares, of an integer image.
+
+        Exact sums of the counted values (Python's integers where int64 could overflow),
+        then rounded once to float64: what summing the pixels in float64 gives whenever
+        its partial sums stay below 2**53, as they do for 8-bit images.
+        """
+        if not self.integer:
+            raise ValueError("the moments of a float image are summed from its pixels")
+        values = np.arange(self.bins, dtype=np.int64)
+        sums = [_exact_dot(counts, values) for counts in self.counts]
+        squares = [_exact_dot(counts, values * values) for counts in self.counts]
+        return [float(s) for s in sums], [float(s) for s in squares]
 
     def nonfinite(self) -> int:
         """How many values are NaN or infinite (none in an integer image)."""
@@ -96,6 +110,14 @@ class ValueHistogram:
             high = np.searchsorted(cumulative, total * HIGH_PERCENTILE / 100, side="left")
             ranges.append([float(lows[low]), float(highs[high])])
         return ranges
+
+
+def _exact_dot(counts: np.ndarray, weights: np.ndarray) -> int:
+    """``sum(counts * weights)`` exactly: in int64 where it cannot overflow, else in Python."""
+    if int(counts.sum()) * int(weights.max(initial=0)) < 1 << 63:
+        return int(np.dot(counts, weights))
+    kept = np.flatnonzero(counts)
+    return sum(int(c) * int(w) for c, w in zip(counts[kept], weights[kept], strict=True))
 
 
 _HALF = 1 << (_FLOAT_KEPT_BITS - 1)

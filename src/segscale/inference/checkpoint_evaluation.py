@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
+from segscale.data.grids import Grid
 from segscale.data.labels import LabelMap
 from segscale.data.pixel_types import pixel_type_mismatch
 from segscale.data.sources import (
@@ -37,6 +39,7 @@ from segscale.data.sources import (
     read_mask,
 )
 from segscale.data.validation import validate_dataset
+from segscale.data.warped_masks import WarpedLabels
 from segscale.errors import ConfigError
 from segscale.inference.devices import inference_backend, run_on_devices
 from segscale.inference.image_metrics import (
@@ -111,6 +114,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         max_image_pixels=datamodule.max_image_pixels,
         channels_from=network,
         checkpoint=str(cfg.ckpt),
+        mask_alignment=datamodule.mask_alignment,
     )
     pairs = report.pairs[cfg.split]
     # Every image has the report's pixel type (validation refuses a mix): one check.
@@ -131,6 +135,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         datamodule.labels,
         datamodule.max_image_pixels,
         tolerance,
+        report.warped_masks,
     )
     confusion = torch.from_numpy(
         sum((image.confusion for image in images), np.zeros((trained.num_classes,) * 2, np.int64))
@@ -257,6 +262,7 @@ def _scores_of_share(
     labels: LabelMap,
     max_image_pixels: int | None,
     tolerance: float | None,
+    warped_masks: dict[Path, Grid],
 ) -> list[ImageScores]:
     trained.module.to(fabric.device)
     # Each rank counts its own share; rank 0's lines speak for all (shares are equal).
@@ -264,8 +270,9 @@ def _scores_of_share(
     progress = Progress(len(pairs), what, log if fabric.global_rank == 0 else None)
     images = []
     for index, pair in pairs:
+        grid = warped_masks.get(pair.mask)
         confusion, bf = image_scores(
-            pair, trained, window, labels, fabric.device, max_image_pixels, tolerance
+            pair, trained, window, labels, fabric.device, max_image_pixels, tolerance, grid
         )
         images.append(ImageScores(index, pair.image.name, confusion.numpy(), bf))
         progress.update()
@@ -288,6 +295,7 @@ def image_scores(
     device: torch.device,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     tolerance: float | None = None,
+    mask_grid: Grid | None = None,
 ) -> tuple[torch.Tensor, np.ndarray | None]:
     """One image's confusion matrix and, with a ``tolerance``, its BF score per class.
 
@@ -297,7 +305,14 @@ def image_scores(
     """
     maps: list[np.ndarray] = []
     confusion = image_confusion(
-        pair, trained, window, labels, device, max_image_pixels, maps if tolerance else None
+        pair,
+        trained,
+        window,
+        labels,
+        device,
+        max_image_pixels,
+        maps if tolerance else None,
+        mask_grid,
     )
     if not tolerance:
         return confusion, None
@@ -312,22 +327,30 @@ def image_confusion(
     device: torch.device,
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     maps: list[np.ndarray] | None = None,
+    mask_grid: Grid | None = None,
 ) -> torch.Tensor:
     """Confusion matrix (true × predicted pixels) of one whole image, band by band.
 
     ``max_image_pixels``: the size limit of the readers (``datamodule.max_image_pixels``).
     ``maps``: a list that receives the true and the predicted class maps (the ignore
     index and unknown values as ``num_classes``), where the caller needs them whole.
+    ``mask_grid``: the mask read on this grid, its image's (``datamodule.mask_alignment=
+    warp``, ``segscale.data.warped_masks``).
     """
-    mask = read_mask(pair.mask, max_image_pixels)
-    raw, table = mask.values, labels.palette_table(mask.palette)  # a palette mask as trained
+    if mask_grid is None:
+        mask = read_mask(pair.mask, max_image_pixels)
+        raw: Any = mask.values
+        table = labels.palette_table(mask.palette)  # a palette mask as trained
+    else:  # its class indices, a palette mask's read as trained
+        raw, table = WarpedLabels(pair.mask, mask_grid, labels), None
     classes = trained.num_classes
     counts = np.zeros(classes * classes, np.int64)
     if maps is not None:
         maps += [np.empty(raw.shape[:2], np.uint16), np.empty(raw.shape[:2], np.uint16)]
 
     def count(y0: int, predicted: np.ndarray) -> None:
-        truth = labels.decode(np.asarray(raw[y0 : y0 + len(predicted)]), table)
+        rows = np.asarray(raw[y0 : y0 + len(predicted)])
+        truth = rows if mask_grid is not None else labels.decode(rows, table)  # warped: classes
         labelled = truth < classes  # the ignore index (and unknown values) are not counted
         if maps is not None:
             maps[0][y0 : y0 + len(predicted)] = np.where(labelled, truth, classes)
