@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PairRequest:
-    """One pair and what the pass asks of it (``ValidationCache.facts``'s arguments)."""
+    """One pair and what the pass asks of it (the cache's ``cached`` and ``read`` arguments)."""
 
     pair: ImageMaskPair
     labels: LabelMap | None = None

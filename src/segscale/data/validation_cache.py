@@ -67,26 +67,6 @@ class ValidationCache:
             if stored.get("settings") == self.settings and stored.get("dataset") == self.dataset:
                 self.entries = stored.get("pairs", {})
 
-    def facts(
-        self,
-        pair: ImageMaskPair,
-        labels: LabelMap | None = None,
-        locations_per_class: int = 0,
-        validity: Validity | None = None,
-        warp_masks: bool = False,
-    ) -> dict[str, Any]:
-        """The pair's facts: from the cache if both files are unchanged, else read afresh.
-
-        Class locations (``locations_per_class > 0``) and valid cells (``validity``) are
-        found with ``labels``: facts without them, or with them for other settings, are
-        read again (the labels are not part of the settings key, since nothing else
-        depends on them).
-        """
-        cached = self.cached(pair, labels, locations_per_class, validity, warp_masks)
-        if cached is not None:
-            return cached
-        return self.read(pair, labels, locations_per_class, validity, warp_masks)
-
     def cached(
         self,
         pair: ImageMaskPair,
@@ -95,9 +75,13 @@ class ValidationCache:
         validity: Validity | None = None,
         warp_masks: bool = False,
     ) -> dict[str, Any] | None:
-        """The pair's cached facts, as ``facts`` would take them; ``None`` if they must be read.
+        """The pair's cached facts if both files are unchanged; ``None`` if they must be read.
 
-        Facts cached before the files' grids were kept get them from the headers alone.
+        Class locations (``locations_per_class > 0``) and valid cells (``validity``) are
+        found with ``labels``: facts without them, or with them for other settings, must
+        be read again (``read``; the labels are not part of the settings key, since
+        nothing else depends on them). Facts cached before the files' grids were kept
+        get them from the headers alone.
         """
         entry = self.entries.get(_key(pair))
         wanted = locations_per_class if labels is not None else 0
