@@ -50,10 +50,14 @@ def test_compile_trains_as_eager_does(tiny_data_root, tmp_path):
     assert sorted(eager) == sorted(compiled) == list(range(4))
     # The first step's loss is the forward pass alone: equal to float32 rounding. Each
     # update then amplifies rounding differences (the kernels sum in another order):
-    # compiled against eager measured 2e-6, 1e-5 and 3.4e-3 at steps 1-3, where eager
-    # at 1 thread against eager at 2 threads differs by 1.2e-3 at step 3. Later steps
-    # are held to 1%, still far below what a wrong gradient or a missed update does
-    # (the loss falls by a third over these four steps).
+    # compiled against eager measured 2e-6, 1e-5 and 3.4e-3 at steps 1-3 on a quiet
+    # machine, and 2.5e-2 at step 3 in CI on a loaded one (the same threads: the first
+    # steps of a tiny run are chaotic). Step 1's loss is the first update's result, so a
+    # wrong gradient or a missed update shows there at once (the loss falls by a third
+    # over these four steps, ~10% a step): it is held to 1e-3; later steps to what
+    # rounding can grow to, still short of one missed update.
     assert compiled[0] == pytest.approx(eager[0], rel=1e-5)
-    for step, loss in eager.items():
-        assert compiled[step] == pytest.approx(loss, rel=1e-2), f"step {step}"
+    assert compiled[1] == pytest.approx(eager[1], rel=1e-3), "step 1"
+    assert compiled[2] == pytest.approx(eager[2], rel=1e-2), "step 2"
+    assert compiled[3] == pytest.approx(eager[3], rel=5e-2), "step 3"
+    assert compiled[3] < 0.9 * compiled[0] and eager[3] < 0.9 * eager[0]  # both learned
