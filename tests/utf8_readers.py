@@ -60,8 +60,8 @@ def heavy(folder: Path) -> None:
     assert text.splitlines()[0] == "step,val/IoU_Straße,val/IoU_café,val/IoU_水", text
     assert [line.split(",")[0] for line in text.splitlines()[1:]] == ["0", "1", "2"], text
     confusion = np.eye(3, dtype=np.int64)
-    images = [ImageScores(0, "Straße_水.png", confusion, None)]
-    write_image_metrics(folder, images, CLASSES)
+    images = [ImageScores(0, confusion, None)]
+    write_image_metrics(folder, images, ["Straße_水.png"], CLASSES)
     assert [row["image"] for row in read_image_metrics(folder)] == ["Straße_水.png"]
 
 

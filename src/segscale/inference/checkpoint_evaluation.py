@@ -46,6 +46,7 @@ from segscale.inference.image_metrics import (
     ImageScores,
     class_boundary_f1,
     data_set_boundary_f1,
+    image_names,
     write_image_metrics,
 )
 from segscale.inference.inputs import check_pixels, range_checked
@@ -153,7 +154,8 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         mean_boundary_f1=mean_bf,
         bf_tolerance=tolerance,
     )
-    write_image_metrics(output, images, trained.class_names)
+    names = image_names([pair.image for pair in pairs])
+    write_image_metrics(output, images, names, trained.class_names)
     metrics = evaluation_report(confusion, trained.class_names, class_bf, mean_bf, tolerance)
     metrics |= {"inference": inference}
     log.info("%s", json.dumps({k: v for k, v in metrics.items() if k != "classes"}))
@@ -274,7 +276,7 @@ def _scores_of_share(
         confusion, bf = image_scores(
             pair, trained, window, labels, fabric.device, max_image_pixels, tolerance, grid
         )
-        images.append(ImageScores(index, pair.image.name, confusion.numpy(), bf))
+        images.append(ImageScores(index, confusion.numpy(), bf))
         progress.update()
     progress.close()
     if fabric.world_size == 1:

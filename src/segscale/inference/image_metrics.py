@@ -9,6 +9,7 @@ averaged over the images), so that several processes give what one does.
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -27,10 +28,9 @@ IMAGE_COLUMNS = ("GlobalAccuracy", "MeanAccuracy", "MeanIoU", "WeightedIoU", "Me
 
 
 class ImageScores(NamedTuple):
-    """One image's counts: its place in the split, name, confusion matrix, BF per class."""
+    """One image's counts: its place in the split, confusion matrix, BF score per class."""
 
     place: int  # its index in the split's list of images
-    name: str
     confusion: np.ndarray
     boundary_f1: np.ndarray | None  # None: not measured (bf_tolerance null or 0)
 
@@ -56,19 +56,37 @@ def data_set_boundary_f1(images: Sequence[ImageScores]) -> float | None:
     return mean_or_none(np.array([m for m in means if m is not None], dtype=float))
 
 
-def image_row(image: ImageScores, class_names: Sequence[str]) -> list[object]:
+def image_names(images: Sequence[Path]) -> list[str]:
+    """The name of each image in ``image_metrics.csv``: its file name, unless names repeat.
+
+    Where they do (tile folders that each hold ``image_part_001.jpg``), each image is named
+    by its path under the images' common folder, with ``/`` on every platform
+    (``Tile 3/images/image_part_001.jpg``).
+    """
+    names = [image.name for image in images]
+    if len(set(names)) == len(names):
+        return names
+    common = Path(os.path.commonpath([image.parent for image in images]))
+    return [image.relative_to(common).as_posix() for image in images]
+
+
+def image_row(image: ImageScores, name: str, class_names: Sequence[str]) -> list[object]:
     """The image's name and MATLAB's ``ImageMetrics`` of it (empty: not defined)."""
     report = evaluation_report(torch.from_numpy(image.confusion), class_names)
     bf = None if image.boundary_f1 is None else mean_or_none(image.boundary_f1)
     values = [report[column] for column in IMAGE_COLUMNS[:-1]] + [bf]
-    return [image.name, *("" if value is None else value for value in values)]
+    return [name, *("" if value is None else value for value in values)]
 
 
 def write_image_metrics(
-    folder: Path, images: Sequence[ImageScores], class_names: Sequence[str]
+    folder: Path, images: Sequence[ImageScores], names: Sequence[str], class_names: Sequence[str]
 ) -> Path:
-    """``image_metrics.csv``: one row per image, in the split's order, written atomically."""
-    rows = [image_row(image, class_names) for image in sorted(images, key=_place)]
+    """``image_metrics.csv``: one row per image, in the split's order, written atomically.
+
+    ``names`` are the split's images' names (``image_names``), by place in the split.
+    """
+    ordered = sorted(images, key=_place)
+    rows = [image_row(image, names[image.place], class_names) for image in ordered]
     return write_csv_atomically(folder / IMAGE_METRICS_FILE, ["image", *IMAGE_COLUMNS], rows)
 
 
