@@ -151,6 +151,19 @@ def test_a_restored_value_must_exist_and_keep_writes_in_the_run_folder(
         restore_overrides(["train.py", "ckpt_path=last"])
 
 
+@pytest.mark.parametrize("line", ["logger.wandb.offline=false", "logger.wandb.log_model=true"])
+def test_a_record_may_not_send_a_run_online(tmp_path, monkeypatch, line):
+    # segscale's wandb logger is offline: a record that turns it online (or uploads the
+    # checkpoints) would send the run's data to a server the command line never named.
+    monkeypatch.chdir(tmp_path)
+    fake_run(tmp_path / "outputs" / "train" / "run1", ["logger=wandb", line])
+    with pytest.raises(ConfigError, match=r"overrides\.yaml:2: .*moves a store that runs share"):
+        restore_overrides(["train.py", "ckpt_path=last"])
+    fake_run(tmp_path / "outputs" / "train" / "run2", ["logger=wandb"])  # the group: restored
+    restored = restore_overrides(["train.py", "ckpt_path=outputs/train/run2/checkpoints/last.ckpt"])
+    assert "logger=wandb" in restored
+
+
 def test_a_leading_tilde_is_read_as_lightning_reads_it_the_home_folder(tmp_path, monkeypatch):
     # A run folder named ~/run below here: ~/run/mine is inside it as a name, but
     # Lightning's checkpoint folder expands ~ to the home folder, elsewhere.

@@ -9,8 +9,8 @@ would not write without it. What a run writes, and where a restored value may se
   ``~`` read both as a name and as the home folder (Lightning expands it); the keys
   beside such a key (a checkpoint's ``filename``, a logger's ``name``) only names;
 - stores that runs share (``SHARED_STORES``: MLflow's, Optuna's study, the decode cache in
-  segscale's cache folder, Lightning's model registry) only at the address the config
-  has anyway;
+  segscale's cache folder, Lightning's model registry, Weights & Biases online) only at
+  the address the config has anyway;
 - the synthetic dataset's tiles (``datamodule.source`` of ``SyntheticTiles``): the
   generator writes a tile set into ``root``, in a folder named by its settings, sized by
   ``num_train``, ``num_val`` and ``image_size``. Restored settings are taken only where
@@ -41,10 +41,13 @@ SHARED_STORES = (
     "search_trial.storage",
     "datamodule.decode_cache.folder",
     "trainer.model_registry",
+    "logger.wandb.offline",
+    "logger.wandb.log_model",
 )
 """Keys naming stores outside the run folder that runs share (MLflow's, Optuna's study,
 the machine's decode cache, which a run writes decoded images into, Lightning's model
-registry, which litmodels uploads checkpoints to)."""
+registry, which litmodels uploads checkpoints to, Weights & Biases' servers, which
+``offline: false`` sends the run to and ``log_model`` its checkpoints)."""
 GENERATOR = f"{SyntheticTiles.__module__}.{SyntheticTiles.__qualname__}"
 """The ``datamodule.source._target_`` that writes the data it reads (``SyntheticTiles``)."""
 SOURCE = "datamodule.source"
