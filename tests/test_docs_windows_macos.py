@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
+from hydra.errors import HydraException, OverrideParseException
 
 from segscale.configs import compose_config
 from segscale.platforms.signals import StopSignalError, default_preemption_signals, stop_signal_name
@@ -275,3 +275,17 @@ def test_the_refusal_the_page_quotes_is_the_one_a_run_gives():
         stop_signal_name("SIGUSR2", "win32")
     text = " ".join(page().split())
     assert f"training.preemption_signals: {refused.value}" in text
+
+
+def test_what_hydra_refuses_unquoted_it_takes_in_quotes():
+    text = " ".join(page().split())
+    found = re.search(r"`\\\\` is one backslash there, and (.+?) are refused", text)
+    assert found, "the page no longer says what Hydra refuses without quotes"
+    signs = re.findall(r"`([^`]+)`", found.group(1))
+    assert signs and "an accent" in found.group(1)
+    assert parsed([r"key=\\server\share"]) == {"key": "\\server\\share"}  # one backslash
+    for sign in [*signs, "é"]:
+        value = rf"C:\a{sign}b"
+        with pytest.raises(OverrideParseException):
+            parsed([f"key={value}"])
+        assert parsed([f"key='{value}'"]) == {"key": value}
