@@ -289,3 +289,13 @@ def test_what_hydra_refuses_unquoted_it_takes_in_quotes():
         with pytest.raises(OverrideParseException):
             parsed([f"key={value}"])
         assert parsed([f"key='{value}'"]) == {"key": value}
+
+
+def test_the_speed_table_is_benchs_page_s():
+    # The seed's rows, predicted by experiments/windows-gloo (whose tables
+    # experiments/check_tables.py checks), as docs/bench.md states them.
+    lines = page().splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("| config | per-GPU")))
+    table = lines[start : start + 4]
+    bench = (PAGE.parent / "bench.md").read_text(encoding="utf-8").splitlines()
+    assert len(table) == 4 and all(line in bench for line in table), table
