@@ -68,6 +68,23 @@ class ValueHistogram:
             bits = np.asarray(chunk[..., channel], np.float32).view(np.uint32)
             counts += np.bincount((bits >> (32 - _FLOAT_KEPT_BITS)).ravel(), minlength=self.bins)
 
+    def remove(self, value: float, count: int) -> None:
+        """Uncount ``count`` pixels that hold ``value`` in every channel (no-data pixels).
+
+        Exact: those pixels were counted in ``value``'s bin of each channel, which is
+        found as ``add`` finds it (the value in the image's type).
+        """
+        if not count:
+            return
+        if self.integer:
+            index = int(value)
+        else:
+            bits = np.asarray(value, np.float32).view(np.uint32)
+            index = int(bits >> (32 - _FLOAT_KEPT_BITS))
+        if (self.counts[:, index] < count).any():
+            raise ValueError(f"fewer than {count} pixels of {value!r} were counted")
+        self.counts[:, index] -= count
+
     def moments(self) -> tuple[list[float], list[float]]:
         """Per channel, the sum of the values and of their squares, of an integer image.
 
