@@ -86,5 +86,13 @@ def _images_line(report: DatasetReport) -> str:
     return (
         f"images: {counts}; {report.channels} channel(s), {report.dtype}; mean "
         f"{list(report.channel_mean)}, std {list(report.channel_std)}{shown} (of the "
-        "training images' pixels that are not no-data)"
+        f"training images{_nodata_left_out(report)})"
     )
+
+
+def _nodata_left_out(report: DatasetReport) -> str:
+    """What the statistics leave out: the training images' no-data pixels, where any."""
+    found = report.nodata.splits.get("train") if report.nodata is not None else None
+    if found is None or not found.nodata_pixels:
+        return ""
+    return f", less their {found.nodata_pixels:,} no-data pixels"
