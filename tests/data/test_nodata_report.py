@@ -51,6 +51,12 @@ def test_each_image_s_nodata_pixels_and_qualifying_windows_are_counted(tmp_path,
     assert [i.windows for i in train.per_image] == expected
     assert expected[0][1] == 3 * 4 and 0 < expected[1][0] < expected[0][0]
     assert train.windows == (sum(q for q, _ in expected), sum(c for _, c in expected))
+    # A tile without a qualifying window is left out of training, and its count kept.
+    left_out = _check(tmp_path, patch_size=64, min_valid=0.7)
+    assert [p.image.name for p in left_out.pairs["train"]] == ["t1.tif"]
+    expected = [qualifying_windows(~e, 64, 0.7) for e in empty]
+    assert expected == [(1, 2), (0, 2)]
+    assert [i.windows for i in left_out.nodata.splits["train"].per_image] == expected
     val = found.splits["val"]
     assert val.windows is None and [i.windows for i in val.per_image] == [None]
     assert val.nodata_pixels == int((images["val"][0] == 0).all(axis=2).sum())
