@@ -221,11 +221,20 @@ class _ImageStatistics:
         self.nodata_pixels = 0
 
     def add(self, rows: np.ndarray) -> np.ndarray | None:
-        """Count a chunk of the image's rows; return its no-data pixels (``None``: no value)."""
+        """Count a chunk of the image's rows; return its no-data pixels (``None``: none).
+
+        A chunk in which some band has no value in the no-data value's histogram bin
+        holds no no-data pixel: it is not compared (most chunks of an image whose border
+        lies in a few of them).
+        """
+        nodata = self.nodata
+        index = self.histogram.bin_of(nodata) if nodata is not None else None
+        before = self.histogram.counts[:, index].copy() if index is not None else None
         self.histogram.add(rows)
         empty = None
-        if self.nodata is not None:
-            empty = nodata_pixels(rows, self.nodata)
+        held = before is not None and bool((self.histogram.counts[:, index] > before).all())
+        if nodata is not None and held:  # every band holds the value somewhere in the chunk
+            empty = nodata_pixels(rows, nodata)
             self.nodata_pixels += int(np.count_nonzero(empty))
         if not self.histogram.integer:
             chunk = rows.astype(np.float64)
