@@ -246,3 +246,34 @@ def test_data_pys_own_keys_and_hydras_flags_pass():
         ]
     )
     data_cli.refuse_other_keys(["datamodule.patch_size=[", "--no-such-flag"])  # Hydra's to say
+
+
+def test_the_geotiff_nodata_found_is_printed_per_image_with_the_qualifying_windows(tmp_path):
+    from tests.data.valid_maps import tagged_border_dataset
+
+    root, out = tmp_path / "data", tmp_path / "out"
+    tagged_border_dataset(root)
+    done = _data(
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule.patch_size=32",
+        "datamodule.sampling.min_valid=0.6",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout + done.stderr
+    log = (out / "data.log").read_text(encoding="utf-8")
+    for text in (printed, log):
+        assert "no-data (each GeoTIFF's GDAL_NODATA tag; datamodule.sampling.nodata=null):" in text
+        assert (
+            "training images: 2 of 2 with a no-data value, 2 holding no-data pixels: 4,416" in text
+        )
+        assert "(of the training images, less their 4,416 no-data pixels)" in text
+        assert "candidate windows of 32 px with datamodule.sampling.min_valid=0.6: " in text
+        rows = [line.split() for line in text.splitlines() if "GDAL_NODATA  " in line]
+        assert [row[:5] for row in rows[:2]] == [
+            ["t1.tif", "0", "GDAL_NODATA", "1,760", "34.38%"],
+            ["t2.tif", "0", "GDAL_NODATA", "2,656", "51.88%"],
+        ]
+        # t1: the 3 windows from column 0 hold 12 of 32 columns of data (< 0.6): 9 of 12 qualify.
+        assert rows[0][5:] == ["9", "of", "12"] and rows[2][0] == "v1.tif"  # val: no windows

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from segscale.data.nodata import GDAL_NODATA
+from segscale.data.nodata import GDAL_NODATA, nodata_pixels
 from segscale.data.valid_cells import (
     CELL,
     TileValidCells,
@@ -57,13 +57,14 @@ def test_valid_means_a_class_in_the_mask_and_not_nodata_in_every_band():
     classes = np.zeros((32, 32), np.uint8)
     classes[:, 28:] = 255  # ignored columns
     classes[30, :4] = 6  # no class of 6 (what decoding makes of unknown values is 255)
-    pixels = ValidPixels(32, 32, 6, 0.0)
+    pixels = ValidPixels(32, 32, 6)
     for start in (0, 10, 20, 30):
-        pixels.add(classes[start : start + 10], start, image[start : start + 10])
+        rows = image[start : start + 10]
+        pixels.add(classes[start : start + 10], start, nodata_pixels(rows, 0.0))
     # Rows 16-31: 4 pixels of 6 in the left cell, 4 ignored columns in the right one.
     np.testing.assert_array_equal(pixels.counter.counts, [[0, 0], [256 - 4, 256 - 4 * 16]])
-    without = ValidPixels(32, 32, 6, None)  # no no-data value: the image's zeros are valid
-    without.add(classes, 0, image)
+    without = ValidPixels(32, 32, 6)  # no no-data value: the image's zeros are valid
+    without.add(classes, 0, None)
     assert without.counter.counts.sum() == (classes < 6).sum()
 
 

@@ -13,6 +13,7 @@ from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.folder import FolderTiles
 from segscale.data.image_headers import check_image_headers
 from segscale.data.labels import LabelMap
+from segscale.data.pixel_types import MAX_VALUES
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
 from segscale.data.user_cache import cache_file
 from segscale.data.validation import validate_dataset
@@ -20,7 +21,13 @@ from segscale.errors import ConfigError
 from segscale.training.run.builders import build
 from tests.conftest import REPO, compose_config, write_pair
 from tests.data.declared_size import png_declaring
-from tests.data.valid_maps import cells_of, geotiff_dataset, valid_pixels_of
+from tests.data.valid_maps import (
+    NODATA_TEXT,
+    cells_of,
+    geotiff_dataset,
+    tagged_border_dataset,
+    valid_pixels_of,
+)
 from tests.test_output_folder_check import as_user, unprivileged  # noqa: F401 (a fixture)
 
 NAMES = ("a", "b", "c")
@@ -473,6 +480,7 @@ def test_images_without_a_qualifying_window_are_left_out_and_none_is_refused(tmp
 
 
 def test_a_nodata_tag_that_is_no_number_is_listed_unless_overridden(tmp_path):
+    # Listed with min_valid or without: the training images' statistics leave no-data out.
     root = _dataset(tmp_path)
     image = np.ones((32, 32, 3), np.uint8)
     path = root / "train/images/t1.tif"
@@ -481,7 +489,8 @@ def test_a_nodata_tag_that_is_no_number_is_listed_unless_overridden(tmp_path):
     with pytest.raises(InvalidDatasetError, match=r"t1.tif: its GDAL_NODATA tag holds 'n/a'"):
         _valid_pass(root)
     assert len(_valid_pass(root, nodata=0).pairs["train"]) == 2
-    assert len(_validate(root).pairs["train"]) == 2  # without min_valid the tag is not read
+    with pytest.raises(InvalidDatasetError, match=r"t1.tif: its GDAL_NODATA tag holds 'n/a'"):
+        _validate(root)
 
 
 def test_the_pass_over_the_files_logs_its_progress_when_not_on_a_terminal(
@@ -525,3 +534,21 @@ def test_a_block_that_cannot_be_decoded_is_listed_for_images_and_masks(tmp_path:
     assert message.startswith("2 problem(s) in the dataset")
     assert "train/masks/t2.tif: mask cannot be read: rows 0-64, columns 0-64" in message
     assert "train/images/t1.tif: image cannot be read: rows 0-64, columns 0-64" in message
+
+
+@pytest.mark.parametrize(
+    ("dtype", "compress"),
+    [("uint8", False), ("uint8", True), ("uint16", True), ("float32", False)],
+    ids=["uint8 mapped", "uint8 by window", "uint16 by window", "float32 mapped"],
+)
+def test_the_mean_std_and_range_leave_the_geotiff_nodata_pixels_out(tmp_path, dtype, compress):
+    images = tagged_border_dataset(tmp_path, dtype, compress)["train"]
+    report = _validate(tmp_path, patch_size=32)
+    nodata = np.float32(NODATA_TEXT[dtype]) if dtype == "float32" else int(NODATA_TEXT[dtype])
+    valid = np.concatenate([image[~(image == nodata).all(axis=2)] for image in images])
+    scale = MAX_VALUES[dtype]
+    assert len(valid) == 2 * 80 * 64 - (8 * 80 + 56 * 20) - (8 * 80 + 56 * 36)
+    mean, std = valid.astype(np.float64).mean(0) / scale, valid.astype(np.float64).std(0) / scale
+    np.testing.assert_allclose(report.channel_mean, mean, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(report.channel_std, std, atol=1e-6, rtol=0)
+    assert min(report.value_range.low) > (0 if dtype != "float32" else -1)  # no border value

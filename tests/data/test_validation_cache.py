@@ -1,5 +1,6 @@
 """The cached pass: changed files read again; valid cells when missing or for other settings."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -64,10 +65,17 @@ def test_another_nodata_setting_or_other_labels_count_again(tmp_path, reads):
     root = geotiff_dataset(tmp_path)
     run_pass(root, min_valid=0.5)
     assert len(reads) == 3
+    # Another no-data value: every image's no-data pixels and sums change, val's too.
     run_pass(root, min_valid=0.5, nodata=7)
-    assert len(reads) == 5 and stored(root)["t1.tif"]["valid_cells"]["nodata"] == 7.0
-    run_pass(root, min_valid=0.5, labels=LabelMap(3, 255, ignore_ids=[9]))
-    assert len(reads) == 7
+    assert len(reads) == 6 and stored(root)["t1.tif"]["valid_cells"]["nodata"] == 7.0
+    assert stored(root)["v1.tif"]["nodata"] == {
+        "setting": 7,
+        "value": 7.0,
+        "from": "datamodule.sampling.nodata",
+        "pixels": 0,
+    }
+    run_pass(root, min_valid=0.5, labels=LabelMap(3, 255, ignore_ids=[9]), nodata=7)
+    assert len(reads) == 8  # the training images' valid cells alone
 
 
 @pytest.mark.parametrize(
@@ -127,3 +135,22 @@ def test_the_cache_folder_is_private_and_a_shared_one_is_refused(tmp_path, monke
     folder = tmp_path / "home/segscale/validation"
     assert f"the cache folder {folder} can be written by others (mode 777)" in str(refused.value)
     assert "XDG_CACHE_HOME=<a folder of yours>" in str(refused.value)
+
+
+def test_facts_cached_before_nodata_was_left_out_of_the_sums_are_read_again(tmp_path, reads):
+    # Version 4 cached sums over every pixel: its key is not this version's, and an entry
+    # without the no-data it was counted with (copied into this version's file) is read.
+    root = geotiff_dataset(tmp_path)
+    run_pass(root)
+    assert len(reads) == 3
+    path = cache_file("validation", FolderTiles(str(root)).cache_key)
+    cache = json.loads(path.read_text())
+    old = hashlib.sha1(json.dumps([4], sort_keys=True).encode()).hexdigest()[:16]
+    assert cache["settings"] != old
+    for entry in cache["pairs"].values():
+        del entry["facts"]["nodata"]
+    path.write_text(json.dumps(cache))
+    report = run_pass(root)
+    assert len(reads) == 6 and report.nodata.splits["train"].nodata_pixels > 0
+    run_pass(root)
+    assert len(reads) == 6  # cached again, with it

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import rasterio
+import tifffile
 from PIL import Image
 from rasterio.errors import NotGeoreferencedWarning
 
@@ -83,3 +84,39 @@ def valid_pixels_of(image_path: Path, mask_path: Path, nodata: float | None) -> 
             image = np.moveaxis(dataset.read(), 0, -1)
     valid = np.asarray(Image.open(mask_path)) < 3
     return valid if nodata is None else valid & ~(image == nodata).all(axis=2)
+
+
+NODATA_TEXT = {"uint8": "0", "uint16": "0", "float32": "-9999"}
+"""The GDAL_NODATA tag of ``tagged_border_dataset``'s images, per pixel type."""
+
+
+def tagged_border_dataset(
+    root: Path, dtype: str = "uint8", compress: bool = False
+) -> dict[str, list[np.ndarray]]:
+    """GeoTIFFs written by tifffile with a ``GDAL_NODATA`` tag (42113, ``NODATA_TEXT``) and
+    a no-data border: the tag's value in every band over the top 8 rows and the left 20
+    columns (t2: 36). Inside, one pixel holds it in one band only (not no-data). PNG masks
+    of classes 0-2 label every pixel. Train: t1, t2 (80×64); val: v1. Returns the images.
+    """
+    rng = np.random.default_rng(1)
+    nodata = float(NODATA_TEXT[dtype])
+    written: dict[str, list[np.ndarray]] = {}
+    for split, names in (("train", ("t1", "t2")), ("val", ("v1",))):
+        for i, name in enumerate(names):
+            if dtype == "float32":
+                image = rng.random((64, 80, 3), dtype=np.float32)
+            else:
+                image = rng.integers(1, np.iinfo(dtype).max, (64, 80, 3)).astype(dtype)
+            image[:8] = nodata
+            image[:, : 20 + 16 * i] = nodata
+            image[30, 50, 1] = nodata  # one band only: data
+            path = root / split / "images" / f"{name}.tif"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            layout = {"compression": "zlib", "tile": (16, 16)} if compress else {}
+            tag = [(42113, "s", 0, NODATA_TEXT[dtype], True)]
+            tifffile.imwrite(path, image, extratags=tag, **layout)
+            (root / split / "masks").mkdir(parents=True, exist_ok=True)
+            mask = rng.integers(0, 3, (64, 80)).astype(np.uint8)
+            Image.fromarray(mask).save(root / split / "masks" / f"{name}.png")
+            written.setdefault(split, []).append(image)
+    return written

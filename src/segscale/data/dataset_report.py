@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from segscale.data.pixel_types import MAX_VALUES
 from segscale.data.sources import ImageMaskPair
 from segscale.data.valid_windows import TileWindows
 from segscale.data.value_range import ValueRange
+
+if TYPE_CHECKING:  # it prints split names with SPLIT_WORDS, from here
+    from segscale.data.nodata_report import NodataReport
 
 SPLIT_WORDS = {"train": "training", "val": "validation"}
 """How messages name a split's images and masks."""
@@ -42,8 +46,10 @@ class DatasetReport:
     channels: int
     dtype: str
     channel_mean: tuple[float, ...]
-    """Training images' mean per channel, as a fraction of ``max_value``."""
+    """Training images' mean per channel, as a fraction of ``max_value``, over their
+    pixels that are not no-data (``nodata``)."""
     channel_std: tuple[float, ...]
+    """Their standard deviation per channel, over the same pixels."""
     class_locations: dict[str, list[TileClassLocations]] = field(default_factory=dict)
     """Per split, parallel to ``pairs``: each tile's kept pixels per class. Empty unless
     the pass was asked for them (``locations_per_class``)."""
@@ -62,6 +68,8 @@ class DatasetReport:
     warped_masks: dict[Path, Grid] = field(default_factory=dict)
     """The masks read on their image's grid (``datamodule.mask_alignment=warp``), each
     with that grid: those of pairs whose grids differ (``segscale.data.grids``)."""
+    nodata: NodataReport | None = None
+    """The images' no-data per split: values, pixels, qualifying windows."""
 
     @property
     def max_value(self) -> float:

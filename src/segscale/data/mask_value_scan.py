@@ -26,6 +26,7 @@ def scan_mask_values(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     colour: bool | None = None,
     also: Sequence[str] = (),
+    nodata: float | None = None,
 ) -> MaskValueCensus:
     """The values of ``split``'s masks: pixels and files per grey level or RGB colour.
 
@@ -36,10 +37,12 @@ def scan_mask_values(
     are left out here and reported by ``validate_dataset``. Raises
     ``InvalidDatasetError`` when no mask of ``split`` can be read at all, listing why,
     and the files that the splits of ``also`` cannot pair (a val list's bad lines with
-    the train list's: every list's problems at once).
+    the train list's: every list's problems at once). ``nodata``:
+    ``datamodule.sampling.nodata``, which the files read are cached with (the pass after
+    this one reads them with it: not again).
     """
     pairs, problems = source.scan(split)
-    requests = [PairRequest(pair) for pair in pairs]
+    requests = [PairRequest(pair, nodata=nodata) for pair in pairs]
     read = read_pairs(lambda: ValidationCache(source, max_image_pixels), requests)
     facts = list(zip(pairs, read, strict=True))
     problems = problems + [FileProblem(p.mask, r) for p, f in facts for r in f["mask_problems"]]

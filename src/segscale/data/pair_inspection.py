@@ -3,7 +3,10 @@
 What it finds does not depend on the label settings, so the validation cache keeps it
 for any classes; asked for, it also keeps a few pixel locations of each class
 (``segscale.data.class_locations``) and the valid pixels per cell
-(``segscale.data.valid_cells``), marked with the settings they were found with.
+(``segscale.data.valid_cells``), marked with the settings they were found with. The
+image's no-data pixels (``segscale.data.nodata``: its GeoTIFF tag's value, or
+``datamodule.sampling.nodata``, in every band) are counted, and left out of its sums
+and value range: they depend on that setting, which the facts are marked with.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from segscale.data.class_locations import LocationSampler
 from segscale.data.grids import Grid, pair_grids
 from segscale.data.labels import LabelMap, palette_codes
 from segscale.data.mask_counts import MaskCounts
+from segscale.data.nodata import NODATA_KEY, nodata_pixels
 from segscale.data.palette_masks import PALETTE, channels_as_read
 from segscale.data.rasters import Pixels, WindowedRaster
 from segscale.data.sources import (
@@ -49,6 +53,7 @@ def inspect_pair(
     locations_per_class: int = 0,
     validity: Validity | None = None,
     warp_masks: bool = False,
+    nodata: float | None = None,
 ) -> dict[str, Any]:
     """Read one image and mask in row chunks; return sizes, statistics and problems.
 
@@ -72,13 +77,26 @@ def inspect_pair(
     (``segscale.data.grids.pair_grids``); with ``warp_masks`` a mask on another grid than
     its image's is read on the image's (``mask_warped``; ``mask_uncovered``: the image's
     pixels it does not cover, counted in no value).
+
+    ``nodata``: ``datamodule.sampling.nodata`` (``None``: each GeoTIFF's tag). The
+    image's no-data pixels, those that hold its no-data value in every band, are left
+    out of its sums (``sum``, ``squares``: of its ``pixels`` less them) and of its
+    ``value_range``; ``nodata`` in the facts holds the ``setting``, the ``value`` found
+    and where from (``from``: the tag or the setting), the ``pixels`` it covers, or the
+    ``problem`` of a tag that is no number. ``validity``'s no-data setting, where
+    given, must be ``nodata`` (its cells are counted with the same pixels).
     """
+    if validity is not None and validity.nodata != nodata:
+        raise ValueError(f"valid cells counted with nodata={validity.nodata}, the pass's {nodata}")
     facts: dict[str, Any] = {"image_problems": [], "mask_problems": [], "channels": None}
+    facts["nodata"] = {"setting": nodata}
     image = _opened_image(pair, facts, max_image_pixels)
     facts |= pair_grids(pair.image, pair.mask)
     onto = Grid.from_facts(facts["image_grid"]) if warp_masks and facts["grids_differ"] else None
     opened, coverage = _opened_mask(pair, facts, max_image_pixels, onto)
-    statistics = _ImageStatistics(image) if image is not None else None
+    statistics = None
+    if image is not None:
+        statistics = _ImageStatistics(image, _nodata_value(pair, facts["nodata"]))
     mask = None
     if opened is not None:
         mask = _MaskReading(pair, facts, opened, coverage, labels, locations_per_class)
@@ -86,17 +104,18 @@ def inspect_pair(
             mask.cells = _valid_pixels(pair, facts, image, labels, validity)
     rows = max(image.shape[0] if image is not None else 0, mask.height if mask is not None else 0)
     for start in range(0, rows, ROWS_PER_CHUNK):
-        image_rows = None
+        image_rows = empty = None
         if statistics is not None and start < statistics.height:
             image_rows = _chunk(statistics.image, start, pair.image, facts["image_problems"])
             if image_rows is None:
                 statistics = None  # unreadable: its problem is listed
             else:
-                statistics.add(image_rows)
-        if mask is not None and start < mask.height and not mask.read(start, image_rows):
+                empty = statistics.add(image_rows)
+        if mask is not None and start < mask.height and not mask.read(start, image_rows, empty):
             mask = None  # unreadable: its problem is listed
     if statistics is not None:
         facts |= statistics.facts()
+        facts["nodata"]["pixels"] = statistics.nodata_pixels
         if facts["nonfinite"]:
             facts["image_problems"].append(_nonfinite_problem(facts["nonfinite"]))
     elif image is not None:
@@ -186,26 +205,49 @@ class _ImageStatistics:
     The range (``value_range``: ``[low, high]`` per channel, ``None`` without a finite
     value) goes into the checkpoint; ``nonfinite`` counts NaN and infinite values. An
     integer image's sums come from its histogram, exactly; a float image's are summed
-    in float64, chunk by chunk.
+    in float64, chunk by chunk. Pixels that hold ``nodata`` in every band are counted
+    (``nodata_pixels``) and left out of both: taken out of the histogram's bins, where
+    each band counted them at that value (exact), and zeroed in a float chunk's float64
+    copy before it is summed (no other copy is made).
     """
 
-    def __init__(self, image: Pixels) -> None:
+    def __init__(self, image: Pixels, nodata: float | None) -> None:
         self.image = image
         self.height, self.width, channels = image.shape[0], image.shape[1], image.shape[2]
         self.histogram = ValueHistogram(channels, image.dtype)
         self.total = np.zeros(channels)
         self.squares = np.zeros(channels)
+        self.nodata = nodata
+        self.nodata_pixels = 0
 
-    def add(self, rows: np.ndarray) -> None:
-        """Count a chunk of the image's rows."""
+    def add(self, rows: np.ndarray) -> np.ndarray | None:
+        """Count a chunk of the image's rows; return its no-data pixels (``None``: none).
+
+        A chunk in which some band has no value in the no-data value's histogram bin
+        holds no no-data pixel: it is not compared (most chunks of an image whose border
+        lies in a few of them).
+        """
+        nodata = self.nodata
+        index = self.histogram.bin_of(nodata) if nodata is not None else None
+        before = self.histogram.counts[:, index].copy() if index is not None else None
         self.histogram.add(rows)
+        empty = None
+        held = before is not None and bool((self.histogram.counts[:, index] > before).all())
+        if nodata is not None and held:  # every band holds the value somewhere in the chunk
+            empty = nodata_pixels(rows, nodata)
+            self.nodata_pixels += int(np.count_nonzero(empty))
         if not self.histogram.integer:
             chunk = rows.astype(np.float64)
+            if empty is not None:
+                chunk[empty] = 0.0
             self.total += chunk.sum((0, 1))
             self.squares += (chunk**2).sum((0, 1))
+        return empty
 
     def facts(self) -> dict[str, Any]:
-        """What the pass keeps of the image's pixels."""
+        """What the pass keeps of the image's pixels (sums and range without no-data)."""
+        if self.nodata is not None:
+            self.histogram.remove(self.nodata, self.nodata_pixels)
         if self.histogram.integer:
             total, squares = self.histogram.moments()
         else:
@@ -251,8 +293,14 @@ class _MaskReading:
             self.sampler = LocationSampler(labels.num_classes, locations_per_class, width)
         self.cells: ValidPixels | None = None
 
-    def read(self, start: int, image_rows: np.ndarray | None) -> bool:
-        """Read and count the chunk of rows from ``start``; ``False`` (a problem) if unreadable."""
+    def read(
+        self, start: int, image_rows: np.ndarray | None, empty: np.ndarray | None = None
+    ) -> bool:
+        """Read and count the chunk of rows from ``start``; ``False`` (a problem) if unreadable.
+
+        ``image_rows``: the image's same rows; ``empty``: their no-data pixels (``None``:
+        none).
+        """
         rows = _chunk(self.raw, start, self.path, self.problems, "mask")
         covered = None
         if rows is not None and self.coverage is not None:
@@ -261,7 +309,7 @@ class _MaskReading:
                 return False
         if rows is None:
             return False
-        self.add(rows, start, image_rows, None if covered is None else covered > 0)
+        self.add(rows, start, image_rows, None if covered is None else covered > 0, empty)
         return True
 
     def add(
@@ -270,10 +318,12 @@ class _MaskReading:
         start: int,
         image_rows: np.ndarray | None,
         covered: np.ndarray | None = None,
+        empty: np.ndarray | None = None,
     ) -> None:
         """Count a chunk of the mask's rows (``image_rows``: the image's same rows).
 
-        ``covered``: where a warped mask covers its image (the rest has no label).
+        ``covered``: where a warped mask covers its image (the rest has no label);
+        ``empty``: the image's no-data pixels in these rows (``None``: none).
         """
         if covered is not None:
             self.uncovered += int(covered.size - np.count_nonzero(covered))
@@ -285,7 +335,7 @@ class _MaskReading:
         if self.sampler is not None:
             self.sampler.add(classes, start, per_class)
         if self.cells is not None and image_rows is not None:
-            self.cells.add(classes, start, image_rows)
+            self.cells.add(classes, start, empty)
 
     def facts(self) -> dict[str, Any]:
         """The mask's values (the ``MAX_MASK_VALUES`` with most pixels), locations, cells."""
@@ -318,13 +368,28 @@ def _valid_pixels(
         return None
     entry: dict[str, Any] = {"cell": CELL, **validity_key(labels, validity)}
     facts["valid_cells"] = entry
-    try:
-        nodata = validity.nodata_of(pair.image)
-    except ValueError as error:
-        entry["problem"] = str(error)
+    if "problem" in facts["nodata"]:
+        entry["problem"] = facts["nodata"]["problem"]
         return None
-    entry["nodata"] = nodata
-    return ValidPixels(image.shape[0], image.shape[1], labels.num_classes, nodata)
+    entry["nodata"] = facts["nodata"]["value"]
+    return ValidPixels(image.shape[0], image.shape[1], labels.num_classes)
+
+
+def _nodata_value(pair: ImageMaskPair, entry: dict[str, Any]) -> float | None:
+    """The image's no-data value (``entry``'s ``setting``, else its tag's), noted in ``entry``.
+
+    ``entry`` gets the ``value`` and where it is ``from`` (``NODATA_KEY`` or
+    ``GDAL_NODATA``; ``None`` without one), or the ``problem`` of a tag that is no
+    number (then ``None``: nothing is no-data).
+    """
+    try:
+        value = Validity(entry["setting"]).nodata_of(pair.image)
+    except ValueError as error:
+        entry |= {"value": None, "from": None, "problem": str(error)}
+        return None
+    source = NODATA_KEY if entry["setting"] is not None else "GDAL_NODATA"
+    entry |= {"value": value, "from": source if value is not None else None}
+    return value
 
 
 def _on_image_grid(facts: dict[str, Any]) -> bool:

@@ -47,6 +47,8 @@ class PairRequest:
     locations_per_class: int = 0
     validity: Validity | None = None
     warp_masks: bool = False
+    nodata: float | None = None
+    """``datamodule.sampling.nodata``: the images' no-data value (``None``: their tags')."""
 
     def cached(self, cache: ValidationCache) -> dict[str, Any] | None:
         """The cache's facts for this request; ``None`` if they must be read."""
@@ -57,7 +59,14 @@ class PairRequest:
         return cache.read(*self._arguments())
 
     def _arguments(self) -> tuple[Any, ...]:
-        return self.pair, self.labels, self.locations_per_class, self.validity, self.warp_masks
+        return (
+            self.pair,
+            self.labels,
+            self.locations_per_class,
+            self.validity,
+            self.warp_masks,
+            self.nodata,
+        )
 
 
 def read_pairs(

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from segscale.data.nodata import nodata_pixels, parse_nodata, read_nodata_tag
+from segscale.data.nodata import parse_nodata, read_nodata_tag
 
 CELL = 16
 """Side of a cell in pixels: fine enough that a window's count is close to exact at its
@@ -64,25 +64,25 @@ class ValidCellCounter:
 
 
 class ValidPixels:
-    """A pair's valid pixels, fed chunk by chunk of its mask's class indices and image rows.
+    """A pair's valid pixels, fed chunk by chunk of its mask's class indices and no-data pixels.
 
-    The image rows are those the pass read for its statistics: no pixel is read twice.
+    The no-data pixels are those the pass found in the image rows it read for its
+    statistics (``segscale.data.nodata.nodata_pixels``): no pixel is read or compared twice.
     """
 
-    def __init__(self, height: int, width: int, num_classes: int, nodata: float | None) -> None:
+    def __init__(self, height: int, width: int, num_classes: int) -> None:
         self.num_classes = num_classes
-        self.nodata = nodata
         self.counter = ValidCellCounter(height, width)
 
-    def add(self, classes: np.ndarray, first_row: int, image_rows: np.ndarray) -> None:
+    def add(self, classes: np.ndarray, first_row: int, nodata: np.ndarray | None) -> None:
         """Count the valid pixels of a chunk (rows from ``first_row`` on).
 
-        ``classes``: the mask's class indices; ``image_rows``: the same rows of the image
-        (H×W×C), looked at only where there is a ``nodata`` value.
+        ``classes``: the mask's class indices; ``nodata``: the image's no-data pixels in
+        the same rows (H×W bool; ``None``: the image has no no-data value).
         """
         valid = classes < self.num_classes  # ignore_index, and what decodes to it, is not
-        if self.nodata is not None:
-            valid &= ~nodata_pixels(image_rows, self.nodata)
+        if nodata is not None:
+            valid &= ~nodata
         self.counter.add(valid, first_row)
 
 

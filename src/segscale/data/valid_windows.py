@@ -75,6 +75,11 @@ class TileWindows:
         """How many lattice windows qualify."""
         return int(self.row_ends[-1])
 
+    @property
+    def candidates(self) -> int:
+        """How many lattice windows the tile has (``lattice_windows``), qualifying or not."""
+        return int(self.qualifying.size)
+
     def holds(self, centre_x: np.ndarray | float, centre_y: np.ndarray | float) -> np.ndarray:
         """Whether the windows centred at ``(centre_x, centre_y)`` qualify (bool per window).
 
@@ -153,6 +158,18 @@ class TileWindows:
         row = int(np.searchsorted(self.row_ends, n, side="right"))
         before = int(self.row_ends[row - 1]) if row else 0
         return row, int(np.flatnonzero(self.qualifying[row])[n - before])
+
+
+def lattice_windows(shape: tuple[int, int], size: int) -> int:
+    """The windows of ``size`` pixels inside a tile of ``shape`` whose corner is a cell corner.
+
+    The candidates ``TileWindows`` checks under ``min_valid`` (0 for a tile smaller
+    than ``size``).
+    """
+    height, width = shape
+    if min(height, width) < size:
+        return 0
+    return ((height - size) // CELL + 1) * ((width - size) // CELL + 1)
 
 
 def _summed_area(values: np.ndarray) -> np.ndarray:

@@ -7,6 +7,8 @@ re-reads only files that changed. Every problem is listed at once
 (``segscale.data.dataset_report``). Asked for (class-balanced sampling), the pass also
 keeps a few pixel locations of each class in each tile, and (``min_valid``) counts each
 training tile's valid pixels per cell, to find its windows that hold enough of them.
+The images' no-data pixels (``segscale.data.nodata``) are counted in every split and
+left out of the training images' statistics (``segscale.data.nodata_report``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import numpy as np
 
 from segscale.data.class_locations import TileClassLocations
 from segscale.data.dataset_problems import InvalidDatasetError, problem_message
-from segscale.data.dataset_report import DatasetReport
+from segscale.data.dataset_report import SPLIT_WORDS, DatasetReport
 from segscale.data.grids import Grid, check_mask_alignment, grid_problem
 from segscale.data.labels import LabelMap
 from segscale.data.mask_values import MaskValueCensus
+from segscale.data.nodata_report import NodataReport
 from segscale.data.pair_inspection import mask_holds_an_image, too_many_values
 from segscale.data.palette_masks import beyond_palette, channels_as_read, is_palette, values_as_read
 from segscale.data.pass_reading import PairRequest, read_pairs
@@ -35,7 +38,7 @@ from segscale.data.sources import (
     TileSource,
 )
 from segscale.data.valid_cells import TileValidCells, Validity
-from segscale.data.valid_windows import TileWindows, qualifying_tiles
+from segscale.data.valid_windows import TileWindows, lattice_windows, qualifying_tiles
 from segscale.data.validation_cache import ValidationCache
 from segscale.data.value_range import ValueRange
 
@@ -76,8 +79,11 @@ def validate_dataset(
     each tile (``DatasetReport.class_locations``); cached files read before without
     them (or with another number, or other labels) are read again once.
 
-    ``min_valid > 0`` counts the valid pixels of the training tiles (the first of
-    ``splits``) per cell, images' no-data being ``nodata`` or each GeoTIFF's tag, and
+    Images' no-data is ``nodata`` or each GeoTIFF's tag (a tag that is no number is a
+    problem of the training images, the first of ``splits``); its pixels are counted in
+    every split and left out of the training images' mean, std and value range (a
+    training set of no-data alone is refused); ``DatasetReport.nodata`` says what was
+    found. ``min_valid > 0`` counts the valid pixels of the training tiles per cell and
     keeps the tiles that have a window of ``patch_size`` with that share of valid pixels
     (``DatasetReport.valid_windows``); the others are left out with a warning, and a
     dataset without any is refused (``qualifying_tiles``). Cached as class locations are.
@@ -96,7 +102,12 @@ def validate_dataset(
     scanned = {split: source.scan(split) for split in splits}
     requests = [
         PairRequest(
-            pair, labels, locations_per_class, _validity(split, splits, min_valid, nodata), warp
+            pair,
+            labels,
+            locations_per_class,
+            _validity(split, splits, min_valid, nodata),
+            warp,
+            nodata,
         )
         for split in splits
         for pair in scanned[split][0]
@@ -110,10 +121,11 @@ def validate_dataset(
         problems += [FileProblem(p.mask, r) for p, f in facts[split] for r in f["mask_problems"]]
         problems += _grid_problems(facts[split])
         problems += [FileProblem(p.image, r) for p, f in facts[split] for r in f["image_problems"]]
-        if min_valid and split == splits[0]:
+        if split == splits[0]:  # its statistics and windows leave no-data out
             problems += _nodata_problems(facts[split])
     readable = [(p, f) for split in splits for p, f in facts[split] if f["channels"] is not None]
     problems += _kind_problems(readable, in_channels, channels_from)
+    problems += _all_nodata_problem(splits[0], facts[splits[0]])
     usable = {split: _large_enough(facts[split], patch_size, split) for split in splits}
     for split in splits:
         if not usable[split] and not problems and not unknown:
@@ -121,12 +133,14 @@ def validate_dataset(
     if problems or unknown:
         raise InvalidDatasetError(problem_message(problems, unknown, labels, checkpoint))
     windows = {}
+    counted: dict[Path, tuple[int, int]] | None = None
     if min_valid:
-        usable[splits[0]], windows[splits[0]] = _with_valid_windows(
+        usable[splits[0]], windows[splits[0]], counted = _with_valid_windows(
             usable[splits[0]], patch_size, min_valid
         )
     train = [f for _, f in facts[splits[0]]]
     mean, std = _channel_moments(train)
+    ranges = [f["value_range"] for f in train if f["value_range"] is not None]
     locations = {
         s: [TileClassLocations.from_facts(f) for _, f in usable[s]]
         for s in (splits if locations_per_class else ())
@@ -143,7 +157,7 @@ def validate_dataset(
         ignored={s: _ignored_values(facts[s], labels) for s in splits},
         ignore_ids=labels.ignore_ids,
         ignore_index=labels.ignore_index,
-        value_range=ValueRange.spanning([f["value_range"] for f in train]),
+        value_range=ValueRange.spanning(ranges) if ranges else None,
         valid_windows=windows,
         warped_masks={
             p.mask: Grid.from_facts(f["image_grid"])
@@ -151,6 +165,7 @@ def validate_dataset(
             for p, f in usable[s]
             if f.get("mask_warped")
         },
+        nodata=NodataReport.from_facts(facts, nodata, min_valid, patch_size, counted),
     )
 
 
@@ -176,19 +191,47 @@ def _validity(
 
 
 def _nodata_problems(facts: list[tuple[ImageMaskPair, dict[str, Any]]]) -> list[FileProblem]:
-    """The images whose no-data tag holds no number (the valid pixels could not be counted)."""
-    entries = [(pair, f.get("valid_cells") or {}) for pair, f in facts]
+    """The images whose no-data tag holds no number (their no-data could not be told)."""
+    entries = [(pair, f.get("nodata") or {}) for pair, f in facts]
     return [FileProblem(pair.image, e["problem"]) for pair, e in entries if "problem" in e]
+
+
+def _all_nodata_problem(
+    split: str, facts: list[tuple[ImageMaskPair, dict[str, Any]]]
+) -> list[FileProblem]:
+    """The problem of training images that hold no-data alone: no statistics to take."""
+    read = [f for _, f in facts if "pixels" in f and "pixels" in f["nodata"]]
+    if not read or any(f["pixels"] > f["nodata"]["pixels"] for f in read):
+        return []
+    return [
+        FileProblem(
+            Path(f"datamodule.source.splits.{split}"),
+            f"every pixel of the {len(read)} {SPLIT_WORDS.get(split, split)} image(s) is "
+            "no-data (their GDAL_NODATA tag's value, or datamodule.sampling.nodata, in every "
+            "band); expected images with data, or another no-data value",
+        )
+    ]
 
 
 def _with_valid_windows(
     usable: list[tuple[ImageMaskPair, dict[str, Any]]], patch_size: int, min_valid: float
-) -> tuple[list[tuple[ImageMaskPair, dict[str, Any]]], list[TileWindows]]:
-    """The pairs that have a window with ``min_valid`` of valid pixels, and their windows."""
+) -> tuple[
+    list[tuple[ImageMaskPair, dict[str, Any]]], list[TileWindows], dict[Path, tuple[int, int]]
+]:
+    """The pairs that have a window with ``min_valid`` of valid pixels, and their windows.
+
+    Also, per image, its qualifying and candidate windows (``0`` of them for a tile left out).
+    """
     cells = [TileValidCells.from_facts(f) for _, f in usable]
     names = [str(pair.image) for pair, _ in usable]
     kept, windows = qualifying_tiles(cells, names, patch_size, min_valid)
-    return [usable[i] for i in kept], windows
+    counted = {
+        pair.image: (0, lattice_windows(c.shape, patch_size))
+        for (pair, _), c in zip(usable, cells, strict=True)
+    }
+    for index, tile in zip(kept, windows, strict=True):
+        counted[usable[index][0].image] = (tile.count, tile.candidates)
+    return [usable[i] for i in kept], windows, counted
 
 
 def _kind_problems(
@@ -279,8 +322,11 @@ def _ignored_values(
 
 
 def _channel_moments(facts: list[dict[str, Any]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Mean and standard deviation per channel over all pixels, scaled to 0-1."""
-    pixels = sum(f["pixels"] for f in facts)
+    """Mean and standard deviation per channel over the pixels not no-data, scaled to 0-1.
+
+    The pass's sums leave the no-data pixels out (``inspect_pair``); so does the count.
+    """
+    pixels = sum(f["pixels"] - f["nodata"]["pixels"] for f in facts)
     total = np.sum([f["sum"] for f in facts], axis=0)
     squares = np.sum([f["squares"] for f in facts], axis=0)
     scale = MAX_VALUES[facts[0]["dtype"]]

@@ -7,7 +7,8 @@ are reported as they are), keyed by the image's and mask's path and identity
 only files that changed, a replacement that keeps size and mtime included. It holds
 what does not depend on the label settings (``inspect_pair``), so other classes re-read
 nothing either; class locations, valid cells and masks read on their image's grid are
-kept for the settings that found them.
+kept for the settings that found them, and the images' sums, value range and no-data
+pixels for the ``datamodule.sampling.nodata`` they were counted with.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from segscale.data.valid_cells import CELL, Validity
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 4  # 2: facts independent of the labels, with each mask's value counts;
-# 3: each image's value range and its non-finite values; 4: each palette mask's palette
+_CACHE_VERSION = 5  # 2: facts independent of the labels, with each mask's value counts;
+# 3: each image's value range and its non-finite values; 4: each palette mask's palette;
+# 5: sums and value range without the no-data pixels, which are counted (facts["nodata"])
 
 
 class ValidationCache:
@@ -74,6 +76,7 @@ class ValidationCache:
         locations_per_class: int = 0,
         validity: Validity | None = None,
         warp_masks: bool = False,
+        nodata: float | None = None,
     ) -> dict[str, Any] | None:
         """The pair's cached facts if both files are unchanged; ``None`` if they must be read.
 
@@ -81,7 +84,8 @@ class ValidationCache:
         found with ``labels``: facts without them, or with them for other settings, must
         be read again (``read``; the labels are not part of the settings key, since
         nothing else depends on them). Facts cached before the files' grids were kept
-        get them from the headers alone.
+        get them from the headers alone. Facts counted with another no-data setting
+        (``nodata``: ``datamodule.sampling.nodata``) are read again.
         """
         entry = self.entries.get(_key(pair))
         wanted = locations_per_class if labels is not None else 0
@@ -93,7 +97,8 @@ class ValidationCache:
             facts |= pair_grids(pair.image, pair.mask)
             self.changed = True
         if (
-            _has_locations(facts, labels, wanted)
+            (facts.get("nodata") or {}).get("setting", _UNSET) == nodata
+            and _has_locations(facts, labels, wanted)
             and _has_valid_cells(facts, labels, validity)
             and bool(facts.get("mask_warped")) == (warp_masks and facts["grids_differ"])
         ):
@@ -107,6 +112,7 @@ class ValidationCache:
         locations_per_class: int = 0,
         validity: Validity | None = None,
         warp_masks: bool = False,
+        nodata: float | None = None,
     ) -> dict[str, Any]:
         """Read the pair's facts afresh and keep them (``save`` writes them).
 
@@ -115,7 +121,9 @@ class ValidationCache:
         stamp = _stamp(pair)  # before reading: a change then reads again
         wanted = locations_per_class if labels is not None else 0
         validity = validity if labels is not None else None
-        facts = inspect_pair(pair, labels, self.max_image_pixels, wanted, validity, warp_masks)
+        facts = inspect_pair(
+            pair, labels, self.max_image_pixels, wanted, validity, warp_masks, nodata
+        )
         self.entries[_key(pair)] = {"stamp": stamp, "facts": facts}
         self.changed = True
         return facts
@@ -129,6 +137,10 @@ class ValidationCache:
             write_text_atomically(self.path, json.dumps(stored))
         except OSError as error:
             log.warning("could not cache the validation in %s: %s", self.path, error)
+
+
+_UNSET = object()
+"""No no-data setting: facts from before one was kept."""
 
 
 def _has_locations(facts: dict[str, Any], labels: LabelMap | None, per_class: int) -> bool:

@@ -68,6 +68,33 @@ class ValueHistogram:
             bits = np.asarray(chunk[..., channel], np.float32).view(np.uint32)
             counts += np.bincount((bits >> (32 - _FLOAT_KEPT_BITS)).ravel(), minlength=self.bins)
 
+    def bin_of(self, value: float) -> int | None:
+        """The bin ``add`` counts ``value`` in; ``None`` for a value no pixel can hold.
+
+        Integers: the value's own bin, if the type holds it (a whole number in range);
+        floats: the bin of the value as a float32.
+        """
+        if not math.isfinite(value):
+            return None
+        if self.integer:
+            if value != int(value) or not 0 <= value < self.bins:
+                return None
+            return int(value)
+        bits = np.asarray(value, np.float32).view(np.uint32)
+        return int(bits >> (32 - _FLOAT_KEPT_BITS))
+
+    def remove(self, value: float, count: int) -> None:
+        """Uncount ``count`` pixels that hold ``value`` in every channel (no-data pixels).
+
+        Exact: those pixels were counted in ``value``'s bin of each channel (``bin_of``).
+        """
+        if not count:
+            return
+        index = self.bin_of(value)
+        if index is None or (self.counts[:, index] < count).any():
+            raise ValueError(f"fewer than {count} pixels of {value!r} were counted")
+        self.counts[:, index] -= count
+
     def moments(self) -> tuple[list[float], list[float]]:
         """Per channel, the sum of the values and of their squares, of an integer image.
 

@@ -116,6 +116,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         channels_from=network,
         checkpoint=str(cfg.ckpt),
         mask_alignment=datamodule.mask_alignment,
+        nodata=datamodule.sampling.nodata,
     )
     pairs = report.pairs[cfg.split]
     # Every image has the report's pixel type (validation refuses a mix): one check.

@@ -1,3 +1,4 @@
+import json
 import logging
 
 import pytest
@@ -136,3 +137,48 @@ def test_ohem_lovasz_and_label_smoothing_train(make_config, tmp_path):
         )
     )
     assert summary["steps"] == 2 and 0 < summary["metrics"]["train/loss"] < 100
+
+
+@pytest.mark.slow
+def test_the_nodata_found_is_in_train_log_and_summary_json(tmp_path, caplog):
+    from tests.conftest import TINY_ENCODER, compose_config
+    from tests.data.valid_maps import tagged_border_dataset
+
+    root, out = tmp_path / "data", tmp_path / "run"
+    tagged_border_dataset(root)
+    cfg = compose_config(
+        "train",
+        f"output_dir={out}",
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule/classes=auto",
+        "datamodule.patch_size=32",
+        "datamodule.patches_per_image=2",
+        "datamodule.batch_size=4",
+        "datamodule.num_workers=0",
+        "datamodule.sampling.min_valid=0.6",
+        f"model.encoder={TINY_ENCODER}",
+        "trainer.max_epochs=1",
+        "trainer.accelerator=cpu",
+    )
+    with caplog.at_level(logging.INFO):
+        summary = train(cfg)
+    assert "no-data (each GeoTIFF's GDAL_NODATA tag; datamodule.sampling.nodata=null):" in (
+        caplog.text
+    )
+    assert "candidate windows of 32 px with datamodule.sampling.min_valid=0.6: 15 of 24" in (
+        caplog.text
+    )
+    written = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert written["nodata"] == summary["nodata"]
+    nodata = written["nodata"]
+    assert nodata["setting"] is None and nodata["min_valid"] == 0.6
+    train_split = nodata["splits"]["train"]
+    assert (train_split["images_with_value"], train_split["nodata_pixels"]) == (2, 4416)
+    assert train_split["windows"] == {"qualifying": 9 + 6, "candidates": 24}
+    assert [(i["image"].rsplit("/", 1)[-1], i["pixels"]) for i in train_split["per_image"]] == [
+        ("t1.tif", 1760),
+        ("t2.tif", 2656),
+    ]
+    assert train_split["per_image"][0]["windows"] == {"qualifying": 9, "candidates": 12}
+    assert nodata["splits"]["val"]["per_image"][0]["from"] == "GDAL_NODATA"

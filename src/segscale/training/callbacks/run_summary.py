@@ -47,6 +47,10 @@ class RunSummary(Timer):
     learning-rate monitor's values (``lr-SGD``, ...) are left out of ``metrics``: the
     monitor records them on logging steps only, so the last one may be several steps
     old; ``metrics.csv`` has them all.
+
+    ``nodata``: what the dataset check found of the images' no-data
+    (``NodataReport.summary``: per split, totals and the images that hold any), kept
+    as the summary's ``nodata`` entry (``None`` where no check gave it).
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class RunSummary(Timer):
         scaling: dict[str, Any] | None = None,
         fine_tuning: dict[str, Any] | None = None,
         clock: RunClock | None = None,
+        nodata: dict[str, Any] | None = None,
     ) -> None:
         if output_network not in ("last-iteration", "best-validation"):
             raise ConfigError(
@@ -67,6 +72,7 @@ class RunSummary(Timer):
         self.output_network = output_network
         self.scaling = dict(scaling or {})
         self.fine_tuning = dict(fine_tuning or {})
+        self.nodata = nodata
         self.patches = 0
         self._started_at = ""
         self.last_step_rate: float | None = None  # the learning rate of the last optimizer step
@@ -236,6 +242,8 @@ class RunSummary(Timer):
             "steps": _trusted_steps(trainer, pl_module),
             # Steps skipped for a non-finite loss or gradient (training.on_nonfinite=skip).
             "skipped_steps": getattr(pl_module, "skipped_steps", 0),
+            # The images' no-data found by the dataset check: values, pixels, windows.
+            "nodata": self.nodata,
             # Tiles found unreadable mid-run and left out (datamodule.skip_unreadable=true).
             "left_out_tiles": left_out_tiles(trainer),
             "train_patches": self.patches,

@@ -43,7 +43,9 @@ def inspect_dataset(cfg: DictConfig) -> DatasetReport:
     report = datamodule.check()
     labels = datamodule.labels  # its kind reads palette masks by colour or by index
     source, limit = datamodule.source, datamodule.max_image_pixels
-    census = scan_mask_values(source, "train", limit, labels.colour)
+    census = scan_mask_values(
+        source, "train", limit, labels.colour, nodata=datamodule.sampling.nodata
+    )
     rows = class_rows(census, labels, datamodule.class_names)
     kind = census.kind
     how = "found by datamodule/classes=auto" if found else "of the classes file"
@@ -58,6 +60,7 @@ def inspect_dataset(cfg: DictConfig) -> DatasetReport:
         "unknown mask values: none (every value of the "
         f"{' and '.join(report.pairs)} masks is a class or ignored)"
     )
+    lines += report.nodata.lines() if report.nodata is not None else []
     report.write(output)
     log.info("%s", "\n".join(lines))
     return report
@@ -83,5 +86,13 @@ def _images_line(report: DatasetReport) -> str:
     return (
         f"images: {counts}; {report.channels} channel(s), {report.dtype}; mean "
         f"{list(report.channel_mean)}, std {list(report.channel_std)}{shown} (of the "
-        "training images)"
+        f"training images{_nodata_left_out(report)})"
     )
+
+
+def _nodata_left_out(report: DatasetReport) -> str:
+    """What the statistics leave out: the training images' no-data pixels, where any."""
+    found = report.nodata.splits.get("train") if report.nodata is not None else None
+    if found is None or not found.nodata_pixels:
+        return ""
+    return f", less their {found.nodata_pixels:,} no-data pixels"

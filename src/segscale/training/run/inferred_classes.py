@@ -27,6 +27,7 @@ from segscale.data.class_discovery import (
     is_inferred,
 )
 from segscale.data.mask_value_scan import scan_mask_values
+from segscale.data.nodata import check_nodata
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, check_max_image_pixels
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build
@@ -61,7 +62,9 @@ def resolve_inferred_classes(
             f"{error.full_key} is not set; {OPTION} reads the training masks it names"
         ) from None
     source.prepare()
-    census = scan_mask_values(source, "train", max_image_pixels, also=("val",))
+    nodata = OmegaConf.select(cfg, "datamodule.sampling.nodata", default=None)
+    check_nodata(nodata)
+    census = scan_mask_values(source, "train", max_image_pixels, also=("val",), nodata=nodata)
     found = infer_classes(
         census,
         ignore_index=int(data.ignore_index),

@@ -145,7 +145,12 @@ def _train_in_folder(
     scaling |= {"base_learning_rate": cfg.optimizer.lr}
     scaling.pop("_target_")
     summary = RunSummary(
-        cfg.output_dir, cfg.training.output_network, scaling, fine_tuning(cfg), clock
+        cfg.output_dir,
+        cfg.training.output_network,
+        scaling,
+        fine_tuning(cfg),
+        clock,
+        nodata=report.nodata.summary() if report.nodata is not None else None,
     )
     stop = PreemptionStop(signals, cfg.output_dir)
     callbacks = [summary, *instantiate_each(cfg.get("callbacks")), stop, ThirdPartyNoiseFilter()]
@@ -175,6 +180,8 @@ def _train_in_folder(
     if leader:
         log.info("%s", threads.describe())
         log.info("%s", report.table())
+        if report.nodata is not None:
+            log.info("%s", "\n".join(report.nodata.lines()))
         if not relaunch:  # the run's own, written when it started
             report.write(Path(cfg.output_dir))
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
