@@ -117,9 +117,14 @@ def _config(name: str) -> DictConfig:
 
 
 def _groups(name: str) -> set[str]:
-    """The config groups of ``conf/<name>.yaml``'s defaults list."""
+    """The config groups of ``conf/<name>.yaml``'s defaults list.
+
+    An ``override hydra/...`` entry chooses one of Hydra's own groups (under ``hydra``,
+    which every command has), not a group of the command's.
+    """
     defaults = _config(name).get("defaults", [])
-    return {str(key) for entry in defaults if isinstance(entry, DictConfig) for key in entry}
+    keys = (str(key) for entry in defaults if isinstance(entry, DictConfig) for key in entry)
+    return {key for key in keys if not key.startswith("override ")}
 
 
 def _roots(name: str) -> set[str]:
