@@ -68,10 +68,6 @@ class ThreadsFollowMachine(L.Callback):
         self._steps = 0  # steps since the last reading
         self._step_s: float | None = None  # the step time of the interval before
 
-    def state_dict(self) -> dict[str, Any]:
-        """Nothing to keep: a resumed run measures its machine afresh."""
-        return {}
-
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The first reading: the threads the start-up chose are in place."""
         self._cores = platform_cores.affinity()
