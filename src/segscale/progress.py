@@ -6,6 +6,10 @@ log line now and then instead: every ``1 / LOG_STEPS`` of the total or
 ``LOG_EVERY_S`` seconds, whichever comes first, with the count, the time so far and
 an estimate of the time left; never one per item. A pass shorter than ``QUIET_S``
 shows nothing (a small data set's checks would only add lines).
+
+An item may be done in parts (``update(0.25)``: a quarter of a large image), and the
+caller may say where the pass is inside the current item (``detail``: its row of tiles,
+the rate), in the bar's postfix and in the lines.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ class Progress:
 
     ``stream``: where a terminal shows the bar (stderr); ``log``: where the lines go
     when that stream is not a terminal; None: neither (another rank's share, say).
-    ``clock``: seconds, for the lines' times.
+    ``clock``: seconds, for the lines' times. ``every_s``: the longest time between two
+    lines (``LOG_EVERY_S``). ``detail``: where the pass is inside the current item, set by
+    the caller before an ``update``.
     """
 
     def __init__(
@@ -43,10 +49,13 @@ class Progress:
         log: logging.Logger | None,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        every_s: float = LOG_EVERY_S,
     ) -> None:
         stream = sys.stderr if stream is None else stream
         self.total, self.what, self.log = total, what, log
-        self.done = 0
+        self.done: float = 0
+        self.detail = ""
+        self.every_s = every_s
         self.clock = clock
         self.start = self.last_line = clock()
         self.next_step = 1  # the next step of the way (in LOG_STEPS) that logs a line
@@ -58,10 +67,12 @@ class Progress:
             else None
         )
 
-    def update(self, count: int = 1) -> None:
-        """``count`` more items are done."""
+    def update(self, count: float = 1) -> None:
+        """``count`` more items are done (a fraction: part of one)."""
         self.done += count
         if self.bar is not None:
+            if self.detail:
+                self.bar.set_postfix_str(self.detail, refresh=False)
             self.bar.update(count)
             return
         if self.log is None:
@@ -71,17 +82,22 @@ class Progress:
             return
         # Whole numbers: a tenth of the way is reached exactly, not missed by rounding.
         step_reached = self.done * LOG_STEPS >= self.next_step * self.total
-        if step_reached or now - self.last_line >= LOG_EVERY_S:
+        if step_reached or now - self.last_line >= self.every_s:
             self.log.info("%s", self.line(now))
             self.last_line = now
-            self.next_step = self.done * LOG_STEPS // max(self.total, 1) + 1
+            self.next_step = int(self.done * LOG_STEPS // max(self.total, 1)) + 1
 
     def line(self, now: float) -> str:
-        """``"images evaluated: 3/10 (30%), 0:12 so far, about 0:28 left"``."""
+        """``"images evaluated: 3/10 (30%), 0:12 so far, about 0:28 left"``.
+
+        Items done in part count whole once done; the ``detail`` follows the counts.
+        """
         elapsed = now - self.start
-        text = f"{self.what}: {self.done}/{self.total}"
+        text = f"{self.what}: {int(self.done + 1e-9)}/{self.total}"
         if self.total:
-            text += f" ({100 * self.done // self.total}%)"
+            text += f" ({int(100 * self.done / self.total + 1e-9)}%)"
+        if self.detail:
+            text += f", {self.detail}"
         text += f", {tqdm.format_interval(elapsed)} so far"
         if 0 < self.done < self.total:
             left = elapsed / self.done * (self.total - self.done)

@@ -554,8 +554,11 @@ def test_bf_scores_and_each_image_s_metrics_are_matlab_s_as_computed_by_hand(
     assert (out / "class_metrics.csv").read_text().splitlines()[2] == class1
     assert "MeanBFScore" in caplog.text  # the log's per-class table
     # redirected (caplog is no terminal): progress lines with counts, not a bar
-    assert "images evaluated: 1/2 (50%)" in caplog.text
-    assert "images evaluated: 2/2 (100%)" in caplog.text
+    assert "images evaluated: 1/2 (50%), image 1/2 (a.png): row 1/1 of tiles, " in caplog.text
+    assert "images evaluated: 2/2 (100%), image 2/2 (b.png): row 1/1 of tiles, " in caplog.text
+    assert re.search(
+        r"image 1/2 \(a\.png\): row 1/1 of tiles, [0-9.]+ tiles/s, .* left", caplog.text
+    )
 
 
 @pytest.mark.parametrize("off", ["null", "0"])

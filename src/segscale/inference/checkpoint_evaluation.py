@@ -49,15 +49,15 @@ from segscale.inference.image_metrics import (
     image_names,
     write_image_metrics,
 )
+from segscale.inference.image_progress import ImageProgress
 from segscale.inference.inputs import check_pixels, range_checked
-from segscale.inference.sliding_window import SlidingWindow
+from segscale.inference.sliding_window import OnTiles, SlidingWindow
 from segscale.models.boundary_f1 import boundary_f1
 from segscale.models.checkpoint.recorded_classes import CLASS_KEYS, use_checkpoint_classes
 from segscale.models.checkpoint.recorded_data import use_checkpoint_data
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
-from segscale.progress import Progress
 from segscale.training.reporting.evaluation import write_evaluation
 from segscale.training.run.builders import build
 from segscale.training.run.config_checks import check_data_source
@@ -270,15 +270,24 @@ def _scores_of_share(
     trained.module.to(fabric.device)
     # Each rank counts its own share; rank 0's lines speak for all (shares are equal).
     what = "images evaluated" + (" by process 0" if fabric.world_size > 1 else "")
-    progress = Progress(len(pairs), what, log if fabric.global_rank == 0 else None)
+    progress = ImageProgress(len(pairs), what, log if fabric.global_rank == 0 else None)
     images = []
     for index, pair in pairs:
         grid = warped_masks.get(pair.mask)
+        on_tiles = progress.image(pair.image.name)
         confusion, bf = image_scores(
-            pair, trained, window, labels, fabric.device, max_image_pixels, tolerance, grid
+            pair,
+            trained,
+            window,
+            labels,
+            fabric.device,
+            max_image_pixels,
+            tolerance,
+            grid,
+            on_tiles,
         )
         images.append(ImageScores(index, confusion.numpy(), bf))
-        progress.update()
+        progress.image_done()
     progress.close()
     if fabric.world_size == 1:
         return images
@@ -299,8 +308,11 @@ def image_scores(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     tolerance: float | None = None,
     mask_grid: Grid | None = None,
+    on_tiles: OnTiles | None = None,
 ) -> tuple[torch.Tensor, np.ndarray | None]:
     """One image's confusion matrix and, with a ``tolerance``, its BF score per class.
+
+    ``on_tiles``: told of each batch of tiles done (progress).
 
     The BF score needs the whole label maps (a boundary's match may lie in another
     band): with a tolerance, the predicted and true class of every pixel are kept
@@ -316,6 +328,7 @@ def image_scores(
         max_image_pixels,
         maps if tolerance else None,
         mask_grid,
+        on_tiles,
     )
     if not tolerance:
         return confusion, None
@@ -331,6 +344,7 @@ def image_confusion(
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     maps: list[np.ndarray] | None = None,
     mask_grid: Grid | None = None,
+    on_tiles: OnTiles | None = None,
 ) -> torch.Tensor:
     """Confusion matrix (true × predicted pixels) of one whole image, band by band.
 
@@ -338,7 +352,7 @@ def image_confusion(
     ``maps``: a list that receives the true and the predicted class maps (the ignore
     index and unknown values as ``num_classes``), where the caller needs them whole.
     ``mask_grid``: the mask read on this grid, its image's (``datamodule.mask_alignment=
-    warp``, ``segscale.data.warped_masks``).
+    warp``, ``segscale.data.warped_masks``). ``on_tiles``: told of each batch of tiles.
     """
     if mask_grid is None:
         mask = read_mask(pair.mask, max_image_pixels)
@@ -365,5 +379,5 @@ def image_confusion(
     image = read_image(pair.image, max_image_pixels)
     network = "the network of ckpt"
     check_pixels(pair.image, image, trained.max_value, network, trained.value_range)
-    window.predict(trained.module, image, classes, device, on_band=count)
+    window.predict(trained.module, image, classes, device, on_band=count, on_tiles=on_tiles)
     return torch.from_numpy(counts.reshape(classes, classes))

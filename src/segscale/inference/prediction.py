@@ -35,6 +35,7 @@ from segscale.data.sources import (
 )
 from segscale.errors import ConfigError
 from segscale.inference.devices import inference_backend, run_on_devices
+from segscale.inference.image_progress import ImageProgress
 from segscale.inference.inputs import (
     UnreadableImageError,
     check_output_names,
@@ -47,7 +48,7 @@ from segscale.inference.inputs import (
 from segscale.inference.outputs import BandImage, overlay
 from segscale.inference.prediction_folder import prediction_folder
 from segscale.inference.probability_maps import ProbabilityFiles, ProbabilityOutputs
-from segscale.inference.sliding_window import SlidingWindow
+from segscale.inference.sliding_window import OnTiles, SlidingWindow
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.training.run.builders import build
@@ -163,13 +164,21 @@ def _predict_share(
     trained.module.to(fabric.device)
     written: list[Path] = []
     failed: list[tuple[Path, str]] = []
+    # Each rank counts its own share; rank 0's bar and lines speak for all (shares are equal).
+    what = "images predicted" + (" by process 0" if fabric.world_size > 1 else "")
+    progress = ImageProgress(len(images), what, log if fabric.global_rank == 0 else None)
     for path in images:
+        on_tiles = progress.image(path.name)
         try:
-            written.append(predict_image(path, trained, window, output, cfg, fabric.device))
+            written.append(
+                predict_image(path, trained, window, output, cfg, fabric.device, on_tiles)
+            )
         except UnreadableImageError as error:
             failed.append((path, describe_read_error(path, error)))
             if not cfg.skip_unreadable:
                 break
+        progress.image_done()
+    progress.close()
     fabric.barrier()
     # Plain tuples, not FileProblem: Lightning hands rank 0's result back from a spawned
     # process through a walk that cannot rebuild frozen dataclasses.
@@ -190,8 +199,11 @@ def predict_image(
     output: Path,
     cfg: DictConfig,
     device: torch.device,
+    on_tiles: OnTiles | None = None,
 ) -> Path:
     """Write ``<stem>.<format>`` (and ``<stem>_overlay.<format>``) for one image.
+
+    ``on_tiles``: told of each batch of tiles done (progress).
 
     With ``probabilities`` or ``confidence``, also the GeoTIFFs of ``probability_maps``,
     from the same bands of blended probabilities that the mask is the argmax of. A
@@ -223,7 +235,7 @@ def predict_image(
         if extras.suffixes:
             names = trained.class_names
             probability_files = ProbabilityFiles(output / mask_stem, size, names, extras, geo)
-        _fill(images, probability_files, image, trained, window, cfg, device)
+        _fill(images, probability_files, image, trained, window, cfg, device, on_tiles)
     except BaseException:  # an interrupted image leaves none of its files
         for out in images:
             out.discard()
@@ -247,6 +259,7 @@ def _fill(
     window: SlidingWindow,
     cfg: DictConfig,
     device: torch.device,
+    on_tiles: OnTiles | None = None,
 ) -> None:
     """Predict ``image`` band by band into the mask (and overlay) and probability files.
 
@@ -254,7 +267,7 @@ def _fill(
     ``SlidingWindow.predict`` takes it; no band is kept once written.
     """
     dtype = np.uint8 if trained.num_classes <= 255 else np.uint16
-    bands = window.probability_bands(trained.module, image, trained.num_classes, device)
+    bands = window.probability_bands(trained.module, image, trained.num_classes, device, on_tiles)
     for y0, probabilities in bands:
         labels = probabilities.argmax(axis=0).astype(dtype)
         images[0].write(y0, labels)

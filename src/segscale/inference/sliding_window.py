@@ -27,6 +27,11 @@ Model = Callable[[torch.Tensor], torch.Tensor]
 Origin = tuple[int, int]
 """``(y, x)``: the top-left pixel of a tile in the image."""
 
+OnTiles = Callable[[int, int, int, int], None]
+"""Called after each batch of tiles, for progress: ``(done, tiles, row, rows)``, the image's
+tiles done and in all, the row of tiles (1-based) the batch's last one lies in, and the
+image's rows of tiles."""
+
 MIN_WEIGHT = 1e-4
 """Floor of the blending window, relative to its peak of 1 (see ``gaussian_window``)."""
 
@@ -121,6 +126,7 @@ class SlidingWindow:
         num_classes: int,
         device: torch.device | str = "cpu",
         on_band: Callable[[int, np.ndarray], None] | None = None,
+        on_tiles: OnTiles | None = None,
     ) -> np.ndarray | None:
         """Label map of ``image``: the argmax of the blended tile probabilities.
 
@@ -134,10 +140,12 @@ class SlidingWindow:
         ``on_band(y0, labels)`` for consecutive bands of rows (``labels`` is
         ``rows×W``), in order from ``y0 = 0``, covering every row exactly once, each as
         soon as no later tile can change it, keeps none of them and returns None.
+        ``on_tiles``: told of each batch of tiles done (``OnTiles``).
         """
         dtype = np.uint8 if num_classes <= 255 else np.uint16
         labels: np.ndarray | None = None if on_band else np.empty(image.shape[:2], dtype=dtype)
-        for y0, probabilities in self.probability_bands(model, image, num_classes, device):
+        bands = self.probability_bands(model, image, num_classes, device, on_tiles)
+        for y0, probabilities in bands:
             band = probabilities.argmax(axis=0).astype(dtype)
             if on_band is None:
                 assert labels is not None  # made above when there is no on_band
@@ -152,13 +160,14 @@ class SlidingWindow:
         image: Pixels,
         num_classes: int,
         device: torch.device | str = "cpu",
+        on_tiles: OnTiles | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
         """Blended class probabilities, band by band: ``(y0, float32 K×rows×W)``.
 
         Same arguments and band order as ``predict``; each pixel's probabilities are
         the window-weighted mean of the softmax of every tile that covers it, and sum
         to 1. Bands are yielded as soon as they are final, so progress is ``y0 + rows``
-        out of ``H``.
+        out of ``H``; ``on_tiles`` is told of each batch of tiles (``OnTiles``).
         """
         if image.ndim not in (2, 3) or 0 in image.shape:
             raise ValueError(f"image must be a non-empty H×W×C or H×W array, got {image.shape}")
@@ -169,6 +178,9 @@ class SlidingWindow:
         first_wins = self.blend == "none"
         window = np.ones(tile_shape, np.float32) if first_wins else gaussian_window(*tile_shape)
         bands = _BandAccumulator(num_classes, tile_shape[0], width, window, first_wins)
+        rows = {y: row for row, y in enumerate(tile_starts(height, self.tile_size, self.stride))}
+        count = len(rows) * len(tile_starts(width, self.tile_size, self.stride))
+        done = 0
         for origins in _batches(self.tile_origins(height, width), self.batch_size):
             tiles = np.stack([_read_tile(image, origin, tile_shape) for origin in origins])
             probabilities = self._probabilities(model, tiles, num_classes, device)
@@ -176,6 +188,9 @@ class SlidingWindow:
                 if y > bands.top:
                     yield bands.top, bands.release(y)
                 bands.add(y, x, tile)
+            done += len(origins)
+            if on_tiles is not None:
+                on_tiles(done, count, rows[origins[-1][0]] + 1, len(rows))
         yield bands.top, bands.release(height)
 
     @torch.inference_mode()

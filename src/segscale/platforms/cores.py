@@ -5,6 +5,8 @@
 - Per-core times (how busy the cores are): psutil's, from ``/proc/stat`` on Linux, the
   kernel's counters on macOS and Windows. psutil lists the online cores in order, so
   core *i* is the *i*-th online one: the mask's numbers where every core is online.
+- Processes' CPU times (a run's DataLoader workers, its children that ended): psutil's
+  and ``os.times``' (Windows keeps no ended children's times: 0 there).
 - The CPU quota of a container or a batch system: cgroups, on Linux only (elsewhere
   there are no files to read, and no quota).
 """
@@ -57,6 +59,28 @@ def core_seconds(cores: set[int]) -> tuple[float, float] | None:
         total += core_total
         busy += core_total - sum(counted.get(name, 0.0) for name in FREE_TIMES)
     return busy, total
+
+
+def processes_seconds(pids: list[int]) -> float:
+    """CPU seconds (user and system) that the live processes ``pids`` have used.
+
+    A process that ended meanwhile counts nothing (``ended_children_seconds`` has it once
+    its parent has reaped it).
+    """
+    seconds = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except (OSError, psutil.Error):  # gone, or not ours to read
+            continue
+        seconds += times.user + times.system
+    return seconds
+
+
+def ended_children_seconds() -> float:
+    """CPU seconds of this process's children that ended and were reaped (0 on Windows)."""
+    times = os.times()
+    return times.children_user + times.children_system
 
 
 def cpu_quota() -> float | None:

@@ -39,3 +39,72 @@ def test_each_row_shows_the_rate_its_iteration_trained_with(tmp_path, caplog):
     # Iterations 1-3 at 0.03, 0.02, 0.01 (MATLAB's semantics), and the validation row after
     # iteration 3 at its rate: not the 0.0 the schedule leaves for a step after the last.
     assert rates == [(1, RATES[0]), (2, RATES[1]), (3, RATES[2]), (3, RATES[2])]
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _estimating(monkeypatch, caplog):
+    """A VerboseLog of a 1000-step run without validation, on a clock the test moves."""
+    import types
+
+    import torch
+
+    import segscale.training.callbacks.verbose_log as verbose_log
+    from segscale.training.reporting.run_plan import RunPlan
+
+    clock, threads = _Clock(), {"count": 1}
+    monkeypatch.setattr(verbose_log.time, "perf_counter", clock)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["count"])
+    caplog.set_level(logging.INFO, logger="segscale.training.callbacks")
+    callback = VerboseLog(frequency=0)
+    callback._plan = RunPlan(1, 1000, 1000, 1000, 0, 0)
+    trainer = types.SimpleNamespace(global_step=0, is_global_zero=True)
+
+    def steps(count, seconds):
+        for _ in range(count):
+            clock.now += seconds
+            trainer.global_step += 1
+            callback.on_train_batch_end(trainer, None, None, None, 0)
+
+    def epoch_end():
+        callback.on_train_epoch_end(trainer, None)
+
+    def estimates():
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("estimate")]
+
+    return steps, epoch_end, estimates, threads
+
+
+def test_the_estimate_is_logged_again_when_it_moves_by_more_than_a_tenth(monkeypatch, caplog):
+    steps, epoch_end, estimates, threads = _estimating(monkeypatch, caplog)
+    steps(11, 1.0)  # the first step's end starts the clock; 10 steps of 1 s measured
+    (first,) = estimates()
+    assert first.startswith("estimate: 1.000 s per step; 0h16m29s left")  # 989 steps
+    steps(89, 1.05)
+    epoch_end()  # ~5% slower: the end 45 s later, 5% of the 896 s left then: kept
+    assert len(estimates()) == 1
+    threads["count"] = 2  # the machine freed: threads 1 -> 2, steps twice as fast
+    steps(10, 0.5)
+    assert len(estimates()) == 1  # the new step time is being measured
+    steps(1, 0.5)
+    assert len(estimates()) == 2
+    assert estimates()[1].startswith("estimate: 0.500 s per step; 0h07m24s left")  # 889 steps
+    assert estimates()[1].endswith("(step time measured since the threads changed: 1 -> 2)")
+    steps(10, 0.5)
+    epoch_end()  # unchanged: not logged again
+    assert len(estimates()) == 2
+
+
+def test_a_slower_machine_moves_the_estimate_at_an_epochs_end(monkeypatch, caplog):
+    steps, epoch_end, estimates, _ = _estimating(monkeypatch, caplog)
+    steps(11, 1.0)
+    steps(100, 1.2)  # the average step since the first: 1.18 s, the end 3 min later (21%)
+    assert len(estimates()) == 1  # within an epoch only each window's first estimate
+    epoch_end()
+    assert len(estimates()) == 2 and estimates()[1].startswith("estimate: 1.182 s per step")

@@ -205,3 +205,49 @@ def test_the_threads_are_set_inside_and_restored_after(monkeypatch):
     with pytest.raises(RuntimeError), process_threads(1):
         raise RuntimeError("the job failed")
     assert torch.get_num_threads() == before and os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def test_auto_keeps_what_it_was_made_from_and_a_number_keeps_nothing(no_omp):
+    measured = resolve_threads("auto", 2, 1, cpus=8, busy=2.0)
+    assert measured.machine is not None and measured.machine.count(0.0) == 4
+    assert measured.machine.count(6.0) == 1
+    assert resolve_threads(3, 2, 1, cpus=8).machine is None
+
+
+def test_someone_elses_omp_num_threads_is_kept_and_rank_zeros_share_followed(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's, torchrun's, a launcher's
+    assert resolve_threads("auto", 1, 1, cpus=16, busy=0).machine is None
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    with process_threads(3, follows=True):  # rank 0's measured share, for its ranks
+        inherited = resolve_threads("auto", 2, 1, cpus=16)
+        assert inherited.count == 3 and inherited.machine is not None
+        assert inherited.machine.count(0.0) == 8
+        assert "the share rank 0 measured" in inherited.describe()
+    assert threads.AUTO_VARIABLE not in os.environ
+    with process_threads(3):  # a number: not followed
+        assert resolve_threads("auto", 2, 1, cpus=16).machine is None
+
+
+def test_busy_cores_between_two_readings_leave_the_runs_own_time_out():
+    before = threads.CoreTimes(busy=100.0, total=400.0, own=10.0)
+    # 10 s on 4 cores: 30 core-seconds busy, 12 of them this rank's own.
+    after = threads.CoreTimes(busy=130.0, total=440.0, own=22.0)
+    assert threads.busy_between(before, after, 4, ranks=1) == pytest.approx(1.8)
+    assert threads.busy_between(before, after, 4, ranks=2) == pytest.approx(0.6)  # 3 - 2 × 1.2
+    assert threads.busy_between(after, after, 4, ranks=1) == 0.0
+
+
+def test_a_reading_counts_the_workers_and_the_children_that_ended(monkeypatch):
+    monkeypatch.setattr(cores, "core_seconds", lambda cores: (5.0, 20.0))
+    monkeypatch.setattr(threads, "_own_seconds", lambda: 1.0)
+    monkeypatch.setattr(cores, "ended_children_seconds", lambda: 2.0)
+    worker = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(1.0)
+        reading = threads.core_times({0}, [worker.pid])
+        assert reading is not None and (reading.busy, reading.total) == (5.0, 20.0)
+        assert reading.own > 3.2  # this process's 1 s, the ended ones' 2 s, the worker's
+    finally:
+        worker.kill()
+        worker.wait()
+    assert threads.core_times({0}, [worker.pid]).own == 3.0  # gone: nothing of its own

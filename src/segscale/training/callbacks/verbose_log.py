@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import lightning as L
+import torch
 
 from segscale.errors import ConfigError
 from segscale.training.callbacks.trainer_values import current_learning_rate, logged_metric
@@ -39,8 +40,11 @@ class VerboseLog(L.Callback):
 
     Whatever ``frequency``: the run's plan (``run_plan``) at the start and, after
     ``ESTIMATE_AFTER_STEPS`` steps past the first (its warm-up left out), the measured
-    step time and the estimated end; again at an epoch's end when the estimate moved by
-    more than ``ESTIMATE_MOVE``.
+    step time and the estimated end; again at an epoch's end when the estimated end
+    moved by more than ``ESTIMATE_MOVE`` of the time left. When the threads of the
+    process change (``training.threads=auto`` following the machine), the step time is
+    measured afresh from that step, and the estimate checked again once
+    ``ESTIMATE_AFTER_STEPS`` steps of it are measured.
     """
 
     HEADER = (
@@ -59,11 +63,18 @@ class VerboseLog(L.Callback):
         self._rate: float | None = None  # the learning rate of the current iteration
         self._plan: RunPlan | None = None
         self._first_step_end = 0.0  # when the first step (its warm-up) ended
-        self._first_step = 0
         self._validation_s = 0.0  # all validations' time since the first step
         self._validations = 0
         self._validation_start = 0.0
         self._estimated_s: float | None = None  # the end last logged (perf_counter)
+        # The step time is measured over a window: from the first step's end, or from the
+        # step at which the threads last changed.
+        self._window_start = 0.0
+        self._window_step = 0
+        self._window_validation_s = 0.0  # validations' time inside the window
+        self._window_checked = False  # an estimate was made from this window already
+        self._threads = 0  # the threads the window's steps ran with
+        self._since = ""  # what the window started with, for the estimate line
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the clock and print the header."""
@@ -93,7 +104,7 @@ class VerboseLog(L.Callback):
         """Print a row on iteration 1 and every ``frequency`` iterations; the estimate."""
         if not trainer.is_global_zero:
             return
-        self._estimate(trainer, first=True)
+        self._estimate(trainer, at_epoch_end=False)
         if not self.frequency:
             return
         if trainer.global_step == 1 or trainer.global_step % self.frequency == 0:
@@ -106,35 +117,55 @@ class VerboseLog(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Log the estimate again if it moved a lot."""
         if trainer.is_global_zero:
-            self._estimate(trainer, first=False)
+            self._estimate(trainer, at_epoch_end=True)
 
-    def _estimate(self, trainer: L.Trainer, first: bool) -> None:
+    def _estimate(self, trainer: L.Trainer, at_epoch_end: bool) -> None:
+        """Estimate the end from the window's step time; log it if it moved enough.
+
+        At a step's end only the first estimate of each window is made; at an epoch's
+        end, always.
+        """
         step = trainer.global_step
         if self._plan is None or step < 1:
             return
+        now_s = time.perf_counter()
+        threads = torch.get_num_threads()  # a number on the host: no sync
         if not self._first_step_end:
-            self._first_step_end, self._first_step = time.perf_counter(), step
+            self._first_step_end = now_s
+            self._start_window(now_s, step, threads, "")
             return
-        measured = step - self._first_step
-        if measured < ESTIMATE_AFTER_STEPS or (first and self._estimated_s is not None):
+        if threads != self._threads:
+            changed = f"the threads changed: {self._threads} -> {threads}"
+            self._start_window(now_s, step, threads, changed)
             return
-        elapsed = time.perf_counter() - self._first_step_end - self._validation_s
+        measured = step - self._window_step
+        if measured < ESTIMATE_AFTER_STEPS or (self._window_checked and not at_epoch_end):
+            return
+        self._window_checked = True
+        elapsed = now_s - self._window_start - self._window_validation_s
         step_s = elapsed / measured
         validation_s = self._validation_s / self._validations if self._validations else 0.0
         left = remaining_s(self._plan, step, step_s, self._validations, validation_s)
-        # Compare the estimated ends (not the time left, which falls as the run goes).
-        now_s = time.perf_counter()
+        # Compare the estimated ends, against the time the last estimate had left.
         end_s, last = now_s + left, self._estimated_s
-        if last is None or abs(end_s - last) > ESTIMATE_MOVE * max(last - self._start, 1.0):
+        if last is None or abs(end_s - last) > ESTIMATE_MOVE * max(last - now_s, 1.0):
             self._estimated_s = end_s
             now = datetime.now().astimezone()
             total = end_s - self._start
-            log.info("%s", estimate_line(step_s, left, total, bool(self._validations), now))
+            known = bool(self._validations)
+            log.info("%s", estimate_line(step_s, left, total, known, now, self._since))
+
+    def _start_window(self, now_s: float, step: int, threads: int, since: str) -> None:
+        """Measure the step time afresh from ``step`` (``since``: why, for the line)."""
+        self._window_start, self._window_step, self._window_validation_s = now_s, step, 0.0
+        self._window_checked, self._threads, self._since = False, threads, since
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Print a row with the validation columns filled."""
         if not trainer.sanity_checking and self._first_step_end:
-            self._validation_s += time.perf_counter() - self._validation_start
+            seconds = time.perf_counter() - self._validation_start
+            self._validation_s += seconds
+            self._window_validation_s += seconds
             self._validations += 1
         if self.frequency and trainer.is_global_zero and not trainer.sanity_checking:
             log.info(self.row(trainer, validation=True))

@@ -16,8 +16,9 @@ import lightning as L
 ESTIMATE_AFTER_STEPS = 10
 """Steps measured (after the first, whose warm-up is left out) before the first estimate."""
 
-ESTIMATE_MOVE = 0.25
-"""A later estimate is logged again when the duration moved by more than this fraction."""
+ESTIMATE_MOVE = 0.10
+"""A later estimate is logged again when the end moved by more than this fraction of the
+time the last one logged had left."""
 
 
 @dataclass(frozen=True)
@@ -70,14 +71,23 @@ def remaining_s(
 
 
 def estimate_line(
-    step_s: float, left_s: float, total_s: float, validation_known: bool, now: datetime
+    step_s: float,
+    left_s: float,
+    total_s: float,
+    validation_known: bool,
+    now: datetime,
+    since: str = "",
 ) -> str:
     """The estimate, as one log line: step time, time left, whole duration, end time.
 
-    The duration counts training and validation from the start of training.
+    The duration counts training and validation from the start of training. ``since``:
+    what the step time was measured since, where not the first step (``"the threads
+    changed: 1 -> 2"``).
     """
     end = (now + timedelta(seconds=left_s)).isoformat(sep=" ", timespec="minutes")
     note = "" if validation_known else " (validation not measured yet, left out)"
+    if since:
+        note += f" (step time measured since {since})"
     return (
         f"estimate: {step_s:.3f} s per step; {_clock(left_s)} left of about "
         f"{_clock(total_s)} in all, ending around {end}{note}"

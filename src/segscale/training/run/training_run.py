@@ -27,6 +27,7 @@ from segscale.training.callbacks.periodic_checkpoint import ensure_writable
 from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.callbacks.third_party_noise_filter import ThirdPartyNoiseFilter
+from segscale.training.callbacks.threads_follow_machine import ThreadsFollowMachine
 from segscale.training.callbacks.trial_pruning import trial_pruning
 from segscale.training.callbacks.unreadable_tile_stop import UnreadableTileStop
 from segscale.training.ranks.dataloader_workers import WorkersEndWithRun
@@ -160,6 +161,8 @@ def _train_in_folder(
         callbacks.insert(0, ema)
     if pruning := trial_pruning(cfg.get("search_trial"), str(cfg.optimized_metric)):
         callbacks.append(pruning)
+    if threads.machine is not None:  # auto's measured share, looked at again while training
+        callbacks.append(ThreadsFollowMachine(threads.machine, threads.count))
     if relaunch:
         callbacks += [LaunchRecord(cfg.output_dir, launch_record(cfg)), ForgetAbandonedBest()]
         # optimizer.lr given on a resume applies; first, so that every other callback's
@@ -186,7 +189,8 @@ def _train_in_folder(
             report.write(Path(cfg.output_dir))
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
     own_workers = WorkersEndWithRun()  # left first: before the other ranks are waited for
-    with process_threads(threads.count), ranks, third_party_noise_filtered(), own_workers:
+    follows = threads.machine is not None
+    with process_threads(threads.count, follows), ranks, third_party_noise_filtered(), own_workers:
         trainer = instantiate(
             cfg.trainer,
             devices=devices,
