@@ -76,6 +76,7 @@ def workers_private_mb(tiles: list[Tile], workers: int) -> list[float]:
 
 
 @pytest.mark.slow
+@pytest.mark.spawn
 def test_spawned_workers_add_no_private_memory_proportional_to_the_data(tmp_path):
     tiny, _ = mapped_tiles(tmp_path / "tiny", 1, 64)
     baseline = max(workers_private_mb(tiny, 1))  # an interpreter with torch and segscale
