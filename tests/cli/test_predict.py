@@ -94,6 +94,7 @@ def two_process_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.spawn  # the ranks are spawned (Fabric's ddp_spawn), as every platform starts them
 def test_predict_splits_images_across_two_processes_and_writes_tiff(two_process_prediction):
     out = two_process_prediction["out"]
     for name, truth in two_process_prediction["truths"].items():

@@ -2,6 +2,7 @@ import csv
 import json
 import logging
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -452,3 +453,29 @@ def compose_classes(name: str):
     """The datamodule keys that ``conf/datamodule/classes/<name>.yaml`` sets."""
     cfg = compose_config("train", f"datamodule/classes={name}")
     return cfg.datamodule
+
+
+# What a spawned process (a DataLoader worker, a ddp_spawn rank) does when it imports
+# the commands' modules again: nothing that a run's start would do.
+IMPORT_EVERY_COMMAND = """
+import sys
+from omegaconf import OmegaConf
+from segscale.training.reporting import run_clock
+for command in ("bench", "data", "evaluate", "export", "predict", "summarize", "train"):
+    __import__(f"segscale.cli.{command}")
+print(OmegaConf.has_resolver("segscale.run_dir"), run_clock._imports_done)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.spawn
+def test_importing_a_command_does_no_work(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_EVERY_COMMAND],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "None"]

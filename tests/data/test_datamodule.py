@@ -56,6 +56,21 @@ def test_loader_options_reach_the_dataloader(make_config, tmp_path):
     assert datamodule.train_dataloader(num_workers=0).prefetch_factor is None
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver", "auto"])
+def test_the_start_method_reaches_the_dataloaders_with_workers(make_config, method):
+    from segscale.platforms.start_methods import default_start_method
+    from segscale.training.run.builders import build_datamodule
+    from segscale.training.scaling.rules import ScalingRules
+
+    cfg = make_config("datamodule.num_workers=1", f"datamodule.worker_start_method={method}")
+    datamodule = build_datamodule(cfg, ScalingRules().resolve(cfg.datamodule.batch_size, 0.01, 1))
+    datamodule.setup("fit")
+    expected = default_start_method() if method == "auto" else method
+    for loader in (datamodule.train_dataloader(), datamodule.val_dataloader()):
+        assert loader.multiprocessing_context.get_start_method() == expected
+    assert datamodule.train_dataloader(num_workers=0).multiprocessing_context is None
+
+
 def epoch_keys(datamodule, epoch: int) -> list[tuple[int, int]]:
     """The patch keys ``(epoch, index)`` the training loader gives in ``epoch``, in order."""
     loader = datamodule.train_dataloader()

@@ -455,7 +455,7 @@ def test_a_read_only_folder_warns_once_and_says_so(unprivileged):  # noqa: F811 
     filled = DecodeCache(str(unprivileged / "filled"))
     filled.open(unprivileged / "a.png", "x", lambda: np.zeros(3))
     filled.store.chmod(0o500)
-    for folder, served in (("filled", "memmap"), ("read_only", "ndarray")):
+    for folder, served in (("filled", "MappedArray"), ("read_only", "ndarray")):
         done = as_user(
             [sys.executable, "-c", script, str(unprivileged / folder), str(unprivileged)], REPO
         )

@@ -30,8 +30,6 @@ from segscale.training.run.training_run import train
 from segscale.training.run_folder.relaunch import restore_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
-imports_done()  # everything a training run needs is imported: the clock's first phase ends
-
 log = logging.getLogger(__name__)
 
 DISK_FULL_HINT = (
@@ -40,11 +38,15 @@ DISK_FULL_HINT = (
 )
 """What to do when a training run met a full disk."""
 
-register_run_dir_resolver()
-
 
 def main() -> None:
-    """Entry point of ``train.py``: Hydra parses the command line and runs ``run``."""
+    """Entry point of ``train.py``: Hydra parses the command line and runs ``run``.
+
+    Nothing is done when the module is imported: a spawned process (a DataLoader worker,
+    a ``ddp_spawn`` rank) imports it again, and must find no work there.
+    """
+    imports_done()  # everything a training run needs is imported: the clock's first phase ends
+    register_run_dir_resolver()  # conf/train.yaml's hydra.run.dir asks it
     # At exit the interpreter's last garbage collection walks every object torch,
     # Lightning and the run made: seconds (5 s on a busy machine), and a DDP run's rank
     # 0 exits only after the other ranks did. Frozen, they are left to the OS; exit

@@ -36,6 +36,7 @@ from segscale.data.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.data.validation import validate_dataset
 from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
+from segscale.platforms.start_methods import worker_start_method
 
 
 class SegmentationDataModule(L.LightningDataModule):
@@ -119,6 +120,7 @@ class SegmentationDataModule(L.LightningDataModule):
         self.pin_memory = loader.pin_memory
         self.persistent_workers = loader.persistent_workers
         self.prefetch_factor = loader.prefetch_factor
+        self.start_method = worker_start_method(loader.worker_start_method)
         self._mean = normalization.mean
         self._std = normalization.std
         self._in_channels = normalization.in_channels
@@ -314,6 +316,7 @@ class SegmentationDataModule(L.LightningDataModule):
             pin_memory=pin_memory,
             persistent_workers=self.persistent_workers and workers > 0,
             prefetch_factor=self.prefetch_factor if workers > 0 else None,
+            multiprocessing_context=self.start_method if workers > 0 else None,
             worker_init_fn=partial(init_worker, rank=self._rank_and_world()[0]),
         )
 
@@ -341,6 +344,7 @@ def segmentation_datamodule(
     ignore_ids: Sequence[Any] = (),
     persistent_workers: bool = True,
     prefetch_factor: int = 2,
+    worker_start_method: str = "auto",
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     sampling: PatchSampling | Mapping[str, Any] | None = None,
     decode_cache: DecodeCache | None = None,
@@ -364,6 +368,7 @@ def segmentation_datamodule(
             pin_memory,
             persistent_workers,
             prefetch_factor,
+            worker_start_method,
         ),
         Normalization(mean, std, in_channels),
         augmentation=augmentation,

@@ -46,8 +46,10 @@ class LoaderSettings:
     gives one per rank (uneven devices, ``scaling.worker_load``); ``val_batch_size``
     (``None``: ``batch_size``). ``num_workers`` per rank (``"auto"``:
     ``auto_num_workers``), ``pin_memory`` (``None``: on when training on a GPU),
-    ``persistent_workers`` (keep workers across epochs) and ``prefetch_factor``
-    (batches each worker keeps ready).
+    ``persistent_workers`` (keep workers across epochs), ``prefetch_factor``
+    (batches each worker keeps ready) and ``worker_start_method`` (how workers start:
+    ``fork``, ``spawn``, ``forkserver``, or ``auto``, the platform's default:
+    ``segscale.platforms.start_methods``).
     """
 
     batch_size: int = 8
@@ -57,6 +59,7 @@ class LoaderSettings:
     pin_memory: bool | None = None
     persistent_workers: bool = True
     prefetch_factor: int = 2
+    worker_start_method: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from segscale.atomic_files import (
     write_atomically,
     write_text_atomically,
 )
+from segscale.data.mapped_arrays import mapped_array
 from segscale.data.source_identity import source_identity
 from segscale.data.user_cache import cache_folder, private_folder
 from segscale.disk_full import FULL
@@ -306,7 +307,7 @@ def _mapped(store: Path, key: str, identity: dict[str, Any]) -> tuple[np.ndarray
     if not isinstance(record, dict) or record.get("identity") != identity:
         return None, ""
     try:
-        mapped = np.load(store / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+        mapped = mapped_array(np.load(store / f"{key}.npy", mmap_mode="r", allow_pickle=False))
     except FileNotFoundError:
         return None, ""
     except (OSError, ValueError) as error:

@@ -3,7 +3,8 @@
 A training run draws small patches from large images, so it needs only the pixels of
 each patch's window. Files whose pixels lie uncompressed in one block (uncompressed
 TIFFs, the decode cache's entries) are memory-mapped (``np.memmap``): the kernel pages
-in what a window touches, and every process of the machine shares those pages. Every
+in what a window touches, and every process of the machine shares those pages (a
+spawned process too: ``segscale.data.mapped_arrays`` pickles a map by path). Every
 other TIFF (tiled or striped, compressed or not: GeoTIFFs, COGs) is a
 ``WindowedRaster``, read through rasterio, whose GDAL driver decodes only the blocks a
 window touches, into a block cache of ``GDAL_CACHE_MB`` per process. rasterio rather

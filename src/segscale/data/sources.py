@@ -15,6 +15,7 @@ import tifffile
 from PIL import Image, ImageMode
 
 from segscale.atomic_files import write_atomically
+from segscale.data.mapped_arrays import mapped_array
 from segscale.data.rasters import Pixels, WindowedRaster
 from segscale.errors import require
 
@@ -144,7 +145,7 @@ def read_image(path: Path, max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXE
         with _open_checked(path, max_image_pixels) as img:
             array = np.asarray(img.convert("RGB") if img.mode in _TO_RGB_MODES else img)
     if array.ndim == 2:  # a raster of an image always has a channel axis
-        array = np.asarray(array)[:, :, None]
+        array = np.asanyarray(array)[:, :, None]  # a memmap stays one
     _check_pixel_type(path, array.dtype)
     return array
 
@@ -305,7 +306,7 @@ def _read_tiff(path: Path, mask: bool = False) -> Pixels:
         if mask and len(raster.bands) == 4:  # RGBA: the alpha channel carries no label
             raster = WindowedRaster(path, bands=(1, 2, 3))
         return raster
-    array = tifffile.memmap(path, mode="r")
+    array = mapped_array(tifffile.memmap(path, mode="r"))  # pickles by path, not by value
     if array.ndim != len(axes):
         raise ValueError(f"{path}: expected one 2-D image with channels, found axes {axes!r}")
     extra = [i for i, axis in enumerate(axes) if axis not in "YX"]

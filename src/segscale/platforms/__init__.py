@@ -11,6 +11,7 @@ per-core times, a process's start and ending processes.
 - ``files``: locks on descriptors, links not followed, folders opened, reads at an offset;
 - ``processes``: this process's age and peak memory, ending it, interrupting a child;
 - ``cores``: the cores this process may use, how busy they are, its cgroups' CPU quota.
+- ``start_methods``: how DataLoader workers may start (fork, spawn, forkserver), and the default.
 
 Each takes the platform from ``sys.platform`` when it runs, so a test can simulate
 another one where only a branch differs.

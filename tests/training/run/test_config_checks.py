@@ -37,6 +37,7 @@ def test_bad_devices_name_the_key(devices):
         ("datamodule.num_workers=-1", "datamodule.num_workers"),
         ("datamodule.num_workers=many", "datamodule.num_workers"),
         ("datamodule.prefetch_factor=0", "datamodule.prefetch_factor"),
+        ("datamodule.worker_start_method=threads", "datamodule.worker_start_method"),
         ("datamodule.persistent_workers=yes_please", "datamodule.persistent_workers"),
         ("datamodule.pin_memory=1", "datamodule.pin_memory"),
         ("training.compile=fast", "training.compile"),
@@ -142,3 +143,32 @@ def test_train_py_refuses_a_backend_with_exit_2_before_any_rank_starts(tmp_path)
     assert done.returncode == 2 and "Traceback" not in output, output[-2000:]
     assert "strategy.process_group_backend='NCCL' is not allowed: not a process-group " in output
     assert "started ranks" not in output and not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_start_method_windows_lacks_is_refused_by_the_config_check(
+    make_config, method, monkeypatch
+):
+    cfg = make_config(f"datamodule.worker_start_method={method}")
+    check_config(cfg)  # Linux has it
+    monkeypatch.setattr(sys, "platform", "win32")
+    message = f"datamodule.worker_start_method='{method}' is not allowed: Windows has no "
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_config(cfg)
+    check_config(make_config("datamodule.worker_start_method=spawn"))
+
+
+def test_train_py_refuses_an_unknown_start_method_with_exit_2_before_building(tmp_path):
+    done = run_in_process(
+        main,
+        "datamodule.worker_start_method=threads",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in output, output[-2000:]
+    assert (
+        "datamodule.worker_start_method='threads' is not allowed: not a start method Linux "
+        "has; expected one of fork, spawn, forkserver, auto"
+    ) in output
+    assert not (tmp_path / "run" / "checkpoints").exists()

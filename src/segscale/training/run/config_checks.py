@@ -19,6 +19,8 @@ from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
 from segscale.moved_keys import refuse_moved_config_keys
+from segscale.platforms.start_methods import KEY as START_METHOD_KEY
+from segscale.platforms.start_methods import worker_start_method
 from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
@@ -103,6 +105,7 @@ def check_loader_options(cfg: DictConfig) -> None:
             lambda v: isinstance(v, int) and v >= 0,
             "an integer >= 0, or 'auto' (the rank's share of the CPU cores)",
         )
+    worker_start_method(OmegaConf.select(cfg, START_METHOD_KEY, default="auto"))
     prefetch = OmegaConf.select(cfg, "datamodule.prefetch_factor", default=2)
     require(
         prefetch,
