@@ -366,14 +366,16 @@ def test_a_wandb_run_resumes_with_its_keys_and_keeps_its_files_in_the_run_folder
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "outputs" / "train" / "run1"
     lines = ["logger=wandb", f"logger.wandb.run_folder={run}", "logger.wandb.project=mine"]
-    fake_run(run, [*lines, "logger.wandb.offline=false"])
-    restored = restore_overrides(["train.py", "ckpt_path=last"])
-    assert restored[1:5] == [
+    fake_run(run, lines)  # offline=false is given again, never restored (test above)
+    restored = restore_overrides(["train.py", "ckpt_path=last", "logger.wandb.offline=false"])
+    assert restored[1:6] == [
         "logger=wandb",
         f"logger.wandb.run_folder='{run}'",
         "logger.wandb.project='mine'",
-        "logger.wandb.offline=false",
+        "trainer.max_epochs=1",
+        "ckpt_path=last",
     ]
+    assert restored[-1] == "logger.wandb.offline=false"
     elsewhere = tmp_path / "outputs" / "train" / "run2"
     fake_run(elsewhere, ["logger=wandb", "logger.wandb.run_folder=/tmp/x"])
     with pytest.raises(ConfigError, match=r"overrides\.yaml:2: .*outside its run folder"):
