@@ -5,8 +5,11 @@ import sys
 
 import pytest
 
-from segscale.errors import ConfigError
-from segscale.platforms.start_methods import default_start_method, worker_start_method
+from segscale.platforms.start_methods import (
+    StartMethodError,
+    default_start_method,
+    worker_start_method,
+)
 
 
 @pytest.mark.parametrize(
@@ -36,7 +39,7 @@ def test_posix_platforms_have_every_method(method, platform):
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
 def test_windows_refuses_what_it_lacks_naming_the_key_platform_and_values(method, monkeypatch):
     monkeypatch.setattr(sys, "platform", "win32")
-    with pytest.raises(ConfigError) as raised:
+    with pytest.raises(StartMethodError) as raised:
         worker_start_method(method)
     assert str(raised.value) == (
         f"datamodule.worker_start_method={method!r} is not allowed: Windows has no "
@@ -47,7 +50,8 @@ def test_windows_refuses_what_it_lacks_naming_the_key_platform_and_values(method
 
 @pytest.mark.parametrize("value", ["Spawn", "threads", "", None, 1, True])
 def test_an_unknown_value_is_refused(value):
-    with pytest.raises(ConfigError, match=r"^datamodule\.worker_start_method=.* is not allowed: "):
+    refused = r"^datamodule\.worker_start_method=.* is not allowed: "
+    with pytest.raises(StartMethodError, match=refused):
         worker_start_method(value, "linux")
-    with pytest.raises(ConfigError, match=r"expected one of fork, spawn, forkserver, auto$"):
+    with pytest.raises(StartMethodError, match=r"expected one of fork, spawn, forkserver, auto$"):
         worker_start_method(value, "linux")

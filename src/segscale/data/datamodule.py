@@ -36,7 +36,7 @@ from segscale.data.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.data.validation import validate_dataset
 from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
-from segscale.platforms.start_methods import worker_start_method
+from segscale.platforms.start_methods import StartMethodError, worker_start_method
 
 
 class SegmentationDataModule(L.LightningDataModule):
@@ -120,7 +120,7 @@ class SegmentationDataModule(L.LightningDataModule):
         self.pin_memory = loader.pin_memory
         self.persistent_workers = loader.persistent_workers
         self.prefetch_factor = loader.prefetch_factor
-        self.start_method = worker_start_method(loader.worker_start_method)
+        self.start_method = checked_start_method(loader.worker_start_method)
         self._mean = normalization.mean
         self._std = normalization.std
         self._in_channels = normalization.in_channels
@@ -378,3 +378,15 @@ def segmentation_datamodule(
         skip_unreadable=skip_unreadable,
         mask_alignment=mask_alignment,
     )
+
+
+def checked_start_method(value: object) -> str:
+    """The DataLoader start method ``value`` names here (``auto``: the platform's).
+
+    A method this platform lacks, or no method, raises ``ConfigError`` (exit 2) naming
+    ``datamodule.worker_start_method``, the platform and the methods it has.
+    """
+    try:
+        return worker_start_method(value)
+    except StartMethodError as error:
+        raise ConfigError(str(error)) from None

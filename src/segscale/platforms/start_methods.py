@@ -17,13 +17,20 @@ from __future__ import annotations
 import multiprocessing
 import sys
 
-from segscale.errors import ConfigError
 from segscale.platforms import MACOS, WINDOWS, platform_name
 
 KEY = "datamodule.worker_start_method"
 AUTO = "auto"
 POSIX_METHODS = ("fork", "spawn", "forkserver")
 WINDOWS_METHODS = ("spawn",)
+
+
+class StartMethodError(ValueError):
+    """A start method the platform does not have, or no start method at all.
+
+    Its message names the key and the platform; the config check reports it as a
+    ``ConfigError`` (this bottom layer knows no config errors).
+    """
 
 
 def start_methods(platform: str | None = None) -> tuple[str, ...]:
@@ -54,7 +61,7 @@ def worker_start_method(value: object, platform: str | None = None, key: str = K
 
     ``auto`` is ``default_start_method``'s. A value that is not one of ``fork``,
     ``spawn``, ``forkserver``, ``auto``, or a method the platform lacks (fork and
-    forkserver on Windows), raises ``ConfigError`` naming ``key``, the platform and the
+    forkserver on Windows), raises ``StartMethodError`` naming ``key``, the platform and the
     values it has.
     """
     has = start_methods(platform)
@@ -68,4 +75,4 @@ def worker_start_method(value: object, platform: str | None = None, key: str = K
         if isinstance(value, str) and value in POSIX_METHODS
         else f"not a start method {platform_name(platform)} has"
     )
-    raise ConfigError(f"{key}={value!r} is not allowed: {lacks}; expected one of {allowed}")
+    raise StartMethodError(f"{key}={value!r} is not allowed: {lacks}; expected one of {allowed}")

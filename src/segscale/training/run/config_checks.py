@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_types import check_types
+from segscale.data.datamodule import checked_start_method
 from segscale.data.samplers import SHUFFLE_MODES
 from segscale.data.split_forms import check_splits
 from segscale.devices import devices_count
@@ -20,7 +21,6 @@ from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
 from segscale.moved_keys import refuse_moved_config_keys
 from segscale.platforms.start_methods import KEY as START_METHOD_KEY
-from segscale.platforms.start_methods import worker_start_method
 from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
@@ -105,7 +105,7 @@ def check_loader_options(cfg: DictConfig) -> None:
             lambda v: isinstance(v, int) and v >= 0,
             "an integer >= 0, or 'auto' (the rank's share of the CPU cores)",
         )
-    worker_start_method(OmegaConf.select(cfg, START_METHOD_KEY, default="auto"))
+    checked_start_method(OmegaConf.select(cfg, START_METHOD_KEY, default="auto"))
     prefetch = OmegaConf.select(cfg, "datamodule.prefetch_factor", default=2)
     require(
         prefetch,
