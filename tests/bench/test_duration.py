@@ -27,7 +27,8 @@ def test_the_plan_counts_what_the_config_asks_for():
     # one-device step: 3 rounds of bare + Lightning, 15 steps each; 5 options (as
     # configured and 4) of 15; 2 side-by-side runs of 15; 3 train.py runs of 5 + 30
     assert plan.steps == 6 * 15 + 5 * 15 + 2 * 15 + 3 * 35
-    assert plan.estimate_s(0.5) == pytest.approx(plan.timed_s + plan.steps * 0.5)
+    assert plan.process_starts == 3 + 2
+    assert plan.estimate_s(0.5, 10.0) == pytest.approx(plan.timed_s + plan.steps * 0.5 + 50.0)
     assert plan.longest_s() == plan.timed_s + 3 * 1800
     text = plan.describe()
     assert text.startswith(
@@ -63,5 +64,9 @@ def test_the_estimate_follows_the_config(changed, field):
 def test_the_rest_is_estimated_at_the_measured_step():
     plan = plan_duration(options(), 1, 0, 1, 0)
     assert plan.steps == 6 * 15 + 35
-    assert "about 70 s in all" in plan.describe_rest(0.4)  # 20 s + 125 × 0.4 s
+    assert "about 70 s in all" in plan.describe_rest(0.4, None)  # 20 s + 125 × 0.4 s
+    # one train.py run's start-up, as long as bench's own: 20 s more
+    assert plan.process_starts == 1
+    text = plan.describe_rest(0.4, 20.0)
+    assert "about 1.5 min in all" in text and "1 process start(s) × 20 s" in text
     assert [duration_text(s) for s in (45, 192, 7200)] == ["45 s", "3.2 min", "2.0 h"]

@@ -55,6 +55,7 @@ from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
+from segscale.platforms.processes import process_age
 from segscale.training.ranks.threads import resolve_threads
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run.prepare import prepare
@@ -112,6 +113,7 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     plan = plan_duration(options, len(workers), len(variants), scaling_runs, side_by_side_runs)
     log.info("%s", plan.describe())
     started = time.perf_counter()
+    startup_s = process_age()  # what each train.py run's start-up repeats
     threads_before = torch.get_num_threads()
     try:
         torch.set_num_threads(run_threads.count)
@@ -133,8 +135,8 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         comparison = framework_comparison(module, batch, trainer_options, device, steps)
         bare, lightning = comparison.bare, comparison.lightning
         progress("compute")
-        estimate_s = plan.estimate_s(lightning.mean_s)
-        log.info("%s", plan.describe_rest(lightning.mean_s))
+        estimate_s = plan.estimate_s(lightning.mean_s, startup_s or 0.0)
+        log.info("%s", plan.describe_rest(lightning.mean_s, startup_s))
         precision = str(cfg.trainer.precision)
         gradients = measure_gradients(
             copy.deepcopy(module), batch, precision, device, int(options.bucket_mb * 2**20)
@@ -218,7 +220,7 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         torch.set_num_threads(threads_before)
     took = time.perf_counter() - started
     log.info(
-        "bench took %s (estimated %s once the step was measured; the runs' start-up not counted)",
+        "bench took %s (estimated %s once the step was measured)",
         duration_text(took),
         duration_text(estimate_s),
     )

@@ -15,7 +15,8 @@ two side-by-side runs; the framework's overhead runs ``bench.overhead_rounds`` �
 Before anything is measured bench logs the plan (``DurationPlan.describe``): the timed
 part in seconds, the steps, and the longest it may take (the ``train.py`` runs at their
 timeout). Once the one-device step is measured, the steps have a time, and bench logs
-its estimate of the rest (``DurationPlan.estimate_s``); at the end, what it took.
+its estimate of the whole (``DurationPlan.estimate_s``: each fresh process's start-up
+counted as long as bench's own took); at the end, what it took.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class DurationPlan:
     train_runs: int  # short train.py runs
     train_steps: int  # steps of each
     timeout_s: float  # bench.timeout_s: each train.py run at most
+    process_starts: int  # fresh interpreters started: the train.py runs and side-by-side runs
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers and names (for ``bench.json``), the totals with them."""
@@ -59,9 +61,9 @@ class DurationPlan:
         in_process = sum(runs * steps for _, runs, steps in self.step_runs)
         return in_process + self.train_runs * self.train_steps
 
-    def estimate_s(self, step_s: float) -> float:
-        """The whole bench at ``step_s`` a step (the train.py runs' start-up not counted)."""
-        return self.timed_s + self.steps * step_s
+    def estimate_s(self, step_s: float, startup_s: float = 0.0) -> float:
+        """The whole bench at ``step_s`` a step and ``startup_s`` to start a process."""
+        return self.timed_s + self.steps * step_s + self.process_starts * startup_s
 
     def longest_s(self, step_s: float | None = None) -> float:
         """The longest bench may take: every ``train.py`` run to its timeout.
@@ -95,13 +97,23 @@ class DurationPlan:
             f"measured{bound}): {'; '.join(parts)}"
         )
 
-    def describe_rest(self, step_s: float) -> str:
-        """The estimate once the step is measured at ``step_s``."""
+    def describe_rest(self, step_s: float, startup_s: float | None) -> str:
+        """The estimate once the step is measured at ``step_s``.
+
+        ``startup_s``: how long bench's own process took to start (the imports a
+        ``train.py`` run repeats), ``None`` where unknown: then not counted.
+        """
+        starts = (
+            f" + {self.process_starts} process start(s) × {startup_s:.0f} s (as long as "
+            "bench's own took)"
+            if startup_s is not None and self.process_starts
+            else ""
+        )
+        total = self.estimate_s(step_s, startup_s or 0.0)
         return (
             f"bench: a step takes {step_s:.3g} s, so bench should take about "
-            f"{duration_text(self.estimate_s(step_s))} in all ({duration_text(self.timed_s)} "
-            f"of timed rates + {self.steps} steps × {step_s:.3g} s; each train.py run's "
-            "start-up comes on top)"
+            f"{duration_text(total)} in all ({duration_text(self.timed_s)} of timed rates + "
+            f"{self.steps} steps × {step_s:.3g} s{starts})"
         )
 
 
@@ -131,6 +143,7 @@ def plan_duration(
         train_runs=scaling_runs,
         train_steps=warmup + window * windows,
         timeout_s=float(options.timeout_s),
+        process_starts=scaling_runs + side_by_side,
     )
 
 
