@@ -82,6 +82,13 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
 
     compute = results["compute"]
     assert compute["batch"] == 4 and compute["lightning"]["mean_s"] > 0
+    # the one device is a one-device train.py run's: its threads and workers, said
+    assert compute["threads"] >= 1 and compute["loader_workers"] == 0
+    assert compute["threads_reason"].startswith("training.threads=auto")
+    title = f"Compute (one CPU ({results['config']['cpus']} cores), {compute['threads']} thread"
+    assert title in done.stdout and "0 loader workers, batch 4" in done.stdout
+    duration = results["duration"]
+    assert duration["took_s"] > 0 and duration["estimated_s"] > duration["timed_total_s"]
     assert len(compute["lightning"]["window_means_s"]) == 2
     bare = compute["bare"]
     phases = bare["forward_s"] + bare["backward_s"] + bare["optimizer_s"]
