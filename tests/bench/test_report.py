@@ -2,10 +2,14 @@ from pathlib import Path
 
 from segscale.bench.predicted_scaling import prediction_rows
 from segscale.bench.report import (
+    DATA_BOUND,
+    DATA_BOUND_NOTE,
     alternatives,
+    compute_title,
     gloo_rows,
     plot_scaling,
     predicted_rows,
+    run_step_text,
     storage_rows,
 )
 from tests.bench.test_predicted_scaling import OPTIONS, WINDOWS, gloo_link, measured
@@ -102,8 +106,90 @@ def test_the_table_says_that_no_gpu_is_predicted_where_none_was_measured():
     assert predicted_rows([{"interconnect": "NVLink H100", "devices": 2, **summary}]) == [
         "Scaling, predicted: speed-up (efficiency) on 2 devices",
         "  NVLink H100  1.90× (95%)",
-        "  * limited by the data pipeline",
+    ]  # no mark, no footnote
+
+
+def footnoted(lines: list[str]) -> tuple[list[str], list[str]]:
+    """The table's rows that carry the data-pipeline mark, and what its footnote names.
+
+    Fails unless the footnote, where there is one, is the table's last line.
+    """
+    marked = [line for line in lines[1:] if f"){DATA_BOUND}" in line]
+    notes = [line for line in lines if DATA_BOUND_NOTE in line]
+    assert len(notes) <= 1
+    if notes:
+        assert lines[-1] == notes[0], lines  # the footnote follows the table
+        assert notes[0].startswith(f"  {DATA_BOUND} {DATA_BOUND_NOTE}: ")
+        return marked, notes[0].split(": ", 1)[1].split("; ")
+    return marked, []
+
+
+def test_a_data_pipeline_mark_sits_on_its_row_and_its_footnote_names_it():
+    def row(link, devices, bound):
+        summary = {"speedup": 0.9 * devices, "efficiency": 0.9, "data_bound": bound}
+        return {"interconnect": link, "devices": devices, **summary}
+
+    rows = [
+        row("NVLink H100", 2, False),
+        row("NVLink H100", 8, False),
+        row("PCIe 4.0", 2, False),
+        row("PCIe 4.0", 8, True),
     ]
+    marked, named = footnoted(predicted_rows(rows))
+    assert len(marked) == 1 and marked[0].startswith("  PCIe 4.0") and marked[0].endswith("*")
+    assert named == ["PCIe 4.0 on 8 devices"]
+    # no mark anywhere: no footnote
+    rows[-1]["data_bound"] = False
+    assert footnoted(predicted_rows(rows)) == ([], [])
+    # every cell marked: each named, in the order of the table
+    for r in rows:
+        r["data_bound"] = True
+    marked, named = footnoted(predicted_rows(rows))
+    assert len(marked) == 2 and named == [
+        "NVLink H100 on 2 devices",
+        "NVLink H100 on 8 devices",
+        "PCIe 4.0 on 2 devices",
+        "PCIe 4.0 on 8 devices",
+    ]
+
+
+def test_the_other_tables_marks_have_their_footnotes_too():
+    summary = {"speedup": 7.2, "efficiency": 0.9, "data_bound": False}
+    spread = {
+        "used": {"name": "constant", "collective_s": 0.0002},
+        "alternative": {"name": "per segment", "collective_s": 0.00002},
+    }
+    row = {"interconnect": "PCIe 4.0", "devices": 8, **summary}
+    row |= {"other_spread": dict(summary), "without_sync_batchnorm": dict(summary)}
+    results = {"prediction": {"rows": [row], "arrival_spread": spread}}
+    assert footnoted(alternatives(results)) == ([], [])
+    row["without_sync_batchnorm"]["data_bound"] = True
+    marked, named = footnoted(alternatives(results))
+    assert len(marked) == 1 and marked[0].endswith("7.20× (90%)*")
+    assert named == ["PCIe 4.0, sync batch norm off"]
+    inputs = measured("Tesla V100-PCIE-16GB", 0.085)
+    prediction = prediction_rows(inputs, OPTIONS, None, [1], True, WINDOWS, gloo_link())
+    assert footnoted(gloo_rows(prediction)) == ([], [])  # no gloo row is data-bound here
+    prediction["gloo"]["rows"][-1]["data_bound"] = True
+    marked, named = footnoted(gloo_rows(prediction))
+    assert len(marked) == 1 and marked[0].startswith("  8 devices")
+    assert named == ["8 devices"]
+
+
+def test_the_compute_title_names_the_threads_and_workers_of_a_one_device_run():
+    compute = {"device": "CPU (2 cores)", "threads": 2, "loader_workers": 1}
+    compute |= {"batch": 8, "precision": "32-true"}
+    assert compute_title(compute) == (
+        "Compute (one CPU (2 cores), 2 threads, 1 loader worker, batch 8, 32-true)"
+    )
+    older = compute | {"threads": None, "loader_workers": None}  # a bench.json from before
+    assert compute_title(older) == "Compute (one CPU (2 cores), batch 8, 32-true)"
+    # a train.py run with other threads than the step's is not compared with it
+    step = {"run_step_s": 0.5, "step_vs_run": None, "threads": 2}
+    text = run_step_text(step, {"threads": 1})
+    assert text.startswith("500.0 ms with 1 thread (") and "(2 threads)" in text
+    compared = run_step_text(step | {"step_vs_run": 0.95}, {"threads": 2})
+    assert compared == "500.0 ms; bench's step / the run's: 0.950"
 
 
 def test_the_table_shows_the_gloo_link_and_its_rows_under_gloo(tmp_path: Path):

@@ -1,19 +1,24 @@
 import json
+import logging
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.utils import instantiate
 
+from segscale.bench import benchmark
 from segscale.bench.bench_config import device_counts
 from segscale.bench.benchmark import bench
 from segscale.bench.pipeline import rank_data_rate
+from segscale.bench.storage import ROUNDS
 from segscale.cli import bench as bench_command
 from segscale.cli.bench import EXIT_FAILED_MEASUREMENT, main
 from segscale.data import loader_workers
 from segscale.errors import ConfigError
+from segscale.training.ranks.threads import Threads, resolve_threads
 from segscale.training.run.builders import build, build_datamodule
 from tests.conftest import REPO, compose_config, tiny_overrides
 from tests.in_process import run_in_process
@@ -77,6 +82,13 @@ def test_bench_fills_every_section(tiny_data_root: Path, tmp_path: Path):
 
     compute = results["compute"]
     assert compute["batch"] == 4 and compute["lightning"]["mean_s"] > 0
+    # the one device is a one-device train.py run's: its threads and workers, said
+    assert compute["threads"] >= 1 and compute["loader_workers"] == 0
+    assert compute["threads_reason"].startswith("training.threads=auto")
+    title = f"Compute (one CPU ({results['config']['cpus']} cores), {compute['threads']} thread"
+    assert title in done.stdout and "0 loader workers, batch 4" in done.stdout
+    duration = results["duration"]
+    assert duration["took_s"] > 0 and duration["estimated_s"] > duration["timed_total_s"]
     assert len(compute["lightning"]["window_means_s"]) == 2
     bare = compute["bare"]
     phases = bare["forward_s"] + bare["backward_s"] + bare["optimizer_s"]
@@ -260,3 +272,74 @@ def test_bench_gives_its_runs_its_config_folders_and_fails_with_a_failed_measure
     assert "the table" in done.stdout
     log = (run / "bench.log").read_text()
     assert ("bench could not measure: ddp on 2 devices" in log) == bool(failed)
+
+
+class MeasuringError(Exception):
+    """Raised where bench starts measuring: what it decided before is all a test needs."""
+
+
+def until_measuring(monkeypatch) -> dict:
+    """Stop bench() at its first measurement; what it had set up by then."""
+    seen: dict = {}
+
+    def first_measurement(datamodule, workers, seconds, progress):
+        seen.update(threads=torch.get_num_threads(), workers=list(workers))
+        raise MeasuringError
+
+    monkeypatch.setattr(benchmark, "measure_pipeline", first_measurement)
+    return seen
+
+
+def test_the_one_device_is_timed_with_the_threads_train_py_would_use(
+    tiny_data_root: Path, tmp_path: Path, monkeypatch, caplog
+):
+    # train.py's own decision (resolve_threads) is asked, for one rank and the workers
+    # a one-device run gives it; bench computes with its answer.
+    asked = []
+
+    def decided(setting, ranks, workers):
+        asked.append((setting, ranks, workers))
+        return Threads(3, "training.threads=auto: what train.py would take")
+
+    monkeypatch.setattr(benchmark, "resolve_threads", decided)
+    seen = until_measuring(monkeypatch)
+    overrides = tiny_overrides(tiny_data_root, tmp_path / "run")
+    cfg = compose_config("bench", *overrides, "bench.devices=[1,2]", "datamodule.num_workers=2")
+    caplog.set_level(logging.INFO, logger="segscale.bench.benchmark")
+    before = torch.get_num_threads()
+    with pytest.raises(MeasuringError):
+        bench(cfg, [])
+    assert asked == [("auto", 1, 2)]
+    assert seen["threads"] == 3  # not the ddp runs' share (2 cores / 2 devices)
+    assert torch.get_num_threads() == before  # given back
+    assert "one device, as train.py would run it: threads: 3 per training process" in caplog.text
+    # and the real decision, with a number in training.threads: that number
+    monkeypatch.setattr(benchmark, "resolve_threads", resolve_threads)
+    with pytest.raises(MeasuringError):
+        bench(compose_config("bench", *overrides, "training.threads=2"), [])
+    assert seen["threads"] == 2
+
+
+def test_bench_says_how_long_it_will_take_before_measuring(
+    tiny_data_root: Path, tmp_path: Path, monkeypatch, caplog
+):
+    until_measuring(monkeypatch)
+    caplog.set_level(logging.INFO, logger="segscale.bench.benchmark")
+
+    def planned(*changes: str) -> str:
+        caplog.clear()
+        overrides = [*tiny_overrides(tiny_data_root, tmp_path / "run"), "bench.devices=[1,2]"]
+        with pytest.raises(MeasuringError):
+            bench(compose_config("bench", *overrides, "bench.workers=[1]", *changes), [])
+        (line,) = [r.message for r in caplog.records if r.message.startswith("bench will take")]
+        return line
+
+    default = planned()
+    # 3 one-core rates, 2 worker counts (1 and the configured 0), the storage's rounds,
+    # each bench.seconds (2 s); 3 train.py runs of 5 + 3 × 10 steps
+    assert f"{3 + 2 + 2 * ROUNDS} data-pipeline rates × bench.seconds=2 s" in default
+    assert "3 train.py run(s) × 35 steps, each stopped after bench.timeout_s=1800 s" in default
+    assert "bench.seconds=0.5 s" in planned("bench.seconds=0.5")
+    assert "× 13 steps" in planned("bench.warmup_steps=3")
+    assert "take at most 3.0 min" in planned("bench.timeout_s=60")
+    assert planned("bench.devices=[1]") != default  # one train.py run, no side-by-side

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from segscale.bench import report
 from segscale.bench.bench_config import check_bench, device_counts
@@ -39,6 +40,7 @@ from segscale.bench.compute import (
     parameter_count,
 )
 from segscale.bench.ddp_runs import measure_allreduce, measure_scaling
+from segscale.bench.duration import duration_text, plan_duration
 from segscale.bench.flops import measure_utilisation
 from segscale.bench.gpu_backend import gpu_backend
 from segscale.bench.gradients import buffer_bytes, measure_gradients
@@ -53,6 +55,8 @@ from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
+from segscale.platforms.processes import process_age
+from segscale.training.ranks.threads import resolve_threads
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run.prepare import prepare
 
@@ -90,7 +94,14 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         workers = sorted({int(w) for w in options.workers} | {configured_workers})
     workers = sorted(set(workers) | set(rank_workers.values()))
     variants = option_variants(cfg, list(options.options or []), on_gpu)
-    threads: int | None = None
+    # The one device is a `python train.py` run's: the threads its training.threads gives
+    # one rank (train.py's own decision, measured now as a run measures at its start)
+    # and the DataLoader workers it gives that rank.
+    run_threads = resolve_threads(
+        OmegaConf.select(cfg, "training.threads", default="auto"), 1, rank_workers[1]
+    )
+    log.info("one device, as train.py would run it: %s", run_threads.describe())
+    threads: int | None = None  # the ddp runs' and side-by-side loops' threads per rank
     if not on_gpu:  # a CPU "device" is a process with its share of the cores, here too
         threads = options.threads_per_process or max(1, cpus // max(counts))
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
@@ -99,10 +110,13 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     progress = Progress(
         2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + staged + 1
     )
+    plan = plan_duration(options, len(workers), len(variants), scaling_runs, side_by_side_runs)
+    log.info("%s", plan.describe())
+    started = time.perf_counter()
+    startup_s = process_age()  # what each train.py run's start-up repeats
     threads_before = torch.get_num_threads()
     try:
-        if threads:
-            torch.set_num_threads(threads)
+        torch.set_num_threads(run_threads.count)
         pipeline = measure_pipeline(datamodule, workers, options.seconds, progress)
         storage = measure_storage(
             datamodule, configured_workers, options.seconds, int(options.in_memory_gb * 1e9)
@@ -111,16 +125,18 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         in_process = datamodule.train_dataloader(num_workers=0)
         batch = next(iter(in_process))
         module = build_module(cfg, datamodule, effective.learning_rate)
-        plan = StepPlan(options.warmup_steps, options.window_steps, options.windows)
+        steps = StepPlan(options.warmup_steps, options.window_steps, options.windows)
         trainer_options = {
             "accelerator": accelerator,
             "precision": cfg.trainer.precision,
             "benchmark": cfg.trainer.get("benchmark"),
             "log_every_n_steps": cfg.trainer.log_every_n_steps,
         }
-        comparison = framework_comparison(module, batch, trainer_options, device, plan)
+        comparison = framework_comparison(module, batch, trainer_options, device, steps)
         bare, lightning = comparison.bare, comparison.lightning
         progress("compute")
+        estimate_s = plan.estimate_s(lightning.mean_s, startup_s or 0.0)
+        log.info("%s", plan.describe_rest(lightning.mean_s, startup_s))
         precision = str(cfg.trainer.precision)
         gradients = measure_gradients(
             copy.deepcopy(module), batch, precision, device, int(options.bucket_mb * 2**20)
@@ -134,7 +150,9 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         norms = batchnorm_layers(module)
         compute = {
             "device": torch.cuda.get_device_name(device) if on_gpu else f"CPU ({cpus} cores)",
-            "threads": torch.get_num_threads() if not on_gpu else None,
+            "threads": torch.get_num_threads(),
+            "threads_reason": run_threads.reason,
+            "loader_workers": rank_workers[1],
             "batch": int(batch["image"].shape[0]),
             "precision": str(cfg.trainer.precision),
             "lightning": lightning.as_dict(),
@@ -181,7 +199,10 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         one = next((r for r in measured["measured"] if r["devices"] == 1 and r["timing"]), None)
         if one:  # bench's step against a real train.py run's steady step, same config
             compute["run_step_s"] = one["timing"]["mean_s"]
-            compute["step_vs_run"] = lightning.mean_s / one["timing"]["mean_s"]
+            # on CPUs only where that run had the one device's threads (the ddp runs have
+            # bench.threads_per_process each, the same for every N)
+            same = threads is None or threads == compute["threads"]
+            compute["step_vs_run"] = lightning.mean_s / one["timing"]["mean_s"] if same else None
         inputs = ModelInputs(
             bare,
             lightning,
@@ -197,6 +218,12 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     finally:
         progress.close()
         torch.set_num_threads(threads_before)
+    took = time.perf_counter() - started
+    log.info(
+        "bench took %s (estimated %s once the step was measured)",
+        duration_text(took),
+        duration_text(estimate_s),
+    )
     results: dict[str, Any] = {
         "config": {
             "overrides": overrides,
@@ -215,6 +242,7 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
         "scaling": measured,
         "prediction": prediction,
         "sharing": shared.as_dict() if shared else None,
+        "duration": plan.as_dict() | {"estimated_s": estimate_s, "took_s": took},
     }
     results["failed"] = failed_measurements(results)
     results["verdict"] = verdict(findings_from(results))

@@ -81,12 +81,16 @@ class Overhead:
         return asdict(self)
 
 
+WARMUP_STEPS = 20
+"""Untimed steps of each round before its timed ones."""
+
+
 def measure_overhead(
     cfg: DictConfig,
     device: torch.device,
     steps: int = 300,
     rounds: int = 5,
-    warmup: int = 20,
+    warmup: int = WARMUP_STEPS,
 ) -> Overhead:
     """The framework's overhead per step for ``cfg`` on ``device`` (see the module docstring).
 

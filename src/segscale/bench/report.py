@@ -12,6 +12,10 @@ from segscale.figure_files import plt, save_figure
 
 FILE = "bench.json"
 
+DATA_BOUND = "*"
+"""The mark on a predicted cell that the data pipeline limits; its footnote follows the table."""
+DATA_BOUND_NOTE = "limited by the data pipeline"
+
 
 def write_json(results: dict[str, Any], folder: Path) -> Path:
     """Write ``bench.json`` into ``folder`` atomically; its path."""
@@ -37,14 +41,14 @@ def table(results: dict[str, Any]) -> str:
                 f"{pipeline['augmented_one_core']:.0f} "
                 f"({pipeline['augmentation_cost']:.2f}× the cost of crop + warp)",
             ),
-            *((f"DataLoader, {w} workers", f"{r:.0f}") for w, r in pipeline["loader"].items()),
+            *loader_rows(pipeline),
             *storage_rows(pipeline.get("storage")),
         ],
     )
     lightning, bare = compute["lightning"], compute["bare"]
     step = lightning["mean_s"]
     lines += _rows(
-        f"Compute (one {compute['device']}, batch {compute['batch']}, {compute['precision']})",
+        compute_title(compute),
         [
             (
                 "step, Lightning",
@@ -59,13 +63,7 @@ def table(results: dict[str, Any]) -> str:
                 f"optimizer {1000 * bare['optimizer_s']:.1f})",
             ),
             ("Lightning / bare", f"{compute['framework_ratio']:.3f}"),
-            (
-                "step of a train.py run (1 device)",
-                f"{1000 * compute['run_step_s']:.1f} ms; bench's step / the run's: "
-                f"{compute['step_vs_run']:.3f}"
-                if compute.get("run_step_s")
-                else "not measured",
-            ),
+            ("step of a train.py run (1 device)", run_step_text(compute, results["scaling"])),
             ("peak memory", f"{compute['peak_memory_mb']:.0f} MB ({compute['memory_kind']})"),
             ("parameters", f"{compute['parameters'] / 1e6:.2f} M"),
             (
@@ -163,7 +161,13 @@ def predicted_rows(predicted: list[dict[str, Any]]) -> list[str]:
         "Scaling, predicted: speed-up (efficiency) on " + ", ".join(map(str, devices)) + " devices",
         [(link, "   ".join(cell(cells.get((link, n))) for n in devices)) for link in links],
     )
-    return [*lines, "  * limited by the data pipeline"]
+    marked = [
+        f"{link} on {n} devices"
+        for link in links
+        for n in devices
+        if (row := cells.get((link, n))) and row["data_bound"]
+    ]
+    return [*lines, *footnote(marked)]
 
 
 def gloo_rows(prediction: dict[str, Any]) -> list[str]:
@@ -174,7 +178,8 @@ def gloo_rows(prediction: dict[str, Any]) -> list[str]:
     link = gloo["link"]
     reason = prediction["gpu_backend"]["reason"]
     rows = sorted(gloo["rows"], key=lambda row: row["devices"])
-    return _rows(
+    marked = [f"{row['devices']} devices" for row in rows if row["data_bound"]]
+    lines = _rows(
         f"Scaling, predicted under gloo ({reason}): {link['name']}, "
         f"copies {link['device_to_host'] / 1e9:.1f} GB/s to the host and "
         f"{link['host_to_device'] / 1e9:.1f} back, host all-reduce "
@@ -190,6 +195,7 @@ def gloo_rows(prediction: dict[str, Any]) -> list[str]:
             for row in rows
         ],
     )
+    return [*lines, *footnote(marked)]
 
 
 def alternatives(results: dict[str, Any]) -> list[str]:
@@ -207,20 +213,79 @@ def alternatives(results: dict[str, Any]) -> list[str]:
         f"({1000 * other['collective_s']:.3f} ms)"
     )
     title += "; sync batch norm off" if any("without_sync_batchnorm" in r for r in rows) else ""
-    return _rows(
+    keys = {
+        "other_spread": f"{other['name']} spread",
+        "without_sync_batchnorm": "sync batch norm off",
+    }
+    lines = _rows(
         title,
         [
-            (
-                row["interconnect"],
-                "   ".join(
-                    cell(row[key])
-                    for key in ("other_spread", "without_sync_batchnorm")
-                    if key in row
-                ),
-            )
+            (row["interconnect"], "   ".join(cell(row[key]) for key in keys if key in row))
             for row in rows
         ],
     )
+    marked = [
+        f"{row['interconnect']}, {name}"
+        for row in rows
+        for key, name in keys.items()
+        if key in row and row[key]["data_bound"]
+    ]
+    return [*lines, *footnote(marked)]
+
+
+def footnote(marked: list[str]) -> list[str]:
+    """The footnote that follows a table with ``DATA_BOUND`` on the cells ``marked`` names.
+
+    It names each marked cell (its row, and its column where the row has several), so
+    that the mark points at them; none for a table without a mark.
+    """
+    if not marked:
+        return []
+    return [f"  {DATA_BOUND} {DATA_BOUND_NOTE}: {'; '.join(marked)}"]
+
+
+def compute_title(compute: dict[str, Any]) -> str:
+    """The compute table's title: the one device, with its threads and DataLoader workers.
+
+    They are a ``python train.py`` run's on one device (``training.threads``, the
+    datamodule's workers); a ``bench.json`` from before names the threads alone, if any.
+    """
+    device = [f"one {compute['device']}"]
+    if compute.get("threads"):
+        device.append(_count(compute["threads"], "thread"))
+    if compute.get("loader_workers") is not None:
+        device.append(_count(compute["loader_workers"], "loader worker"))
+    return f"Compute ({', '.join(device)}, batch {compute['batch']}, {compute['precision']})"
+
+
+def loader_rows(pipeline: dict[str, Any]) -> list[tuple[str, str]]:
+    """The DataLoader's patches/s at each worker count; a one-device run's count said."""
+    ones = pipeline.get("rank_workers", {}).get("1")
+    return [
+        (
+            f"DataLoader, {w} workers" + (" (a one-device run's)" if str(w) == str(ones) else ""),
+            f"{r:.0f}",
+        )
+        for w, r in pipeline["loader"].items()
+    ]
+
+
+def run_step_text(compute: dict[str, Any], scaling: dict[str, Any]) -> str:
+    """The 1-device ``train.py`` run's step, and bench's step over it where comparable."""
+    if not compute.get("run_step_s"):
+        return "not measured"
+    text = f"{1000 * compute['run_step_s']:.1f} ms"
+    if compute.get("step_vs_run") is not None:
+        return f"{text}; bench's step / the run's: {compute['step_vs_run']:.3f}"
+    return (
+        f"{text} with {_count(scaling['threads'], 'thread')} (bench.threads_per_process, as "
+        f"every ddp run), not compared with the step above "
+        f"({_count(compute['threads'], 'thread')})"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def storage_rows(storage: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -278,7 +343,8 @@ def cell(row: dict[str, Any] | None) -> str:
     """One predicted speed-up and efficiency; ``*`` when the data pipeline limits it."""
     if row is None:
         return "-"
-    return f"{row['speedup']:.2f}× ({row['efficiency']:.0%})" + ("*" if row["data_bound"] else "")
+    mark = DATA_BOUND if row["data_bound"] else ""
+    return f"{row['speedup']:.2f}× ({row['efficiency']:.0%}){mark}"
 
 
 def plot_scaling(results: dict[str, Any], path: Path) -> bool:
