@@ -110,7 +110,19 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     progress = Progress(
         2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + staged + 1
     )
-    plan = plan_duration(options, len(workers), len(variants), scaling_runs, side_by_side_runs)
+    # The train.py runs: each device count, and the largest again with sync batch norm
+    # flipped; on CPUs their ranks (and the side-by-side processes) compute with
+    # `threads` threads each, where the one device had the run's.
+    run_ranks = [*counts, max(counts)] if max(counts) > 1 else list(counts)
+    plan = plan_duration(
+        options,
+        len(workers),
+        len(variants),
+        run_ranks,
+        (1, max(counts)) if side_by_side_runs else (),
+        slowdown=run_threads.count / threads if threads else 1.0,
+        compiles=any("training.compile" in variant for variant in variants),
+    )
     log.info("%s", plan.describe())
     started = time.perf_counter()
     startup_s = process_age()  # what each train.py run's start-up repeats

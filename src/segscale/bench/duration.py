@@ -15,12 +15,17 @@ two side-by-side runs; the framework's overhead runs ``bench.overhead_rounds`` �
 Before anything is measured bench logs the plan (``DurationPlan.describe``): the timed
 part in seconds, the steps, and the longest it may take (the ``train.py`` runs at their
 timeout). Once the one-device step is measured, the steps have a time, and bench logs
-its estimate of the whole (``DurationPlan.estimate_s``: each fresh process's start-up
-counted as long as bench's own took); at the end, what it took.
+its estimate of the whole (``DurationPlan.estimate_s``): each fresh process (every rank
+of a ``train.py`` run, every side-by-side process) counted as long to start as bench's
+own took, and on CPUs the steps of those runs at ``slowdown`` times the one-device step,
+since their ranks split the cores (one thread each where the one device had two).
+torch.compile's compilation (a ``compile`` option: tens of seconds on a CPU) is not
+known before it runs and is said to be left out. At the end, what bench took.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,7 +49,10 @@ class DurationPlan:
     train_runs: int  # short train.py runs
     train_steps: int  # steps of each
     timeout_s: float  # bench.timeout_s: each train.py run at most
-    process_starts: int  # fresh interpreters started: the train.py runs and side-by-side runs
+    process_starts: int  # fresh interpreters: every rank of the train.py and side-by-side runs
+    shared_steps: int = 0  # of `steps`, those of runs whose ranks split the CPU's cores
+    slowdown: float = 1.0  # their step against the one-device step (CPU: its threads / theirs)
+    compiles: bool = False  # a compile option is measured (its compilation not estimated)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers and names (for ``bench.json``), the totals with them."""
@@ -63,7 +71,8 @@ class DurationPlan:
 
     def estimate_s(self, step_s: float, startup_s: float = 0.0) -> float:
         """The whole bench at ``step_s`` a step and ``startup_s`` to start a process."""
-        return self.timed_s + self.steps * step_s + self.process_starts * startup_s
+        stepping = (self.steps + self.shared_steps * (self.slowdown - 1)) * step_s
+        return self.timed_s + stepping + self.process_starts * startup_s
 
     def longest_s(self, step_s: float | None = None) -> float:
         """The longest bench may take: every ``train.py`` run to its timeout.
@@ -110,29 +119,50 @@ class DurationPlan:
             else ""
         )
         total = self.estimate_s(step_s, startup_s or 0.0)
+        shared = (
+            f", {self.shared_steps} of them at {self.slowdown:g}× (their ranks split the cores)"
+            if self.shared_steps and self.slowdown != 1
+            else ""
+        )
+        left_out = (
+            "; torch.compile's compilation is not counted (tens of seconds on a CPU)"
+            if self.compiles
+            else ""
+        )
         return (
             f"bench: a step takes {step_s:.3g} s, so bench should take about "
             f"{duration_text(total)} in all ({duration_text(self.timed_s)} of timed rates + "
-            f"{self.steps} steps × {step_s:.3g} s{starts})"
+            f"{self.steps} steps × {step_s:.3g} s{shared}{starts}{left_out})"
         )
 
 
 def plan_duration(
-    options: DictConfig, worker_counts: int, variants: int, scaling_runs: int, side_by_side: int
+    options: DictConfig,
+    worker_counts: int,
+    variants: int,
+    run_ranks: Sequence[int],
+    side_by_side_ranks: Sequence[int],
+    slowdown: float = 1.0,
+    compiles: bool = False,
 ) -> DurationPlan:
     """The plan of a bench with the config ``options`` (``cfg.bench``) and what it derived.
 
     ``worker_counts``: the DataLoader worker counts measured; ``variants``: the
-    performance options measured besides the config as given; ``scaling_runs``: the
-    ``train.py`` runs; ``side_by_side``: the CPU side-by-side runs (0 or 2).
+    performance options measured besides the config as given; ``run_ranks``: the ranks
+    of each ``train.py`` run; ``side_by_side_ranks``: the processes of each CPU
+    side-by-side run (none, or 1 and N); ``slowdown``: on CPUs, a step of those runs
+    against the one-device step (the one device's threads over a rank's); ``compiles``:
+    a ``compile`` option is among the variants.
     """
     warmup, window = int(options.warmup_steps), int(options.window_steps)
     windows = int(options.windows)
+    scaling_runs, side_by_side = len(run_ranks), len(side_by_side_ranks)
     step_runs = [("one-device step, bare loop and Lightning", 2 * windows, warmup + window)]
     if variants:
         step_runs.append(("performance options", variants + 1, warmup + int(options.option_steps)))
     if side_by_side:
         step_runs.append(("side-by-side runs", side_by_side, warmup + window))
+    train_steps = warmup + window * windows
     return DurationPlan(
         seconds=float(options.seconds),
         timed_rates=ONE_CORE_RATES + worker_counts + 2 * ROUNDS,
@@ -141,9 +171,12 @@ def plan_duration(
         * 2
         * (OVERHEAD_WARMUP + int(options.overhead_steps)),
         train_runs=scaling_runs,
-        train_steps=warmup + window * windows,
+        train_steps=train_steps,
         timeout_s=float(options.timeout_s),
-        process_starts=scaling_runs + side_by_side,
+        process_starts=sum(run_ranks) + sum(side_by_side_ranks),
+        shared_steps=side_by_side * (warmup + window) + scaling_runs * train_steps,
+        slowdown=slowdown,
+        compiles=compiles,
     )
 
 
