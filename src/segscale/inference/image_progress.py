@@ -43,10 +43,9 @@ class ImageProgress:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.progress = Progress(total, what, log, stream, clock, every_s=EVERY_S)
-        self.clock = clock
-        self.start = clock()
         self.tiles = 0  # every image's tiles done so far
         self.images = 0  # images begun
+        self.image_tiles = 0  # the current image's tiles done
         self.fraction = 0.0  # of the current image, counted into the progress
 
     def image(self, name: str) -> OnTiles:
@@ -59,7 +58,7 @@ class ImageProgress:
         def on_tiles(done: int, tiles: int, row: int, rows: int) -> None:
             self.tiles += done - self.image_tiles
             self.image_tiles = done
-            seconds = self.clock() - self.start
+            seconds = self.progress.clock() - self.progress.start
             rate = f", {self.tiles / seconds:.1f} tiles/s" if seconds > 0 else ""
             self.progress.detail = f"{label}: row {row}/{rows} of tiles{rate}"
             fraction = done / tiles
@@ -75,7 +74,6 @@ class ImageProgress:
     def _finish_image(self) -> None:
         if self.images and self.progress.done != self.images:
             self.progress.update(self.images - self.progress.done)  # whole: no rounding left
-            self.fraction = 1.0
 
     def close(self) -> None:
         """Remove the bar (a log has had its lines)."""
