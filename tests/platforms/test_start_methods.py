@@ -48,7 +48,9 @@ def test_windows_refuses_what_it_lacks_naming_the_key_platform_and_values(method
     assert worker_start_method("spawn") == "spawn"
 
 
-@pytest.mark.parametrize("value", ["Spawn", "threads", "", None, 1, True])
+@pytest.mark.parametrize(
+    "value", ["Spawn", " spawn", "spawn\n", "fork:x", "threads", "", None, 1, True]
+)
 def test_an_unknown_value_is_refused(value):
     refused = r"^datamodule\.worker_start_method=.* is not allowed: "
     with pytest.raises(StartMethodError, match=refused):

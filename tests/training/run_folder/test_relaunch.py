@@ -151,7 +151,19 @@ def test_a_restored_value_must_exist_and_keep_writes_in_the_run_folder(
         restore_overrides(["train.py", "ckpt_path=last"])
 
 
-@pytest.mark.parametrize("line", ["logger.wandb.offline=false", "logger.wandb.log_model=true"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "logger.wandb.offline=false",
+        "logger.wandb.log_model=true",
+        # Other spellings of the same wish: any value but the config's own is refused.
+        "logger.wandb.offline=False",
+        "logger.wandb.offline=0",
+        "logger.wandb.offline='true'",
+        "logger.wandb.offline=null",
+        "logger.wandb.log_model=all",
+    ],
+)
 def test_a_record_may_not_send_a_run_online(tmp_path, monkeypatch, line):
     # segscale's wandb logger is offline: a record that turns it online (or uploads the
     # checkpoints) would send the run's data to a server the command line never named.
