@@ -116,3 +116,15 @@ def test_on_windows_a_stale_temporary_is_deleted_closed_and_a_recent_one_kept(
     assert remove_stale_temporaries(tmp_path) == [stale]
     assert open_at_unlink == [False]
     assert recent.exists() and not stale.exists()
+
+
+def test_a_file_is_flushed_to_disk_unless_it_need_not_be_durable(tmp_path, monkeypatch):
+    flushed = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: flushed.append(fd) or real(fd))
+    write_text_atomically(tmp_path / "kept.txt", "kept")
+    assert len(flushed) == 2  # the file and its folder
+    flushed.clear()
+    write_text_atomically(tmp_path / "cached.txt", "cached", durable=False)
+    assert flushed == [] and (tmp_path / "cached.txt").read_text() == "cached"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -38,14 +38,18 @@ NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 """What a lock raises on a file system without locks (Lustre without ``-o flock``, ...)."""
 
 
-def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+def write_atomically(
+    path: str | Path, write: Callable[[BinaryIO], object], durable: bool = True
+) -> Path:
     """Create or replace ``path`` with what ``write`` writes to a binary stream.
 
     The bytes go to a temporary file beside ``path`` (``temporary_beside``) and are
     moved into place (``move_into_place``), so a crash, a kill or an exception in
     ``write`` leaves the previous file (or none), never half of one. What ``write``
     returns (a byte count, say) is ignored. An ``OSError`` of a write to the stream
-    (a full disk) names no file: it is given ``path``'s name.
+    (a full disk) names no file: it is given ``path``'s name. ``durable=False`` skips
+    the flushes to disk (``move_into_place``): still whole or absent after a kill, but a
+    power loss may leave it empty, for files that are checked when read (a cache's).
     """
     temporary = temporary_beside(path)
     try:
@@ -55,10 +59,10 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
             write(stream)
             stream.flush()
             if files.renames_open_files():
-                return move_into_place(temporary, path)
+                return move_into_place(temporary, path, durable)
         # Windows renames no open file: moved once closed, which lets go of the lock; a
         # temporary so recent is not stale to ``remove_stale_temporaries`` there.
-        return move_into_place(temporary, path)
+        return move_into_place(temporary, path, durable)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
         if isinstance(error, OSError) and error.filename is None:
@@ -82,19 +86,21 @@ def temporary_beside(path: str | Path) -> Path:
     return Path(temporary)
 
 
-def move_into_place(temporary: str | Path, path: str | Path) -> Path:
+def move_into_place(temporary: str | Path, path: str | Path, durable: bool = True) -> Path:
     """Flush ``temporary`` to disk and rename it to ``path``; return ``path``.
 
     A rename within one folder is atomic; the folder is flushed after it, so that the
-    new name survives a power loss too. The file gets the permissions a plain
-    ``open(path, "w")`` would give it (the process's umask), not the owner-only ones of
-    a temporary file.
+    new name survives a power loss too (``durable=False``: neither flush, see
+    ``write_atomically``). The file gets the permissions a plain ``open(path, "w")``
+    would give it (the process's umask), not the owner-only ones of a temporary file.
     """
-    with open(temporary, "rb+") as stream:
-        os.fsync(stream.fileno())
+    if durable:
+        with open(temporary, "rb+") as stream:
+            os.fsync(stream.fileno())
     os.chmod(temporary, 0o666 & ~current_umask())
     os.replace(temporary, path)
-    _fsync_folder(Path(path).parent)
+    if durable:
+        _fsync_folder(Path(path).parent)
     return Path(path)
 
 
@@ -179,9 +185,9 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_text_atomically(path: str | Path, text: str) -> Path:
+def write_text_atomically(path: str | Path, text: str, durable: bool = True) -> Path:
     """``write_atomically`` for text, encoded as UTF-8."""
-    return write_atomically(path, lambda stream: stream.write(text.encode()))
+    return write_atomically(path, lambda stream: stream.write(text.encode()), durable)
 
 
 def write_csv_atomically(

@@ -470,3 +470,39 @@ def test_a_read_only_folder_warns_once_and_says_so(unprivileged):  # noqa: F811 
 def test_the_size_limit_is_checked(bad):
     with pytest.raises(ConfigError, match=r"datamodule.decode_cache.max_gb"):
         DecodeCache(max_gb=bad)
+
+
+def test_filling_the_cache_counts_its_folder_once_not_once_per_entry(tmp_path, monkeypatch):
+    # Counting the entries' bytes for every new entry made filling a cache quadratic in
+    # its entries (issue 49); the limit still holds, as the tests above show.
+    cache = DecodeCache(str(tmp_path / "cache"), max_gb=100 * PIXELS.nbytes / 1e9)
+    counts = []
+    real = decode_cache._entries
+    monkeypatch.setattr(decode_cache, "_entries", lambda store: counts.append(1) or real(store))
+    decode, calls = counted(PIXELS)
+    for index in range(30):
+        path = tmp_path / f"{index}.png"
+        path.write_bytes(str(index).encode())
+        cache.open(path, "image", decode)
+    assert len(calls) == 30 and len(records(cache)) == 30
+    assert len(counts) <= 2  # the first entry's, and one more should a second pass
+    monkeypatch.setattr(decode_cache, "RECOUNT_S", 0.0)  # a count is never recent: each counts
+    path = tmp_path / "one more.png"
+    path.write_bytes(b"more")
+    cache.open(path, "image", decode)
+    assert len(counts) <= 3
+
+
+def test_a_count_older_than_recount_s_sees_what_another_process_wrote(tmp_path, monkeypatch):
+    room_for_two = 2.5 * PIXELS.nbytes / 1e9
+    ours, theirs = (DecodeCache(str(tmp_path / "cache"), max_gb=room_for_two) for _ in "ab")
+    decode, _ = counted(PIXELS)
+    paths = []
+    for name in "abc":
+        paths.append(tmp_path / f"{name}.png")
+        paths[-1].write_bytes(name.encode())
+    ours.open(paths[0], "image", decode)  # counted: one entry
+    theirs.open(paths[1], "image", decode)  # another process's: two, the limit reached
+    monkeypatch.setattr(decode_cache, "RECOUNT_S", 0.0)
+    ours.open(paths[2], "image", decode)  # counted again: the oldest makes room
+    assert whole_entries(ours) == {entry_key(ours, p) for p in paths[1:]}

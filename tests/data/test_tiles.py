@@ -7,10 +7,10 @@ from PIL import Image
 
 from segscale.data.augment import Augmentation
 from segscale.data.class_locations import LocationSampler, TileClassLocations
-from segscale.data.decode_cache import DecodeCache
+from segscale.data.decode_cache import CachedFile, DecodeCache
 from segscale.data.labels import LabelMap
 from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
-from segscale.data.rasters import WindowedRaster
+from segscale.data.rasters import UnreadableWindowError, WindowedRaster
 from segscale.data.sources import ImageMaskPair
 from segscale.data.synthetic import draw_tile
 from segscale.data.tiles import LabelledMask, Tile, open_tiles
@@ -49,11 +49,18 @@ def opened(dataset, tmp_path):
     return open_tiles(pairs, LABELS, cache=DecodeCache(str(tmp_path / "cache")))
 
 
-def test_tiffs_are_read_by_window_and_pngs_mapped_from_the_cache(dataset, tmp_path):
+def test_tiffs_are_read_by_window_and_pngs_mapped_from_the_cache_when_first_read(dataset, tmp_path):
     tiles = opened(dataset, tmp_path)
     assert isinstance(tiles[0].image, WindowedRaster)
     assert isinstance(tiles[1].mask, LabelledMask)  # grey levels, decoded window by window
-    assert isinstance(tiles[2].image, np.memmap) and isinstance(tiles[2].mask, np.memmap)
+    png = tiles[2]
+    store = tmp_path / "cache" / "segscale-decoded"
+    assert isinstance(png.image, CachedFile) and isinstance(png.mask, CachedFile)
+    assert list(store.glob("*.npy")) == []  # nothing decoded yet: the shapes are the headers'
+    assert png.shape == dataset[2][2].shape and png.image.shape == dataset[2][2].image.shape
+    assert png.image[10:20, 5:9].shape == (10, 4, 3)  # the first window read opens it
+    assert len(list(store.glob("*.npy"))) == 1 and isinstance(png.image.opened(), np.memmap)
+    assert isinstance(png.mask.opened(), np.memmap)
     for tile, reference in zip(tiles, dataset[2], strict=True):
         assert tile.shape == reference.shape
         np.testing.assert_array_equal(np.asarray(tile.image), reference.image)
@@ -174,3 +181,29 @@ def test_a_rank_sets_up_without_decoding_a_tile_once_the_cache_holds_them(tmp_pa
     monkeypatch.setattr(Image.Image, "load", decoded)
     again.setup("fit")
     assert len(again.train_set.tiles) == 2 and len(again.val_set.tiles) == 2
+
+
+def test_a_cached_file_pickles_unopened_and_opens_in_the_process_that_reads_it(dataset, tmp_path):
+    import pickle
+
+    png = opened(dataset, tmp_path)[2]
+    copy = pickle.loads(pickle.dumps(png.image))  # a spawned worker's
+    assert copy._array is None
+    np.testing.assert_array_equal(np.asarray(copy), dataset[2][2].image)
+    again = pickle.loads(pickle.dumps(copy))  # opened: its mapping goes by reference
+    assert isinstance(again._array, np.memmap)
+    np.testing.assert_array_equal(again[:, :], dataset[2][2].image)
+
+
+def test_a_file_that_changed_since_the_check_is_unreadable_when_first_read(tmp_path):
+    image, mask = draw_tile(64, seed=1, index=0)
+    paths = tmp_path / "a.png", tmp_path / "a_mask.png"
+    Image.fromarray(image).save(paths[0])
+    Image.fromarray(np.array(GREYS, np.uint8)[mask]).save(paths[1])
+    tile = open_tiles([ImageMaskPair(*paths)], LABELS, cache=DecodeCache(str(tmp_path / "c")))[0]
+    Image.fromarray(image[:32]).save(paths[0])  # another size now
+    paths[1].write_bytes(b"no longer a PNG")
+    with pytest.raises(UnreadableWindowError, match=r"a\.png: decodes to \[32, 64, 3\]"):
+        tile.image[:8, :8]
+    with pytest.raises(UnreadableWindowError, match=r"a_mask\.png: cannot be decoded any more"):
+        tile.mask[:8, :8]

@@ -22,6 +22,7 @@ import torch
 from segscale.data.augment import PatchPose, cut_patch
 from segscale.data.datamodule import SegmentationDataModule
 from segscale.data.patches import RandomPatchDataset
+from segscale.data.tiles import open_now
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ def measure_pipeline(
     datamodule.setup("fit")
     dataset = datamodule.train_set
     assert dataset is not None  # setup("fit") made it
+    open_now(dataset.tiles)  # the decode cache filled: its steady state is measured
     crop, warp, augmented = one_core_rates(dataset, seconds)
     progress("pipeline: one core")
     rates = PipelineRates(dataset.patch_size, crop, warp, augmented)

@@ -26,6 +26,7 @@ import numpy as np
 
 from segscale.bench.pipeline import loader_rate
 from segscale.data.datamodule import SegmentationDataModule
+from segscale.data.decode_cache import CachedFile
 from segscale.data.patches import RandomPatchDataset
 from segscale.data.rasters import WindowedRaster
 from segscale.data.tiles import Tile
@@ -81,6 +82,8 @@ class StorageRates:
 
 def storage_kind(pixels: Any) -> str:
     """How a tile's image is read: by window, memory-mapped (and from where), or in memory."""
+    if isinstance(pixels, CachedFile):
+        pixels = pixels.opened()
     if isinstance(pixels, WindowedRaster):
         return "TIFF read by window"
     if isinstance(pixels, np.memmap):

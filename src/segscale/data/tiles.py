@@ -18,12 +18,13 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from segscale.data.decode_cache import DecodeCache
+from segscale.data.decode_cache import CachedFile, DecodeCache
 from segscale.data.grids import Grid
 from segscale.data.labels import LabelMap
 from segscale.data.rasters import Pixels, UnreadableWindowError
@@ -32,6 +33,7 @@ from segscale.data.sources import (
     TIFF_SUFFIXES,
     ImageMaskPair,
     read_image,
+    read_image_header,
     read_mask,
 )
 from segscale.data.warped_masks import WarpedLabels
@@ -136,13 +138,16 @@ def open_tiles(
     """Open every pair where it lies (see the module's docstring); decode no TIFF.
 
     PNG and JPEG files go through ``cache`` (``None``: decoded into memory, as every
-    rank then holds them). The pairs are expected to have passed
-    ``segscale.data.validation`` (sizes agree, mask values known); a size mismatch is
+    rank then holds them), each opened when first read (``CachedFile``): by the
+    DataLoader workers, in parallel, as training runs, not here. The pairs are expected
+    to have passed ``segscale.data.validation`` (sizes agree, mask values known); a size mismatch is
     still refused here, and so is a file past ``max_image_pixels`` (see ``read_image``).
     ``warped_masks``: masks read on another grid, their image's (``WarpedLabels``).
     """
     tiles = []
     warped_masks = warped_masks or {}
+    if cache is not None and not cache.ready():
+        cache = None  # it cannot be used: decoded into memory (ready said why)
     for pair in pairs:
         image = _open_image(pair.image, max_image_pixels, cache)
         if pair.mask in warped_masks:
@@ -158,11 +163,26 @@ def open_tiles(
     return tiles
 
 
+def open_now(tiles: list[Tile]) -> None:
+    """Open the decode-cache entries of ``tiles`` in this process, building the missing ones.
+
+    For a measurement of reading from the cache as training reads it once filled
+    (``bench.py``), which a first fill by the workers would otherwise slow down.
+    """
+    for tile in tiles:
+        for pixels in (tile.image, tile.mask):
+            if isinstance(pixels, CachedFile):
+                pixels.opened()
+
+
 def _open_image(path: Path, max_image_pixels: int | None, cache: DecodeCache | None) -> Pixels:
-    """An image: a TIFF where it lies, another file through the decode cache."""
+    """An image: a TIFF where it lies, another file through the decode cache, when read."""
     if path.suffix.lower() in TIFF_SUFFIXES or cache is None:
         return read_image(path, max_image_pixels)
-    return cache.open(path, "image", lambda: np.asarray(read_image(path, max_image_pixels)))
+    header = read_image_header(path, max_image_pixels)
+    shape = (header.height, header.width, header.channels)
+    decode = partial(_decoded_image, path, max_image_pixels)
+    return CachedFile(cache, path, "image", decode, shape, header.dtype)
 
 
 def _open_mask(
@@ -180,16 +200,24 @@ def _open_mask(
         if table is None and labels.is_identity(mask.values):
             return mask.values
         return LabelledMask(mask.values, labels, table)
-
-    def decode() -> np.ndarray:
-        mask = read_mask(path, max_image_pixels)
-        raw, table = np.asarray(mask.values), labels.palette_table(mask.palette)
-        return raw if table is None and labels.is_identity(raw) else labels.decode(raw, table)
-
+    decode = partial(_decoded_mask, path, labels, max_image_pixels)
     if cache is None:
         return decode()
     # The class indices are kept: decoded once, for the labels they were decoded with. The
     # labels' description tells colour labels from others, so a palette mask read by its
     # colours and the same file read by index are two entries.
     variant = "mask " + json.dumps(labels.describe(), sort_keys=True)
-    return cache.open(path, variant, decode)
+    header = read_image_header(path, max_image_pixels)
+    return CachedFile(cache, path, variant, decode, (header.height, header.width), np.uint8)
+
+
+def _decoded_image(path: Path, max_image_pixels: int | None) -> np.ndarray:
+    """A PNG or JPEG image decoded whole (what its decode-cache entry holds)."""
+    return np.asarray(read_image(path, max_image_pixels))
+
+
+def _decoded_mask(path: Path, labels: LabelMap, max_image_pixels: int | None) -> np.ndarray:
+    """A PNG or JPEG mask's class indices (H×W uint8), decoded whole with ``labels``."""
+    mask = read_mask(path, max_image_pixels)
+    raw, table = np.asarray(mask.values), labels.palette_table(mask.palette)
+    return raw if table is None and labels.is_identity(raw) else labels.decode(raw, table)

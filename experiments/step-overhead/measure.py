@@ -1,0 +1,222 @@
+"""segscale's training step against the hand-written loop on CamVid, in alternating pairs.
+
+    python experiments/step-overhead/measure.py --root /tmp/camvid/CamVid \
+        --work /tmp/step-overhead \
+        [--pairs 4] [--load 0] [--profile] [--extra key=value ...]
+
+Each pair runs ``loop.py`` and ``train.py`` (the README's command) one after the other,
+the first of the pair alternating; ``--load N`` keeps N single-threaded busy processes
+running beside both (a machine shared with other work). ``--profile`` runs train.py
+under Lightning's simple profiler (``trainer.profiler=simple``) and keeps its table.
+``--extra`` adds train.py overrides; ``--before`` runs another checkout's train.py
+(the code before a change) in each pair too, so that a change's before and after are
+measured in one run; ``--first-run`` gives each train.py run empty caches (its first
+run on a machine: the decode cache and the dataset check's cache filled by the run).
+Writes ``pairs.json`` under ``--work`` and prints a line per pair: patches/s over all
+60 steps and steady (after the first tenth) and the time to the first step of each run;
+then the median and range of train.py's steady rate and first-step time over the loop's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def train_command(
+    checkout: Path, root: Path, run_dir: Path, extra: list[str], profile: bool
+) -> list[str]:
+    """The README's train.py command on CamVid, into ``run_dir``, of ``checkout``."""
+    command = [
+        sys.executable,
+        str(checkout / "train.py"),
+        "datamodule=folder",
+        f"datamodule.source.root={root}",
+        "datamodule.source.splits.train={images:train,masks:trainannot}",
+        "datamodule.source.splits.val={images:val,masks:valannot}",
+        "datamodule/classes=auto",
+        "datamodule.ignore_ids=[11]",
+        "datamodule.patch_size=256",
+        "datamodule.patches_per_image=2",
+        "datamodule.batch_size=8",
+        "datamodule.num_workers=1",
+        "model=deeplabv3plus",
+        "model.encoder=resnet18",
+        "model.encoder_weights=null",
+        "optimizer.lr=0.03",
+        "trainer.max_steps=60",
+        "trainer.max_epochs=1",
+        "trainer.limit_val_batches=0",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.accelerator=cpu",
+        "training.threads=2",
+        "seed=0",
+        f"hydra.run.dir={run_dir}",
+    ]
+    if profile:
+        command.append("trainer.profiler=simple")
+    return command + extra
+
+
+def busy(stop: multiprocessing.synchronize.Event) -> None:
+    """One core's worth of work until ``stop``: another user's job on a shared machine."""
+    value = 0
+    while not stop.is_set():
+        for i in range(100_000):
+            value += i * i
+
+
+def run_loop(root: Path, out: Path) -> dict:
+    """loop.py's result."""
+    subprocess.run(
+        [sys.executable, str(HERE / "loop.py"), str(out), "--root", str(root)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    result = json.loads(out.read_text())
+    return {
+        "patches_per_s": result["patches_per_s"],
+        "steady": result["steady_patches_per_s"],
+        "first_step_s": result["time_to_first_step_s"],
+        "step_ms": result["step_ms"],
+    }
+
+
+def run_segscale(
+    checkout: Path, root: Path, run_dir: Path, extra: list[str], profile: bool, first: bool
+) -> dict:
+    """train.py's summary (and the profiler's table); ``first``: with empty caches."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    log = run_dir.parent / f"{run_dir.name}.log"
+    environment = dict(os.environ, PYTHONPATH=str(checkout / "src"))
+    if first:  # a first run: no decode cache, no dataset check's cache
+        environment["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="caches-", dir=run_dir.parent)
+    with log.open("w") as stream:
+        subprocess.run(
+            train_command(checkout, root, run_dir, extra, profile),
+            check=True,
+            cwd=checkout,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+    if first:
+        shutil.rmtree(environment["XDG_CACHE_HOME"])
+    summary = yaml.safe_load((run_dir / "summary.json").read_text())
+    result = {
+        "patches_per_s": summary["throughput_patches_per_s"],
+        "steady": summary["steady_patches_per_s"],
+        "first_step_s": summary["time_to_first_step_s"],
+        "startup_phases_s": summary["startup_phases_s"],
+    }
+    if profile:
+        text = log.read_text()
+        result["profile"] = (
+            text[text.find("FIT Profiler Report") :] if "FIT Profiler Report" in text else ""
+        )
+    return result
+
+
+def main() -> None:
+    """Run the pairs; write pairs.json; print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--load", type=int, default=0, help="busy processes beside the runs")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--extra", nargs="*", default=[])
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="another checkout (the code before a change): its train.py too",
+    )
+    parser.add_argument(
+        "--first-run",
+        action="store_true",
+        help="each train.py run with empty caches (its first run on a machine)",
+    )
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    stop = multiprocessing.Event()
+    load = [
+        multiprocessing.Process(target=busy, args=(stop,), daemon=True) for _ in range(args.load)
+    ]
+    for process in load:
+        process.start()
+    pairs = []
+    try:
+        for pair in range(args.pairs):
+            runs = ["loop", "segscale"] + (["before"] if args.before else [])
+            order = runs[pair % len(runs) :] + runs[: pair % len(runs)]
+            row: dict = {"pair": pair + 1, "first": order[0], "load": args.load}
+            for which in order:
+                started = time.time()
+                if which == "loop":
+                    row["loop"] = run_loop(args.root, args.work / f"loop-{pair}.json")
+                else:
+                    checkout = REPO if which == "segscale" else args.before
+                    row[which] = run_segscale(
+                        checkout,
+                        args.root,
+                        args.work / f"{which}-{pair}",
+                        args.extra,
+                        args.profile,
+                        args.first_run,
+                    )
+                row[which]["wall_s"] = time.time() - started
+            for which in runs[1:]:
+                row[f"ratio_{which}"] = row[which]["steady"] / row["loop"]["steady"]
+                row[f"ratio_all_steps_{which}"] = (
+                    row[which]["patches_per_s"] / row["loop"]["patches_per_s"]
+                )
+                row[f"first_step_ratio_{which}"] = (
+                    row[which]["first_step_s"] / row["loop"]["first_step_s"]
+                )
+            line = ", ".join(
+                f"{which} {row[which]['patches_per_s']:.2f} ({row[which]['steady']:.2f}) "
+                f"first step {row[which]['first_step_s']:.1f} s"
+                for which in runs
+            )
+            print(f"pair {pair + 1} ({order[0]} first, load {args.load}): {line}", flush=True)
+            pairs.append(row)
+            print(
+                f"pair {pair + 1} ({order[0]} first, load {args.load}): loop "
+                f"{row['loop']['patches_per_s']:.2f} ({row['loop']['steady']:.2f}), segscale "
+                f"{row['segscale']['patches_per_s']:.2f} ({row['segscale']['steady']:.2f}), "
+                f"ratio {row['ratio']:.3f}; first step {row['loop']['first_step_s']:.1f} s / "
+                f"{row['segscale']['first_step_s']:.1f} s",
+                flush=True,
+            )
+    finally:
+        stop.set()
+        for process in load:
+            process.join()
+    for which in ["segscale"] + (["before"] if args.before else []):
+        for name in ("ratio", "first_step_ratio"):
+            values = [row[f"{name}_{which}"] for row in pairs]
+            print(
+                f"{which} {name}: median {statistics.median(values):.3f}, "
+                f"range {min(values):.3f}-{max(values):.3f}"
+            )
+    out = args.work / "pairs.json"
+    out.write_text(json.dumps({"extra": args.extra, "load": args.load, "pairs": pairs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
