@@ -33,6 +33,8 @@ from pathlib import Path
 
 import yaml
 
+from segscale.bench.overhead import step_terms
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
@@ -125,10 +127,23 @@ def run_segscale(
     }
     if profile:
         text = log.read_text()
-        result["profile"] = (
-            text[text.find("FIT Profiler Report") :] if "FIT Profiler Report" in text else ""
-        )
+        table = text[text.find("FIT Profiler Report") :] if "FIT Profiler Report" in text else ""
+        result["profile"] = table
+        result["step_ms"] = step_terms(profiler_totals(table), 60)
     return result
+
+
+def profiler_totals(table: str) -> dict[str, float]:
+    """Seconds per action of a SimpleProfiler report (its "Total time" column)."""
+    totals = {}
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] not in ("Action", "Total"):
+            try:
+                totals[cells[0]] = float(cells[3])
+            except ValueError:
+                continue
+    return totals
 
 
 def main() -> None:
@@ -195,13 +210,9 @@ def main() -> None:
             )
             print(f"pair {pair + 1} ({order[0]} first, load {args.load}): {line}", flush=True)
             pairs.append(row)
-            print(
-                f"pair {pair + 1} ({order[0]} first, load {args.load}): loop "
-                f"{row['loop']['patches_per_s']:.2f} ({row['loop']['steady']:.2f}), segscale "
-                f"{row['segscale']['patches_per_s']:.2f} ({row['segscale']['steady']:.2f}), "
-                f"ratio {row['ratio']:.3f}; first step {row['loop']['first_step_s']:.1f} s / "
-                f"{row['segscale']['first_step_s']:.1f} s",
-                flush=True,
+            out = args.work / "pairs.json"
+            out.write_text(
+                json.dumps({"settings": vars(args), "pairs": pairs}, indent=2, default=str)
             )
     finally:
         stop.set()
@@ -214,8 +225,6 @@ def main() -> None:
                 f"{which} {name}: median {statistics.median(values):.3f}, "
                 f"range {min(values):.3f}-{max(values):.3f}"
             )
-    out = args.work / "pairs.json"
-    out.write_text(json.dumps({"extra": args.extra, "load": args.load, "pairs": pairs}, indent=2))
 
 
 if __name__ == "__main__":

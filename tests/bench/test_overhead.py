@@ -60,6 +60,7 @@ def test_overhead_is_the_median_of_the_rounds_differences(make_config, monkeypat
     trainer = SimpleNamespace(callbacks=[RoundClock(0), nn.Identity()], loggers=[nn.Identity()])
     monkeypatch.setattr(overhead, "bare_round", lambda *args: next(bare))
     monkeypatch.setattr(overhead, "lightning_round", lambda *args: (next(light), trainer))
+    monkeypatch.setattr(overhead, "profiled_terms", lambda *args: {"loader": 0.5})
 
     result = measure_overhead(make_config(), CPU, steps=10, rounds=3)
 
@@ -69,6 +70,7 @@ def test_overhead_is_the_median_of_the_rounds_differences(make_config, monkeypat
     assert result.spread_ms == pytest.approx(1.0)  # |2-2|, |1-2|, |9-2|
     assert result.callbacks == ("Identity",)  # the clock is ours, not train.py's
     assert result.loggers == ("Identity",)
+    assert result.terms_ms == {"loader": 0.5}
 
 
 def test_the_tiny_module_keeps_the_configs_loss_and_optimizer(make_config):
@@ -108,3 +110,47 @@ def test_every_file_goes_into_the_given_folder(make_config, tmp_path):
     assert moved.logger.mlflow.artifact_location == str(tmp_path / "t" / "mlartifacts")
     assert cfg.output_dir == str(tmp_path / "run")  # the config itself is left as it was
     assert cfg.logger.mlflow.tracking_uri == "sqlite:///outputs/mlflow.db"
+
+
+def test_the_terms_split_a_profiled_step_into_the_framework_s_parts():
+    # Seconds over 10 steps, named as Lightning's SimpleProfiler names its actions.
+    totals = {
+        "run_training_batch": 1.0,
+        "[_TrainingEpochLoop].train_dataloader_next": 0.1,
+        "[Strategy]SingleDeviceStrategy.batch_to_device": 0.02,
+        "[LightningModule]SegmentationModule.transfer_batch_to_device": 0.01,  # inside the last
+        "[LightningModule]SegmentationModule.optimizer_step": 0.9,
+        "[Strategy]SingleDeviceStrategy.training_step": 0.3,
+        "[Strategy]SingleDeviceStrategy.backward": 0.4,
+        "[LightningModule]SegmentationModule.on_before_optimizer_step": 0.05,
+        "[Callback]RunSummary.on_train_batch_end": 0.03,
+        "[Callback]RunSummary.on_after_backward": 0.02,  # inside optimizer_step
+        "[Callback]ModelCheckpoint{'monitor': 'val/mIoU'}.on_train_batch_end": 0.01,
+        "[Callback]ModelCheckpoint{'monitor': 'val/mIoU'}.on_train_end": 5.0,  # not per step
+        "[LightningModule]SegmentationModule.optimizer_zero_grad": 0.004,
+        "[LightningModule]SegmentationModule.lr_scheduler_step": 0.002,
+    }
+    terms = overhead.step_terms(totals, steps=10)
+    assert terms["loader"] == pytest.approx(10.0) and terms["to device"] == pytest.approx(2.0)
+    assert terms["training_step"] == pytest.approx(30.0) and terms["backward"] == pytest.approx(40)
+    assert terms["non-finite check, clipping"] == pytest.approx(5.0)
+    assert terms["optimizer"] == pytest.approx(90 - 30 - 40 - 5 - 2)  # the rest of optimizer_step
+    assert terms["callback RunSummary"] == pytest.approx(5.0)
+    assert terms["callback ModelCheckpoint"] == pytest.approx(1.0)
+    assert terms["zero_grad"] == pytest.approx(0.4) and terms["schedule"] == pytest.approx(0.2)
+    # the whole step: the batch's run and the wait for it; the rest is Lightning's own
+    rest = 110 - sum(v for k, v in terms.items() if k != "Lightning's loop, logging")
+    assert terms["Lightning's loop, logging"] == pytest.approx(rest)
+    assert overhead.step_terms(totals, 10, step_s=0.2)["Lightning's loop, logging"] == (
+        pytest.approx(rest + 90)
+    )
+
+
+def test_a_real_round_s_terms_name_every_per_step_callback(make_config, tmp_path):
+    cfg = make_config()
+    terms = overhead.profiled_terms(
+        cfg, tiny_module(cfg), overhead.tiny_batch(cfg), CPU, 2, 6, tmp_path / "p"
+    )
+    assert all(ms >= 0 for ms in terms.values())
+    assert terms["training_step"] > 0 and terms["backward"] > 0 and terms["optimizer"] > 0
+    assert {"callback RunSummary", "callback TQDMProgressBar"} <= set(terms)

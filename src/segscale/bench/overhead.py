@@ -30,14 +30,15 @@ import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.profilers import SimpleProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -75,6 +76,9 @@ class Overhead:
     steps: int  # timed steps per round and side
     callbacks: tuple[str, ...]  # the Lightning side's callbacks, by class name
     loggers: tuple[str, ...]  # and its loggers
+    # Where a Lightning step's time goes, ms per step by term (``step_terms``), from one
+    # more round under Lightning's SimpleProfiler (which adds its own microseconds).
+    terms_ms: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers and names (for ``bench.json``)."""
@@ -114,6 +118,9 @@ def measure_overhead(
                 cfg, copy.deepcopy(module), batch, device, warmup, steps, Path(folder) / str(index)
             )
             light.append(step_s)
+        terms = profiled_terms(
+            cfg, copy.deepcopy(module), batch, device, warmup, steps, Path(folder) / "profiled"
+        )
     # Lightning's CallbackConnector sets trainer.callbacks; Trainer does not declare it.
     listed = trainer.callbacks  # type: ignore[attr-defined]
     callbacks = tuple(type(c).__name__ for c in listed if not isinstance(c, RoundClock))
@@ -130,7 +137,101 @@ def measure_overhead(
         steps=steps,
         callbacks=callbacks,
         loggers=tuple(type(logger).__name__ for logger in trainer.loggers),
+        terms_ms=terms,
     )
+
+
+def profiled_terms(
+    cfg: DictConfig,
+    module: SegmentationModule,
+    batch: dict[str, torch.Tensor],
+    device: torch.device,
+    warmup: int,
+    steps: int,
+    folder: Path,
+) -> dict[str, float]:
+    """``step_terms`` of one more Lightning round, under Lightning's SimpleProfiler."""
+    profiler = SimpleProfiler()
+    lightning_round(cfg, module, batch, device, warmup, steps, folder, profiler)
+    totals = {action: sum(times) for action, times in profiler.recorded_durations.items()}
+    return step_terms(totals, warmup + steps)
+
+
+STEP_HOOKS = (
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_before_zero_grad",
+)
+"""The hooks Lightning calls in every training step (a callback's are its per-step cost)."""
+_INSIDE_OPTIMIZER_STEP = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+"""Of those, the ones Lightning calls inside ``optimizer_step`` (in its closure)."""
+
+
+def step_terms(
+    totals: Mapping[str, float], steps: int, step_s: float | None = None
+) -> dict[str, float]:
+    """Milliseconds per step of each term a Lightning training step's time goes to.
+
+    ``totals``: seconds per action of Lightning's SimpleProfiler over ``steps`` steps
+    (its ``recorded_durations`` summed, or its report's "Total time" column). The
+    terms: ``loader`` (waiting for the next batch), ``to device``, ``training_step``
+    (forward, loss and the module's logging), ``backward``, ``non-finite check,
+    clipping`` (the module's ``on_before_optimizer_step``), ``optimizer`` (the rest of
+    ``optimizer_step``: the update itself), ``zero_grad``, ``schedule``, one
+    ``callback <Name>`` per callback (its per-step hooks) and ``Lightning's loop,
+    logging``: the rest of the whole step (``step_s``, default the profiler's
+    ``run_training_batch`` plus the loader's wait).
+    """
+
+    def per_step(total: float) -> float:
+        return 1000 * total / max(1, steps)
+
+    def named(prefix: str, hook: str) -> float:
+        return sum(t for a, t in totals.items() if a.startswith(prefix) and a.endswith(f".{hook}"))
+
+    terms = {
+        "loader": per_step(totals.get("[_TrainingEpochLoop].train_dataloader_next", 0.0)),
+        "to device": per_step(named("[Strategy]", "batch_to_device")),
+        "training_step": per_step(named("[Strategy]", "training_step")),
+        "backward": per_step(named("[Strategy]", "backward")),
+        "non-finite check, clipping": per_step(
+            named("[LightningModule]", "on_before_optimizer_step")
+        ),
+    }
+    callbacks: dict[str, float] = {}
+    inside = 0.0
+    for action, total in totals.items():
+        if not action.startswith("[Callback]"):
+            continue
+        name, _, hook = action[len("[Callback]") :].rpartition(".")
+        if hook in STEP_HOOKS:
+            label = f"callback {name.split('{')[0]}"
+            callbacks[label] = callbacks.get(label, 0.0) + per_step(total)
+            inside += total if hook in _INSIDE_OPTIMIZER_STEP else 0.0
+    module_inside = sum(
+        named("[LightningModule]", h) for h in ("on_before_backward", "on_after_backward")
+    )
+    optimizer_step = per_step(named("[LightningModule]", "optimizer_step"))
+    within = (
+        terms["training_step"]
+        + terms["backward"]
+        + terms["non-finite check, clipping"]
+        + per_step(inside + module_inside)
+    )
+    terms["optimizer"] = max(0.0, optimizer_step - within)
+    terms["zero_grad"] = per_step(named("[LightningModule]", "optimizer_zero_grad"))
+    terms["schedule"] = per_step(named("[LightningModule]", "lr_scheduler_step"))
+    terms.update(sorted(callbacks.items(), key=lambda item: -item[1]))
+    whole = (
+        1000 * step_s
+        if step_s is not None
+        else per_step(totals.get("run_training_batch", 0.0)) + terms["loader"]
+    )
+    terms["Lightning's loop, logging"] = max(0.0, whole - sum(terms.values()))
+    return {name: round(ms, 4) for name, ms in terms.items()}
 
 
 def tiny_module(cfg: DictConfig) -> SegmentationModule:
@@ -244,6 +345,7 @@ def lightning_round(
     warmup: int,
     steps: int,
     folder: Path,
+    profiler: SimpleProfiler | None = None,
 ) -> tuple[float, L.Trainer]:
     """Seconds per step of ``train.py``'s trainer, over ``steps`` steps after ``warmup``.
 
@@ -255,18 +357,23 @@ def lightning_round(
     clock = RoundClock(warmup)
     loader = DataLoader(RepeatedBatch(batch, warmup + steps), batch_size=None)
     with quiet():
-        trainer = train_trainer(in_folder(cfg, folder), device, warmup + steps, clock)
+        trainer = train_trainer(in_folder(cfg, folder), device, warmup + steps, clock, profiler)
         trainer.fit(module, train_dataloaders=loader)
     return clock.step_s, trainer
 
 
 def train_trainer(
-    cfg: DictConfig, device: torch.device, max_steps: int, clock: RoundClock
+    cfg: DictConfig,
+    device: torch.device,
+    max_steps: int,
+    clock: RoundClock,
+    profiler: SimpleProfiler | None = None,
 ) -> L.Trainer:
     """The ``Trainer`` of ``train.py`` (``training_run``) on one device, for ``max_steps``.
 
     Its callbacks are the ``callbacks`` group's and the run summary, its loggers the
-    ``logger`` group's, built as ``train.py`` builds them, and ``clock``.
+    ``logger`` group's, built as ``train.py`` builds them, and ``clock``; ``profiler``
+    (``None``: the ``trainer`` group's) records where its steps' time goes.
     """
     callbacks = [*instantiate_each(cfg.get("callbacks")), RunSummary(cfg.output_dir)]
     return instantiate(
@@ -285,6 +392,7 @@ def train_trainer(
         val_check_interval=None,
         check_val_every_n_epoch=1,
         num_sanity_val_steps=0,
+        **({"profiler": profiler} if profiler is not None else {}),
     )
 
 
