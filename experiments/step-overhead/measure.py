@@ -10,8 +10,10 @@ running beside both (a machine shared with other work). ``--profile`` runs train
 under Lightning's simple profiler (``trainer.profiler=simple``) and keeps its table.
 ``--extra`` adds train.py overrides; ``--before`` runs another checkout's train.py
 (the code before a change) in each pair too, so that a change's before and after are
-measured in one run; ``--first-run`` gives each train.py run empty caches (its first
-run on a machine: the decode cache and the dataset check's cache filled by the run).
+measured in one run; ``--threads`` samples the running threads of each process of
+each run (the training process, each DataLoader worker) every 50 ms; ``--first-run``
+gives each train.py run empty caches (its first run on a machine: the decode cache and
+the dataset check's cache filled by the run).
 Writes ``pairs.json`` under ``--work`` and prints a line per pair: patches/s over all
 60 steps and steady (after the first tenth) and the time to the first step of each run;
 then the median and range of train.py's steady rate and first-step time over the loop's.
@@ -31,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 
 from segscale.bench.overhead import step_terms
@@ -82,11 +85,68 @@ def busy(stop: multiprocessing.synchronize.Event) -> None:
             value += i * i
 
 
-def run_loop(root: Path, out: Path) -> dict:
+def running_threads(pid: int) -> int:
+    """How many of process ``pid``'s threads are running or runnable now (Linux's /proc)."""
+    count = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            count += stat.read_text().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            continue
+    return count
+
+
+def run_watched(command: list[str], watch: bool, **options) -> dict:
+    """Run ``command`` to its end (``check``); with ``watch``, its processes sampled.
+
+    Every 50 ms: the running threads of the process and of each of its descendants (the
+    DataLoader workers), and their CPU time so far. Returns each role's most and 95th
+    percentile of running threads, and its CPU seconds (user, system) at the last sample.
+    """
+    process = subprocess.Popen(command, **options)
+    samples: dict[str, list[int]] = {"main": [], "each worker": []}
+    cpu: dict[int, tuple[str, float, float, int, int]] = {}  # pid → role, user, system s,
+    # minor page faults, involuntary context switches
+    while process.poll() is None:
+        if watch:
+            try:
+                main = psutil.Process(process.pid)
+                children = main.children(recursive=True)
+            except psutil.Error:
+                break
+            for role, member in [("main", main)] + [("each worker", c) for c in children]:
+                try:
+                    times = member.cpu_times()
+                    switches = member.num_ctx_switches().involuntary
+                    faults = int(
+                        Path(f"/proc/{member.pid}/stat").read_text().rsplit(")", 1)[1].split()[7]
+                    )
+                except (psutil.Error, OSError, IndexError, ValueError):
+                    continue
+                samples[role].append(running_threads(member.pid))
+                cpu[member.pid] = (role, times.user, times.system, faults, switches)
+        time.sleep(0.05)
+    if process.wait():
+        raise subprocess.CalledProcessError(process.returncode, command)
+    found = {}
+    for role, values in samples.items():
+        if values:
+            found[role] = {
+                "most": max(values),
+                "p95": sorted(values)[int(0.95 * (len(values) - 1))],
+                "cpu_user_s": round(sum(c[1] for c in cpu.values() if c[0] == role), 1),
+                "cpu_system_s": round(sum(c[2] for c in cpu.values() if c[0] == role), 1),
+                "minor_faults": sum(c[3] for c in cpu.values() if c[0] == role),
+                "involuntary_switches": sum(c[4] for c in cpu.values() if c[0] == role),
+            }
+    return found
+
+
+def run_loop(root: Path, out: Path, watch: bool) -> dict:
     """loop.py's result."""
-    subprocess.run(
+    threads = run_watched(
         [sys.executable, str(HERE / "loop.py"), str(out), "--root", str(root)],
-        check=True,
+        watch,
         stdout=subprocess.DEVNULL,
     )
     result = json.loads(out.read_text())
@@ -95,11 +155,18 @@ def run_loop(root: Path, out: Path) -> dict:
         "steady": result["steady_patches_per_s"],
         "first_step_s": result["time_to_first_step_s"],
         "step_ms": result["step_ms"],
+        "running_threads": threads,
     }
 
 
 def run_segscale(
-    checkout: Path, root: Path, run_dir: Path, extra: list[str], profile: bool, first: bool
+    checkout: Path,
+    root: Path,
+    run_dir: Path,
+    extra: list[str],
+    profile: bool,
+    first: bool,
+    watch: bool = False,
 ) -> dict:
     """train.py's summary (and the profiler's table); ``first``: with empty caches."""
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -108,9 +175,9 @@ def run_segscale(
     if first:  # a first run: no decode cache, no dataset check's cache
         environment["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="caches-", dir=run_dir.parent)
     with log.open("w") as stream:
-        subprocess.run(
+        threads = run_watched(
             train_command(checkout, root, run_dir, extra, profile),
-            check=True,
+            watch,
             cwd=checkout,
             stdout=stream,
             stderr=subprocess.STDOUT,
@@ -124,6 +191,7 @@ def run_segscale(
         "steady": summary["steady_patches_per_s"],
         "first_step_s": summary["time_to_first_step_s"],
         "startup_phases_s": summary["startup_phases_s"],
+        "running_threads": threads,
     }
     if profile:
         text = log.read_text()
@@ -166,6 +234,9 @@ def main() -> None:
         action="store_true",
         help="each train.py run with empty caches (its first run on a machine)",
     )
+    parser.add_argument(
+        "--threads", action="store_true", help="sample each process's running threads (50 ms)"
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     stop = multiprocessing.Event()
@@ -183,7 +254,7 @@ def main() -> None:
             for which in order:
                 started = time.time()
                 if which == "loop":
-                    row["loop"] = run_loop(args.root, args.work / f"loop-{pair}.json")
+                    row["loop"] = run_loop(args.root, args.work / f"loop-{pair}.json", args.threads)
                 else:
                     checkout = REPO if which == "segscale" else args.before
                     row[which] = run_segscale(
@@ -193,6 +264,7 @@ def main() -> None:
                         args.extra,
                         args.profile,
                         args.first_run,
+                        args.threads,
                     )
                 row[which]["wall_s"] = time.time() - started
             for which in runs[1:]:

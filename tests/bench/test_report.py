@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from segscale.bench import report
 from segscale.bench.predicted_scaling import prediction_rows
 from segscale.bench.report import (
     DATA_BOUND,
@@ -212,3 +213,31 @@ def test_the_table_shows_the_gloo_link_and_its_rows_under_gloo(tmp_path: Path):
     results = scaling_results(run(1, 10.0), run(2, 18.0))
     results["prediction"] |= {"rows": prediction["rows"], "gloo": prediction["gloo"]}
     assert plot_scaling(results, tmp_path / "scaling.png") is True
+
+
+def test_the_framework_overhead_is_shown_by_term_the_network_s_work_apart():
+    terms = {
+        "loader": 0.4,
+        "to device": 0.001,
+        "training_step": 1.0,
+        "backward": 0.8,
+        "non-finite check, clipping": 0.2,
+        "optimizer": 0.3,
+        "callback RunSummary": 0.1,
+        "Lightning's loop, logging": 0.2,
+    }
+    rows = report.overhead_term_rows({"overhead_ms": 1.2, "terms_ms": terms})
+    names = [name.strip() for name, _ in rows]
+    assert names[0] == "framework overhead, by term"
+    # largest first; the network's own in one row; what is too small to show counted
+    assert names[1:6] == [
+        "loader",
+        "non-finite check, clipping",
+        "Lightning's loop, logging",
+        "callback RunSummary",
+        "the tiny network's own",
+    ]
+    assert "13% of the profiled step" in rows[1][1]  # 0.4 of 3.001 ms
+    assert rows[5][1].startswith("training_step 1.00 + backward 0.80 + optimizer 0.30 ms")
+    assert rows[6] == ("  (below 0.005 ms)", "1 more term(s)")
+    assert report.overhead_term_rows({"overhead_ms": 1.2}) == []  # a bench.json without them

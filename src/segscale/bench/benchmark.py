@@ -55,6 +55,7 @@ from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
+from segscale.platforms.memory import keep_freed_memory
 from segscale.platforms.processes import process_age
 from segscale.training.ranks.threads import resolve_threads
 from segscale.training.run.builders import build, build_datamodule, build_module
@@ -73,6 +74,8 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     backend = gpu_backend(cfg.strategy.get("process_group_backend"))  # refused first
     prepare(cfg)  # datamodule/classes=auto resolved, the values checked
     check_bench(cfg.bench)
+    if cfg.training.keep_freed_memory and (kept := keep_freed_memory()):  # as train.py
+        log.info("%s", kept)
     options = cfg.bench
     L.seed_everything(cfg.seed, workers=True)
     accelerator = resolve_accelerator(cfg.trainer.accelerator)

@@ -27,6 +27,36 @@ def _rows(title: str, rows: list[tuple[str, str]]) -> list[str]:
     return [title, *(f"  {name:<{width}}  {value}" for name, value in rows)]
 
 
+NETWORK_TERMS = ("training_step", "backward", "optimizer")
+"""The terms of a profiled step that hold the tiny network's own work (the bare loop's too)."""
+
+
+def overhead_term_rows(overhead: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where the framework's step goes, by term, in ms per step (``Overhead.terms_ms``).
+
+    The terms that are not the network's work come first, each with its share of the
+    profiled step; the network's (``training_step``, ``backward``, ``optimizer``, on the
+    near-zero network) in one row after them.
+    """
+    terms = overhead.get("terms_ms") or {}
+    if not terms:
+        return []
+    whole = sum(terms.values())
+    framework = [(name, ms) for name, ms in terms.items() if name not in NETWORK_TERMS]
+    framework.sort(key=lambda item: -item[1])
+    shown = [(name, ms) for name, ms in framework if ms >= 0.005]
+    rows = [
+        (f"  {name}", f"{ms:.2f} ms ({100 * ms / whole:.0f}% of the profiled step)")
+        for name, ms in shown
+    ]
+    left = len(framework) - len(shown)
+    network = " + ".join(f"{name} {terms.get(name, 0.0):.2f}" for name in NETWORK_TERMS)
+    rows.append(("  the tiny network's own", f"{network} ms (with the module's logging)"))
+    if left:
+        rows.append(("  (below 0.005 ms)", f"{left} more term(s)"))
+    return [("framework overhead, by term", "Lightning's SimpleProfiler, one more round"), *rows]
+
+
 def table(results: dict[str, Any]) -> str:
     """The results as the plain-text table printed on the terminal."""
     lines: list[str] = []
@@ -78,6 +108,7 @@ def table(results: dict[str, Any]) -> str:
                 f"± {compute['overhead']['spread_ms']:.2f} (Lightning with train.py's "
                 f"callbacks against the bare loop, near-zero-compute network)",
             ),
+            *overhead_term_rows(compute["overhead"]),
             ("FLOPs", flops_text(compute["flops"])),
         ],
     )

@@ -118,6 +118,7 @@ def check_loader_options(cfg: DictConfig) -> None:
         ("datamodule.pin_memory", (True, False, None)),
         ("training.channels_last", (True, False)),
         ("training.compile", (True, False)),
+        ("training.keep_freed_memory", (True, False)),
     ):
         value = OmegaConf.select(cfg, key, default=False)
         if not any(value is option for option in allowed):

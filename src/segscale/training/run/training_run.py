@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint.files import SafeCheckpointIO
+from segscale.platforms.memory import keep_freed_memory
 from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
 from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
@@ -190,6 +191,9 @@ def _train_in_folder(
     ranks = job_ranks(start_method, num_processes, cfg.output_dir, cfg.trainer.num_nodes, resolved)
     own_workers = WorkersEndWithRun()  # left first: before the other ranks are waited for
     follows = threads.machine is not None
+    # Before the ranks start: they inherit the settings through the environment.
+    if cfg.training.keep_freed_memory and (kept := keep_freed_memory()) and leader:
+        log.info("%s", kept)
     with process_threads(threads.count, follows), ranks, third_party_noise_filtered(), own_workers:
         trainer = instantiate(
             cfg.trainer,
