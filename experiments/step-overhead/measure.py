@@ -214,11 +214,54 @@ def profiler_totals(table: str) -> dict[str, float]:
     return totals
 
 
+def table(files: list[Path]) -> str:
+    """The README's rows of ``files`` (pairs.json): one per pair, then each file's medians."""
+    lines = [
+        "| file | pair | first | load | loop | segscale | before | segscale / loop | "
+        "before / loop | first step: loop, segscale, before (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in files:
+        pairs = json.loads(path.read_text())["pairs"]
+        for row in pairs:
+            runs = [w for w in ("loop", "segscale", "before") if w in row]
+            rate = {w: f"{row[w]['steady']:.2f}" for w in runs}
+            ratio = {w: f"{row[f'ratio_{w}']:.3f}" for w in runs[1:]}
+            first = ", ".join(f"{row[w]['first_step_s']:.1f}" for w in runs)
+            lines.append(
+                f"| {path.name} | {row['pair']} | {row['first']} | {row['load']} | "
+                f"{rate['loop']} | {rate['segscale']} | {rate.get('before', '-')} | "
+                f"{ratio['segscale']} | {ratio.get('before', '-')} | {first} |"
+            )
+        for which in ("segscale", "before"):
+            values = [row[f"ratio_{which}"] for row in pairs if f"ratio_{which}" in row]
+            if values:
+                lines.append(
+                    f"| {path.name} | median of {len(values)} | | | | | | "
+                    + (
+                        f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+                        if which == "segscale"
+                        else ""
+                    )
+                    + " | "
+                    + (
+                        f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+                        if which == "before"
+                        else ""
+                    )
+                    + " | |"
+                )
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Run the pairs; write pairs.json; print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, required=True)
-    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--root", type=Path, help="CamVid, as the SegNet tutorial has it")
+    parser.add_argument("--work", type=Path, help="where the runs and pairs.json go")
+    parser.add_argument(
+        "--table", nargs="+", type=Path, help="print the tables of pairs.json files"
+    )
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--load", type=int, default=0, help="busy processes beside the runs")
     parser.add_argument("--profile", action="store_true")
@@ -238,6 +281,11 @@ def main() -> None:
         "--threads", action="store_true", help="sample each process's running threads (50 ms)"
     )
     args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
+    if args.root is None or args.work is None:
+        parser.error("--root and --work are needed to measure")
     args.work.mkdir(parents=True, exist_ok=True)
     stop = multiprocessing.Event()
     load = [

@@ -12,6 +12,7 @@ per-core times, a process's start and ending processes.
 - ``processes``: this process's age and peak memory, ending it, interrupting a child;
 - ``cores``: the cores this process may use, how busy they are, its cgroups' CPU quota.
 - ``start_methods``: how DataLoader workers may start (fork, spawn, forkserver), and the default.
+- ``memory``: glibc's allocator kept from handing freed memory back after every step.
 
 Each takes the platform from ``sys.platform`` when it runs, so a test can simulate
 another one where only a branch differs.
