@@ -70,6 +70,12 @@ PRINTERS: dict[str, list[str] | Path] = {
         "--table",
         "experiments/windows-gloo/results.json",
     ],
+    "step-overhead": [
+        "experiments/step-overhead/measure.py",
+        "--table",
+        "experiments/step-overhead/results/quiet-lazy-decode-cache.json",
+        "experiments/step-overhead/results/quiet-keep-freed-memory.json",
+    ],
     "class-balance": EXPERIMENTS / "class-balance" / "results.md",
     "linear-scaling": EXPERIMENTS / "linear-scaling" / "results.md",
 }

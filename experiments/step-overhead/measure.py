@@ -251,6 +251,26 @@ def table(files: list[Path]) -> str:
                     )
                     + " | |"
                 )
+    processes = [
+        "",
+        "| file | pair | run | training process: running threads most (p95) | each worker: "
+        "most (p95) | training process: system CPU s | minor page faults |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for path in files:
+        for row in json.loads(path.read_text())["pairs"]:
+            for which in ("loop", "segscale", "before"):
+                watched = row.get(which, {}).get("running_threads") or {}
+                if "main" not in watched:
+                    continue
+                main, worker = watched["main"], watched.get("each worker", {})
+                processes.append(
+                    f"| {path.name} | {row['pair']} | {which} | {main['most']} ({main['p95']}) | "
+                    f"{worker.get('most', '-')} ({worker.get('p95', '-')}) | "
+                    f"{main['cpu_system_s']} | {main['minor_faults'] / 1e6:.2f} M |"
+                )
+    if len(processes) > 3:
+        lines += processes
     return "\n".join(lines)
 
 
