@@ -40,14 +40,17 @@ IMPORTED = time.time()
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
 
-def process_start() -> float:
-    """The start of this process on the wall clock, from /proc (Linux), else the script's start."""
+def process_start(fallback: float = PROCESS_START) -> float:
+    """The start of this process on the wall clock, from /proc (Linux), else ``fallback``.
+
+    ``fallback`` (default: this script's start) is the calling script's own start.
+    """
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
-        return PROCESS_START
+        return fallback
 
 
 class RandomPatches(Dataset):

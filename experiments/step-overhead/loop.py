@@ -29,8 +29,8 @@ PROCESS_START = time.time()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import albumentations as A  # noqa: E402
@@ -42,18 +42,11 @@ import torch.nn.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from handwritten_loop import process_start  # noqa: E402  (the GPU loop's, read the same way)
+
 IMPORTED = time.time()
 IGNORED = 11  # CamVid's "unlabelled"
-
-
-def process_start() -> float:
-    """The start of this process on the wall clock, from /proc (Linux), else the script's start."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return PROCESS_START
 
 
 class CamVidPatches(Dataset):
@@ -114,7 +107,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     phases: dict[str, float] = {}
-    started = process_start()
+    started = process_start(PROCESS_START)
     phases["python, imports"] = IMPORTED - started
     mark = IMPORTED
 

@@ -42,6 +42,7 @@ def test_bad_devices_name_the_key(devices):
         ("datamodule.pin_memory=1", "datamodule.pin_memory"),
         ("training.compile=fast", "training.compile"),
         ("training.keep_freed_memory=sometimes", "training.keep_freed_memory"),
+        ("training.keep_freed_memory=1", "training.keep_freed_memory"),  # a number, not true
         ("training.channels_last=null", "training.channels_last"),
         ("training.encoder_lr_factor=-0.1", "training.encoder_lr_factor"),
         ("training.encoder_lr_factor=.nan", "training.encoder_lr_factor"),
