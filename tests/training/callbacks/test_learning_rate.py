@@ -3,7 +3,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
+from segscale.training.callbacks.learning_rate import ApplyLearningRate, LearningRateMonitor
+from tests.training.callbacks.scheduled_fit import scheduled_fit
 
 
 def _optimizer_and_schedule(rates: list[float]) -> tuple:
@@ -38,3 +39,17 @@ def test_a_learning_rate_given_on_resume_replaces_the_restored_one_at_its_step()
     optimizer.step()
     schedule.step()  # the schedule goes on from its step, with the new base rates
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.125, 0.0625])
+
+
+def test_without_a_logger_the_monitor_stays_idle(tmp_path):
+    monitor = LearningRateMonitor(logging_interval="step")  # Lightning's refuses to train
+    trainer = scheduled_fit(tmp_path, monitor, logger=False)
+    assert trainer.global_step == 3 and "lr-SGD" not in trainer.callback_metrics
+
+
+def test_with_a_logger_it_logs_the_rate_of_every_step(tmp_path):
+    scheduled_fit(tmp_path, LearningRateMonitor(logging_interval="step"))
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    column = rows[0].split(",").index("lr-SGD")
+    rates = [float(r.split(",")[column]) for r in rows[1:] if r.split(",")[column]]
+    assert rates == [0.03, 0.02, 0.01]

@@ -1,10 +1,17 @@
-"""On a resume, the configured learning rate replaces the one the checkpoint restores."""
+"""The learning rate: the configured one applied on a resume, and its monitor.
+
+On a resume, the configured learning rate replaces the one the checkpoint restores
+(``ApplyLearningRate``); Lightning's learning-rate monitor, idle in a run without a
+metric logger (``LearningRateMonitor``).
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor as LightningLearningRateMonitor
 
 log = logging.getLogger(__name__)
 
@@ -65,3 +72,27 @@ class ApplyLearningRate(L.Callback):
             if changed:
                 for scheduler in schedulers:  # what get_last_lr() reports until its next step
                     scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+
+class LearningRateMonitor(LightningLearningRateMonitor):
+    """Logs each parameter group's learning rate (``lr-SGD``, ...) to the metric loggers.
+
+    Lightning's monitor refuses to train without a logger; this one then does nothing,
+    so that ``logger=none`` works with the default callbacks. The verbose table and
+    ``summary.json`` still show the rate.
+    """
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        """Name the parameter groups, if there is a logger to log them to."""
+        if trainer.loggers:
+            super().on_train_start(trainer, *args, **kwargs)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        """Log the rates this step trains with, on logging steps."""
+        if trainer.loggers:
+            super().on_train_batch_start(trainer, *args, **kwargs)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        """Log the rates of the epoch's start (``logging_interval`` epoch or null)."""
+        if trainer.loggers:
+            super().on_train_epoch_start(trainer, *args, **kwargs)

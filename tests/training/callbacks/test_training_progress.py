@@ -1,6 +1,12 @@
+import csv
 import logging
+import sys
 
-from segscale.training.callbacks.verbose_log import VerboseLog
+import pytest
+
+from segscale import progress
+from segscale.training.callbacks.training_progress import TQDMProgressBar, VerboseLog
+from segscale.training.reporting.plots import plot_training_progress
 from segscale.training.run.training_run import train
 from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
 
@@ -8,9 +14,9 @@ from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
 
 
 def test_verbose_log_prints_every_n_iterations(make_config, caplog, monkeypatch):
-    import segscale.training.callbacks.verbose_log as verbose_log
+    import segscale.training.callbacks.training_progress as training_progress
 
-    monkeypatch.setattr(verbose_log, "ESTIMATE_AFTER_STEPS", 2)
+    monkeypatch.setattr(training_progress, "ESTIMATE_AFTER_STEPS", 2)
     caplog.set_level(logging.INFO, logger="segscale.training.callbacks")
     train(make_config("callbacks.verbose_log.frequency=3"))
     messages = [r.getMessage() for r in caplog.records]
@@ -55,11 +61,11 @@ def _estimating(monkeypatch, caplog):
 
     import torch
 
-    import segscale.training.callbacks.verbose_log as verbose_log
+    import segscale.training.callbacks.training_progress as training_progress
     from segscale.training.reporting.run_plan import RunPlan
 
     clock, threads = _Clock(), {"count": 1}
-    monkeypatch.setattr(verbose_log.time, "perf_counter", clock)
+    monkeypatch.setattr(training_progress.time, "perf_counter", clock)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads["count"])
     caplog.set_level(logging.INFO, logger="segscale.training.callbacks")
     callback = VerboseLog(frequency=0)
@@ -108,3 +114,77 @@ def test_a_slower_machine_moves_the_estimate_at_an_epochs_end(monkeypatch, caplo
     assert len(estimates()) == 1  # within an epoch only each window's first estimate
     epoch_end()
     assert len(estimates()) == 2 and estimates()[1].startswith("estimate: 1.182 s per step")
+
+
+def test_the_bar_shows_the_training_loss_of_the_last_logging_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # drawn on a terminal only
+    bar = TQDMProgressBar(refresh_rate=1)
+    trainer = scheduled_fit(tmp_path, bar)
+    shown = bar.get_metrics(trainer, trainer.lightning_module)
+    assert shown["train/loss"] == float(trainer.callback_metrics["train/loss"])
+    assert next(iter(shown)) == "train/loss"
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_bar_is_drawn_on_a_terminal_only(monkeypatch, terminal: bool):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    assert TQDMProgressBar(refresh_rate=1).is_enabled is terminal
+
+
+def test_without_a_terminal_the_validation_pass_logs_progress_lines(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)  # a tiny pass is over in a moment
+    caplog.set_level("INFO")
+    scheduled_fit(tmp_path, TQDMProgressBar(refresh_rate=1))
+    lines = [r.getMessage() for r in caplog.records if "validation batches" in r.message]
+    assert lines == ["validation batches: 1/1 (100%), 00:00 so far"]
+
+
+# The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
+
+
+def test_training_progress_png_is_drawn_and_updated(make_config, tmp_path):
+    train(make_config())
+    png = tmp_path / "run" / "training_progress.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    first = png.read_bytes()
+    plot_training_progress([(1, 1.0, 0.5, 0.1), (2, 0.8, 0.6, 0.1)], [(2, 0.9, 0.55, 0.3)], png)
+    assert png.read_bytes() != first
+    assert [p.name for p in png.parent.glob(".*.png")] == []  # no temporary left
+
+
+def test_the_progress_plot_is_redrawn_at_every_validation_and_ends_at_the_last_iteration(
+    make_config, monkeypatch, tmp_path
+):
+    from segscale.training.callbacks import training_progress
+
+    drawn, rates = [], []
+    original = training_progress.plot_training_progress
+
+    def counting(train_rows, val_rows, path, position, batch):
+        drawn.append((len(train_rows), len(val_rows), position.describe()))
+        rates[:] = [(step, rate) for step, _, _, rate in train_rows]
+        original(train_rows, val_rows, path, position, batch)
+
+    monkeypatch.setattr(training_progress, "plot_training_progress", counting)
+    train(
+        make_config(
+            "trainer.val_check_interval=3",
+            "trainer.check_val_every_n_epoch=null",
+            "trainer.log_every_n_steps=3",
+        )
+    )
+    # 8 iterations, logged and validated every 3: a redraw at each validation with the
+    # curves so far, and a last one at iteration 8, past the last logged and validated.
+    assert drawn == [
+        (1, 1, "iteration 3 of 8, epoch 1 of 2"),
+        (2, 2, "iteration 6 of 8, epoch 2 of 2"),
+        (2, 2, "iteration 8 of 8, epoch 2 of 2"),
+    ]
+    # Each iteration's learning rate is the one it trained with, as the csv logs it
+    # (at the 0-based step before it), not the next one the scheduler has set.
+    with open(tmp_path / "run" / "metrics.csv") as stream:
+        logged = {
+            int(r["step"]) + 1: float(r["lr-SGD"]) for r in csv.DictReader(stream) if r["lr-SGD"]
+        }
+    assert rates == [(3, logged[3]), (6, logged[6])]

@@ -13,8 +13,8 @@ from segscale.data.augment import Augmentation
 from segscale.data.patches import GridPatchDataset, RandomPatchDataset
 from segscale.data.synthetic import draw_tile
 from segscale.data.tiles import Tile, UnreadableTiles
-from segscale.training.callbacks.left_out_tiles import LeftOutTiles
 from segscale.training.callbacks.run_summary import left_out_tiles
+from segscale.training.callbacks.unreadable_tiles import LeftOutTiles
 from tests.distributed import on_two_ranks
 from tests.training.failing import BrokenRaster
 

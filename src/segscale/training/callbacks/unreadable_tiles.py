@@ -1,4 +1,8 @@
-"""Tiles ``datamodule.skip_unreadable`` left out mid-run: which file, why, and when.
+"""A tile found unreadable mid-run: left out and listed, or the run stops at its last step.
+
+``LeftOutTiles``: tiles ``datamodule.skip_unreadable`` left out mid-run, which file, why,
+and when. ``UnreadableTileStop``: without it, the run stops with ``last.ckpt`` at its
+last finished step.
 
 A patch dataset that meets a tile it cannot read (the file changed, or the disk
 failed, since the dataset check) leaves it out, and the sample says so (its
@@ -13,12 +17,17 @@ own patches: the ranks' lists are joined at the end of each validation and of tr
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch.distributed as dist
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from segscale.data.samples import LEFT_OUT, LEFT_OUT_REASON
+from segscale.data.tiles import UnreadableTileError
+from segscale.training.callbacks.preemption_stop import rerun_validation
 
 
 class LeftOutTiles(L.Callback):
@@ -87,3 +96,34 @@ class LeftOutTiles(L.Callback):
         for tile in sorted((t for tiles in lists for t in tiles), key=lambda t: t["step"]):
             earliest.setdefault(tile["file"], tile)
         self.tiles = list(earliest.values())
+
+
+log = logging.getLogger(__name__)
+
+
+class UnreadableTileStop(L.Callback):
+    """On ``UnreadableTileError`` after training started: write ``last.ckpt`` of the last step."""
+
+    def __init__(self, output_dir: str) -> None:
+        self.path = Path(output_dir) / "checkpoints" / "last.ckpt"
+        self._training = False
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """From now on there is a step to save."""
+        self._training = True
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Save the last finished step if a tile could not be read."""
+        if not (self._training and isinstance(exception, UnreadableTileError)):
+            return
+        checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        if trainer.validating:  # abandoned: a resume runs it again, whole
+            rerun_validation(checkpoint)
+        # Written by this rank alone, without the collective of Trainer.save_checkpoint.
+        trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, self.path)
+        for callback in trainer.checkpoint_callbacks:  # summary.json's last_checkpoint
+            if isinstance(callback, ModelCheckpoint) and callback.save_last:
+                callback.last_model_path = str(self.path)
+        log.error("%s holds step %d, the last finished one", self.path, trainer.global_step)
