@@ -25,7 +25,7 @@ from segscale.moved_keys import refuse_moved_overrides
 from segscale.sweeps.objective import objective
 from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
 from segscale.training.ranks.preemption import Preempted
-from segscale.training.reporting.run_clock import imports_done
+from segscale.training.reporting.run_times import imports_done
 from segscale.training.run.training_run import train
 from segscale.training.run_folder.relaunch import restore_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver

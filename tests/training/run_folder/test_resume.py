@@ -8,7 +8,7 @@ import pytest
 
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import save_checkpoint_file
-from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
+from segscale.training.callbacks.checkpoints import ForgetAbandonedBest
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run_folder.resume import (
     check_resumable,
@@ -16,7 +16,7 @@ from segscale.training.run_folder.resume import (
     read_resumed,
 )
 from tests.distributed import on_two_ranks
-from tests.training.callbacks.test_forget_abandoned_best import (
+from tests.training.callbacks.test_checkpoints import (
     restored_callback,
 )
 

@@ -11,8 +11,7 @@ import torch
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.models.metrics import evaluation_report
-from segscale.training.reporting.background_figures import BackgroundFigures
-from segscale.training.reporting.plots import plot_confusion_matrix
+from segscale.training.reporting.plots import BackgroundFigures, plot_confusion_matrix
 
 
 def write_evaluation(
