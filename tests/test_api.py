@@ -99,8 +99,6 @@ def test_the_window_is_predict_py_s_unless_replaced(oracle: Path):
     assert (scaled.tta, scaled.tta_scales) == ("d4", (0.75, 1.0, 1.25))
     with pytest.raises(ConfigError, match=r"inference\.tta_scales=\[0\] is not allowed"):
         segscale.load(oracle, tta_scales=[0])
-    with pytest.raises(ConfigError, match=r"inference\.flip_tta is now inference\.tta"):
-        segscale.load(oracle, overrides=["inference.flip_tta=true"])
     with pytest.raises(ConfigError, match=r"inference\.overlap=1\.5 is not allowed"):
         segscale.load(oracle, overlap=1.5)
 

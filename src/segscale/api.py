@@ -40,7 +40,6 @@ from segscale.inference.inputs import check_pixels, range_checked, read_input_im
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
-from segscale.moved_keys import refuse_moved_overrides
 from segscale.platforms.processes import interrupt, interruptible_child
 from segscale.training.run.builders import build
 from segscale.training.run.prepare import prepare
@@ -278,7 +277,6 @@ def _compose(
     config_name: str, overrides: Sequence[str], return_hydra_config: bool = False
 ) -> DictConfig:
     """``compose_config``, with Hydra's refusals of an override as ``ConfigError``."""
-    refuse_moved_overrides(overrides)
     try:
         return compose_config(config_name, overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as error:
