@@ -157,7 +157,6 @@ def _fail_if_started(command: list[str]) -> int:
             ["datamodule.patch_size=100"],
             r"datamodule\.patch_size=100 is not allowed: DeepLabV3Plus",
         ),
-        (["strategy.sync_batchnorm=false"], r"strategy\.sync_batchnorm is now training\."),
     ],
 )
 def test_a_bad_override_raises_before_anything_starts(
@@ -317,7 +316,7 @@ def test_evaluate_returns_the_metrics_bf_scores_and_each_image_s_row(tmp_path: P
     write_pair(root, "test", "a", oracle_image(shifted), truth)
     write_pair(root, "test", "b", oracle_image(truth), truth)
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
-    where = ["datamodule=folder", f"datamodule.source.root={root}", "split=test"]
+    where = ["datamodule=folder", f"datamodule.source.root={root}", "split=test", "other_data=true"]
     metrics = segscale.evaluate(
         ckpt, [*where, "accelerator=cpu", "bf_tolerance=0.07"], output_dir=tmp_path / "out"
     )
