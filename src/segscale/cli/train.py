@@ -21,7 +21,6 @@ from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
-from segscale.moved_keys import refuse_moved_overrides
 from segscale.sweeps.objective import objective
 from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
 from segscale.training.ranks.preemption import Preempted
@@ -55,7 +54,6 @@ def main() -> None:
     atexit.register(gc.freeze)
     # ckpt_path=last or a path: the resumed run's own overrides, the command line's on top.
     try:
-        refuse_moved_overrides(sys.argv[1:])  # the user's own; a record's are renamed
         sys.argv = restore_overrides(sys.argv)
     except ConfigError as error:  # before Hydra sets up logging: said on stderr
         print(f"Error: {error}", file=sys.stderr)

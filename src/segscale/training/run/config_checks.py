@@ -19,7 +19,6 @@ from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
-from segscale.moved_keys import refuse_moved_config_keys
 from segscale.platforms.start_methods import KEY as START_METHOD_KEY
 from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
@@ -30,7 +29,6 @@ from segscale.training.run.builders import strategy_backend
 
 def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
-    refuse_moved_config_keys(cfg)
     check_data_source(cfg)
     devices_count(cfg.trainer.get("devices", "auto"))
     strategy_backend(cfg)
