@@ -1,3 +1,4 @@
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -5,11 +6,84 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from segscale.configs import CONFIG_DIR, compose_config
+from tests.conftest import REPO
+
+PRIMARY = ("train", "bench", "predict", "evaluate", "export", "data")
+"""The config of each command (train.py, bench.py, ...): conf/<name>.yaml."""
+
+PRESET = "deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512"
+"""The MATLAB script's preset (conf/experiment/): 10 epochs, batches of 20."""
 
 
-def test_the_config_tree_is_found_inside_the_package():
+def test_a_checkout_runs_on_its_own_top_level_config_tree():
+    # segscale imported from <checkout>/src: the conf/ beside it, not another install's.
+    assert Path(CONFIG_DIR) == REPO / "conf"
     cfg = compose_config("train", ["optimizer.lr=0.05"])
     assert cfg.optimizer.lr == 0.05 and "datamodule" in cfg
+
+
+@pytest.mark.parametrize("name", PRIMARY)
+def test_every_command_takes_the_shared_hydra_settings(name):
+    hydra = compose_config(name, return_hydra_config=True).hydra
+    assert hydra.runtime.choices["hydra"] == "default"
+    assert hydra.runtime.choices["hydra/job_logging"] == "utf8"
+    assert hydra.job.chdir is False
+    assert hydra.callbacks.output_folder._target_ == (
+        "segscale.output_folder_check.OutputFolderCheck"
+    )
+    # train.py and predict.py write their own record; bench.py does not train through train().
+    subdir = None if name in ("train", "predict") else ".hydra"
+    assert hydra.output_subdir == subdir
+    run_dir = hydra.run._get_node("dir")._value()
+    if name in ("train", "bench"):  # a resumed run goes back to its own folder
+        assert run_dir.startswith("${segscale.run_dir:${ckpt_path},outputs/${task_name},")
+        assert hydra.sweep._get_node("dir")._value() == (
+            "outputs/${task_name}-multirun/${now:%Y-%m-%d_%H-%M-%S}"
+        )
+    else:
+        assert run_dir == "outputs/${task_name}/${now:%Y-%m-%d_%H-%M-%S}"
+
+
+LOCAL = """\
+datamodule:
+  num_workers: 3
+trainer:
+  max_epochs: 7
+accelerator: cpu
+"""
+"""A machine's ``local/default.yaml``: keys from the top of the config, no package line."""
+
+
+@pytest.mark.parametrize("name", PRIMARY)
+def test_a_local_file_is_read_by_every_command(tmp_path, name):
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "default.yaml").write_text(LOCAL)
+    searched = f"hydra.searchpath=[file://{tmp_path}]"
+    plain = compose_config(name)
+    cfg = compose_config(name, [searched])
+    assert cfg.accelerator == "cpu"
+    if "datamodule" in plain:
+        assert cfg.datamodule.num_workers == 3
+    if "trainer" in plain:
+        assert cfg.trainer.max_epochs == 7
+        # The command line and a debug preset still win; an experiment preset does not.
+        cfg = compose_config(name, [searched, "trainer.max_epochs=2"])
+        assert cfg.trainer.max_epochs == 2
+        assert compose_config(name, [searched, "debug=fast"]).trainer.max_epochs == 1
+        preset = compose_config(name, [searched, f"experiment={PRESET}"])
+        assert preset.trainer.max_epochs == 7 and preset.datamodule.batch_size == 20
+    # Without the file, nothing of it.
+    assert plain.get("accelerator") != "cpu"
+
+
+def test_the_machines_local_file_is_not_committed_and_its_readme_is():
+    def ignored(path: str) -> bool:
+        check = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO, check=False)
+        assert check.returncode in (0, 1), check
+        return check.returncode == 0
+
+    assert ignored("conf/local/default.yaml") and ignored("conf/local/windows.yaml")
+    assert not ignored("conf/local/README.md") and (REPO / "conf/local/README.md").is_file()
 
 
 def test_composing_inside_a_running_hydra_leaves_it_as_it_was(tmp_path):
@@ -39,9 +113,6 @@ def test_speed_max_sets_the_fast_path():
     assert default.optimizer.fused is None and default.trainer.precision == "32-true"
 
 
-PRESET = "deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512"
-
-
 def test_the_preset_is_named_for_what_it_trains_and_its_old_name_still_works():
     named = compose_config("train", [f"experiment={PRESET}"])
     old = compose_config("train", ["experiment=matlab_deeplabv3plus"])
@@ -59,7 +130,6 @@ def test_the_preset_is_named_for_what_it_trains_and_its_old_name_still_works():
 def test_no_config_names_an_entry_point_module():
     """A ``_target_`` in conf/ names library code: the import contract cannot see a config."""
     import re
-    from pathlib import Path
 
     targets = {
         (path.relative_to(CONFIG_DIR).as_posix(), match)
@@ -83,7 +153,7 @@ def test_the_aerial_preset_sets_mmsegs_recipe_and_keeps_the_matlab_pose(tiny_dat
         assert cfg.loss.ohem_thresh == 0.7 and cfg.loss.cross_entropy == 1.0
     # Its own run folder, and the docs' section on it says which.
     assert cfg.task_name == "aerial"
-    page = (Path(__file__).resolve().parents[1] / "docs/own-data.md").read_text()
+    page = (REPO / "docs/own-data.md").read_text()
     section = page[page.index("## Aerial imagery") :].split("\n## ", 1)[0]
     assert f"outputs/{cfg.task_name}/<date>_<time>/" in section
     tiny = [o for o in tiny_overrides(tiny_data_root, None) if o.startswith("datamodule.")]

@@ -45,7 +45,7 @@ def test_a_runs_log_holds_non_ascii_lines_in_a_locale_that_has_none(tmp_path):
     # as UTF-8); its Python's locale encoding is ASCII, as strict as cp1252 and stricter.
     classes = tmp_path / "conf/datamodule/classes/named.yaml"
     classes.parent.mkdir(parents=True)
-    potsdam = (REPO / "src/segscale/conf/datamodule/classes/potsdam.yaml").read_text("utf-8")
+    potsdam = (REPO / "conf/datamodule/classes/potsdam.yaml").read_text("utf-8")
     names = "class_names: [impervious_surface, building, low_vegetation, tree, car, clutter]"
     assert names in potsdam
     classes.write_text(potsdam.replace(names, f"class_names: [{', '.join(CLASSES)}]"), "utf-8")

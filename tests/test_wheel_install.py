@@ -1,4 +1,5 @@
-"""The wheel, installed on its own, runs the console scripts from any folder.
+"""The wheel, installed on its own, composes every command's config and runs the console
+scripts from any folder.
 
 The wheel is built from a copy of the checkout (so no build/ or .egg-info lands in it)
 and installed into a fresh venv. That venv sees the current venv's third-party packages
@@ -20,10 +21,9 @@ from tempfile import TemporaryFile
 import numpy as np
 import pytest
 from PIL import Image
+from setuptools.config.pyprojecttoml import load_file
 
 from tests.conftest import REPO
-
-pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 600
 
@@ -58,9 +58,12 @@ def _build_wheel(tmp_path: Path) -> Path:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
-    shutil.copytree(
-        REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
-    )
+    for folder in ("src", "conf"):
+        shutil.copytree(
+            REPO / folder,
+            source / folder,
+            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "local"),
+        )
     wheels = tmp_path / "wheels"
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     _run([*command, "-w", str(wheels), str(source)], cwd=tmp_path)
@@ -81,10 +84,18 @@ def _install(wheel: Path, venv: Path) -> Path:
 
 _PURELIB = "import sysconfig; print(sysconfig.get_path('purelib'))"
 
+PRIMARY = ("train", "bench", "predict", "evaluate", "export", "data")
+"""Each command's config (conf/<name>.yaml)."""
+
 _WHERE = (
     "import json, sys, segscale, segscale.configs, hydra_plugins.segscale_plugins as plugins;"
+    "from segscale.configs import compose_config;"
+    "import segscale.cli.train;"  # its resolver: train's and bench's run folder
+    f"hydras = {{n: compose_config(n, return_hydra_config=True).hydra for n in {PRIMARY!r}}};"
     "print(json.dumps([segscale.__file__, segscale.configs.CONFIG_DIR, plugins.__file__,"
-    " segscale.__version__, sys.path]))"
+    " segscale.__version__, sys.path, {n: [h.runtime.choices.hydra, h.job_logging.handlers"
+    ".file.encoding, h.callbacks.output_folder._target_, [s.path for s in"
+    " h.runtime.config_sources if s.provider == 'main']] for n, h in hydras.items()}]))"
 )
 
 
@@ -141,6 +152,20 @@ def _run_together(*commands: tuple[list[str], Path]) -> list[subprocess.Complete
     return results
 
 
+def test_every_package_of_src_is_in_the_wheel():
+    """``packages`` names them (conf/ sits outside src/, where no ``find`` maps it)."""
+    setuptools = load_file(REPO / "pyproject.toml")["tool"]["setuptools"]
+    on_disk = {
+        ".".join(init.parent.relative_to(REPO / "src").parts)
+        for init in (REPO / "src").rglob("__init__.py")
+    }
+    # hydra_plugins, a namespace, too: else an editable install hides segscale's plugins.
+    assert set(setuptools["packages"]) == {*on_disk, "hydra_plugins", "segscale.conf"}
+    assert setuptools["package-dir"] == {"": "src", "segscale.conf": "conf"}
+    assert (REPO / "conf" / "__init__.py").is_file()  # found as a package, editable too
+
+
+@pytest.mark.slow
 def test_the_installed_wheel_trains_predicts_and_evaluates_from_anywhere(tmp_path: Path):
     wheel = _build_wheel(tmp_path)
     venv = tmp_path / "venv"
@@ -165,11 +190,18 @@ def test_the_installed_wheel_trains_predicts_and_evaluates_from_anywhere(tmp_pat
         ([train[0], "--cfg", "job", *train[1:], f"hydra.searchpath=[file://{myconf}]"], elsewhere),
         ([train[0], "--config-dir", str(myconf), *train[1:], f"hydra.run.dir={run}"], elsewhere),
     )
-    module_file, config_dir, plugins_file, version, path = json.loads(where.stdout)
+    module_file, config_dir, plugins_file, version, path, composed = json.loads(where.stdout)
     for installed in (module_file, config_dir, plugins_file):
         assert Path(installed).is_relative_to(purelib), installed
+    assert Path(config_dir) == purelib / "segscale" / "conf"
     assert version == "0.1.0"
     assert not any(Path(entry).is_relative_to(REPO / "src") for entry in path if entry), path
+    # Every command's config composes from the wheel's own tree, the shared Hydra block too.
+    assert set(composed) == set(PRIMARY)
+    for choice, encoding, check, sources in composed.values():
+        assert (choice, encoding) == ("default", "utf-8")
+        assert check == "segscale.output_folder_check.OutputFolderCheck"
+        assert sources == [config_dir], sources
 
     assert "seed: 7" in searched.stdout and "max_epochs: 1" in searched.stdout
 

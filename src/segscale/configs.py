@@ -1,16 +1,44 @@
-"""The config tree shipped inside the package, and composing a config from it."""
+"""The config tree (``conf/``), wherever segscale runs from, and composing a config from it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.resources import files
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
-"""The package's ``conf/`` folder: found wherever segscale is installed."""
+
+def _config_dir() -> str:
+    """The ``conf/`` that belongs with this segscale code.
+
+    Run from a checkout (``<checkout>/src/segscale``: an editable install or
+    ``PYTHONPATH=src``), the checkout's top-level ``conf/``: the one beside the code
+    running, even where another checkout's editable install also maps ``segscale.conf``.
+    Installed from a wheel, the package data ``segscale.conf``, found by
+    ``importlib.resources``.
+    """
+    package = Path(__file__).resolve().parent
+    checkout = package.parent.parent / "conf"
+    if package.parent.name == "src" and (checkout / "train.yaml").is_file():
+        return str(checkout)
+    try:
+        tree = files("segscale.conf")
+    except ModuleNotFoundError:
+        tree = None
+    if not isinstance(tree, Path) or not (tree / "train.yaml").is_file():
+        raise RuntimeError(
+            f"segscale's config tree is missing: neither {checkout} nor the package data "
+            f"segscale/conf holds train.yaml. Reinstall segscale (pip install segscale, or "
+            f"pip install -e . in a checkout)."
+        )
+    return str(tree)
+
+
+CONFIG_DIR = _config_dir()
+"""The config tree's folder: ``conf/`` of a checkout, ``segscale/conf`` of an install."""
 
 
 def compose_config(

@@ -116,15 +116,20 @@ def _config(name: str) -> DictConfig:
     return config
 
 
+_SHARED = frozenset({"hydra", "optional local@_global_"})
+"""Defaults every command names: the Hydra settings and the machine's own file (conf/local/)."""
+
+
 def _groups(name: str) -> set[str]:
     """The config groups of ``conf/<name>.yaml``'s defaults list.
 
     An ``override hydra/...`` entry chooses one of Hydra's own groups (under ``hydra``,
-    which every command has), not a group of the command's.
+    which every command has), and ``_SHARED`` are every command's: neither is a group of
+    the command's own.
     """
     defaults = _config(name).get("defaults", [])
     keys = (str(key) for entry in defaults if isinstance(entry, DictConfig) for key in entry)
-    return {key for key in keys if not key.startswith("override ")}
+    return {key for key in keys if not key.startswith("override ") and key not in _SHARED}
 
 
 def _roots(name: str) -> set[str]:
