@@ -5,7 +5,7 @@ from segscale.cli.train import main
 from segscale.errors import ConfigError
 from segscale.training.run.config_checks import check_config
 from tests.conftest import compose_config
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 MOVED = r"strategy\.sync_batchnorm is now training\.sync_batchnorm"
 

@@ -19,7 +19,7 @@ from segscale.bench.ddp_runs import (
 from segscale.bench.progress import Progress
 from segscale.bench.timing import summarize_steps
 from tests.conftest import compose_config, tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 THEIR_CONFIG = ["--config-dir", "/their/conf", "hydra.searchpath=[file:///their/more]"]
 

@@ -15,7 +15,7 @@ from segscale.errors import ConfigError
 from segscale.training.run.training_run import train
 from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import tiny_overrides, train_command
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 # 2 epochs of 4 iterations, a checkpoint every 3 iterations (mid-epoch ones included).
 RUN = [

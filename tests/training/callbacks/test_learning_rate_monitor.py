@@ -1,5 +1,5 @@
 from segscale.training.callbacks.learning_rate_monitor import LearningRateMonitor
-from tests.training.callbacks.scheduled_fit import scheduled_fit
+from tests.helpers.scheduled_fit import scheduled_fit
 
 
 def test_without_a_logger_the_monitor_stays_idle(tmp_path):

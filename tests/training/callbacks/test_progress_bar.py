@@ -4,7 +4,7 @@ import pytest
 
 from segscale import progress
 from segscale.training.callbacks.progress_bar import TQDMProgressBar
-from tests.training.callbacks.scheduled_fit import scheduled_fit
+from tests.helpers.scheduled_fit import scheduled_fit
 
 
 def test_the_bar_shows_the_training_loss_of_the_last_logging_step(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from segscale.training.callbacks.learning_rate_monitor import LearningRateMonito
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides
-from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
+from tests.helpers.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 

@@ -2,7 +2,7 @@ import logging
 
 from segscale.training.callbacks.verbose_log import VerboseLog
 from segscale.training.run.training_run import train
-from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
+from tests.helpers.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 

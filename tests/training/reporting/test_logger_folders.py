@@ -14,7 +14,7 @@ from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
 from segscale.training.reporting.logger_folders import check_logger_folders, logger_folders
 from tests.conftest import compose_config, tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 LOGGERS = sorted(path.stem for path in (Path(CONFIG_DIR) / "logger").glob("*.yaml"))
 

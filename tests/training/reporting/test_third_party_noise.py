@@ -8,7 +8,7 @@ from lightning.pytorch.utilities._pytree import _tree_flatten
 from segscale.training.reporting.third_party_noise import (
     third_party_noise_filtered,
 )
-from tests.training.callbacks.scheduled_fit import scheduled_fit
+from tests.helpers.scheduled_fit import scheduled_fit
 
 
 @contextmanager
