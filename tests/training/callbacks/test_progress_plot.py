@@ -6,9 +6,8 @@ from segscale.training.run.training_run import train
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
 
-def test_training_progress_png_is_drawn_and_updated(make_config, tmp_path):
-    train(make_config())
-    png = tmp_path / "run" / "training_progress.png"
+def test_training_progress_png_is_drawn_and_updated(tiny_run):
+    png = tiny_run / "training_progress.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     first = png.read_bytes()
     plot_training_progress([(1, 1.0, 0.5, 0.1), (2, 0.8, 0.6, 0.1)], [(2, 0.9, 0.55, 0.3)], png)
