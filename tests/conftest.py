@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -149,6 +151,40 @@ def make_config(tiny_data_root: Path, tmp_path: Path) -> Callable[..., DictConfi
         )
 
     return make
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A finished run: its folder and the summary ``train`` returned."""
+
+    folder: Path
+    summary: dict
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_run(tiny_data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """The default config's tiny run (``tiny_overrides``: 2 epochs of 4 steps), trained once
+    per worker and shared by the tests that only read a finished run.
+
+    Read it only; a test that changes a run takes its own copy (``tiny_run``).
+    """
+    from segscale.training.run.training_run import train
+
+    folder = tmp_path_factory.mktemp("shared_tiny_run") / "run"
+    summary = train(compose_config("train", *tiny_overrides(tiny_data_root, folder)))
+    return TrainedRun(folder, summary)
+
+
+@pytest.fixture
+def tiny_run(shared_tiny_run: TrainedRun, tmp_path: Path) -> Path:
+    """A copy of ``shared_tiny_run``'s folder at ``tmp_path / "run"``, this test's to change.
+
+    It is where ``make_config``'s run would be; the files' contents are the shared run's
+    (the paths written inside them name the shared folder).
+    """
+    folder = tmp_path / "run"
+    shutil.copytree(shared_tiny_run.folder, folder)
+    return folder
 
 
 def train_command(*args: str) -> list[str]:

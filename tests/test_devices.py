@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 from segscale import devices
 from segscale.errors import ConfigError
 from segscale.platforms import cores
-from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
+from tests.helpers.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 
 def test_a_gpu_asked_for_where_none_is_visible_is_said_so_with_the_cpu_way(monkeypatch):

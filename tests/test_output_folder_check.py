@@ -13,7 +13,7 @@ from segscale.cli.train import main as train_main
 from segscale.configs import CONFIG_DIR
 from segscale.output_folder_check import EXIT_BAD_INPUT, check_output_folder, unwritable_reason
 from tests.conftest import tiny_overrides, train_command
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 ROOT = os.geteuid() == 0
 """Root may write into any folder: those cases drop the capability that allows it."""

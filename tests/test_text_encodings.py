@@ -130,10 +130,18 @@ subprocess.run(command, text=False)
 
 
 def in_ascii_locale(part: str, folder: Path) -> subprocess.CompletedProcess[str]:
-    """``tests/utf8_readers.py <part>`` in a Python whose locale encoding is ASCII."""
+    """``tests/helpers/utf8_readers.py <part>`` in a Python whose locale encoding is ASCII."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "PYTHONUTF8"))}
     env |= {"LC_ALL": "C", "LANG": "C", "PYTHONPATH": os.pathsep.join(sys.path)}
-    command = [sys.executable, "-X", "utf8=0", "-m", "tests.utf8_readers", part, str(folder)]
+    command = [
+        sys.executable,
+        "-X",
+        "utf8=0",
+        "-m",
+        "tests.helpers.utf8_readers",
+        part,
+        str(folder),
+    ]
     done = subprocess.run(
         command, env=env, cwd=SRC.parent, capture_output=True, text=True, encoding="utf-8"
     )

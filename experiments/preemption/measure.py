@@ -7,7 +7,7 @@
 trains the tests' tiny synthetic tiles (generated into OUT_FOLDER/data) for 3 epochs of
 8 steps with the shipped checkpoint settings (``last.ckpt`` and ``best.ckpt`` at each
 validation, no periodic checkpoint), sends SIGTERM to the run's process group after
-step 13 (``tests/training/signal_at_step.py``; ``GROUP=false`` sends it to rank 0
+step 13 (``tests/helpers/signal_at_step.py``; ``GROUP=false`` sends it to rank 0
 only), and prints one JSON line: the exit status, the seconds until every process was
 gone, the checkpoints and their steps, the summary's status, and the steps a
 ``ckpt_path=auto`` resume would train again. With ``--out`` the record (with ``--label``,
@@ -54,7 +54,7 @@ def train_until_signal(out: Path, repo: Path, extra: list[str]) -> dict[str, Any
         "trainer.max_epochs=3",
         f"hydra.run.dir={run}",
         "ckpt_path=auto",
-        "+callbacks.signal._target_=tests.training.signal_at_step.SignalAtStep",
+        "+callbacks.signal._target_=tests.helpers.signal_at_step.SignalAtStep",
         f"+callbacks.signal.step={SIGNAL_AFTER_STEP}",
         f"+callbacks.signal.group={group}",
         *extra,

@@ -20,7 +20,7 @@ from segscale.errors import ConfigError
 from segscale.training.ranks.threads import Threads, resolve_threads
 from segscale.training.run.builders import build, build_datamodule
 from tests.conftest import REPO, compose_config, tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 MINE = """# @package datamodule
 num_classes: 6

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from segscale.cli import data as data_cli
 from segscale.errors import ConfigError
 from tests.conftest import REPO, write_pair
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 
 def _tree(root: Path) -> Path:
@@ -93,7 +93,7 @@ def test_a_classes_file_that_does_not_fit_is_refused_as_training_refuses_it(tmp_
 
 
 def test_palette_masks_are_counted_by_their_colours_under_colour_classes(tmp_path):
-    from tests.data.palette_files import write_palette_mask
+    from tests.helpers.palette_files import write_palette_mask
 
     colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]
     root, out = tmp_path / "data", tmp_path / "out"
@@ -171,7 +171,7 @@ def test_a_nan_pixel_in_a_float_training_image_is_refused_naming_the_file(tmp_pa
 
 
 def test_a_min_valid_no_window_holds_is_refused_naming_the_key(tmp_path):
-    from tests.data.valid_maps import geotiff_dataset
+    from tests.helpers.valid_maps import geotiff_dataset
 
     root, out = geotiff_dataset(tmp_path / "data"), tmp_path / "out"
     done = _data(
@@ -249,7 +249,7 @@ def test_data_pys_own_keys_and_hydras_flags_pass():
 
 
 def test_the_geotiff_nodata_found_is_printed_per_image_with_the_qualifying_windows(tmp_path):
-    from tests.data.valid_maps import tagged_border_dataset
+    from tests.helpers.valid_maps import tagged_border_dataset
 
     root, out = tmp_path / "data", tmp_path / "out"
     tagged_border_dataset(root)

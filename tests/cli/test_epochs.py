@@ -13,13 +13,13 @@ import pytest
 from segscale.cli.train import main
 from segscale.training.run.training_run import train
 from tests.conftest import tiny_overrides
-from tests.in_process import run_in_process
-from tests.training.record_batches import recorded
+from tests.helpers.in_process import run_in_process
+from tests.helpers.record_batches import recorded
 
 FAST = [
     "callbacks.validation_report=null",
     "callbacks.training_progress=null",
-    "+callbacks.record._target_=tests.training.record_batches.RecordBatches",
+    "+callbacks.record._target_=tests.helpers.record_batches.RecordBatches",
     "datamodule.shuffle=every-epoch",  # each epoch its own patches, so none repeats
     "datamodule.patch_size=32",
 ]

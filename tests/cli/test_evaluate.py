@@ -27,7 +27,7 @@ from tests.conftest import (
     oracle_process,
     write_pair,
 )
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 from tests.models.checkpoint.test_init_from import trained_checkpoint
 
 LABEL_IDS = [10, 20, 30]
@@ -492,7 +492,7 @@ def test_a_tiled_tiff_is_evaluated_band_by_band_never_decoded_whole(tmp_path, mo
 
 
 def test_a_palette_mask_is_scored_by_its_palette_s_colours(tmp_path):
-    from tests.data.palette_files import write_palette_mask
+    from tests.helpers.palette_files import write_palette_mask
 
     mask = np.random.default_rng(5).integers(0, 3, (40, 30)).astype(np.uint8)
     colours = [(60, 16, 152), (132, 41, 246), (110, 193, 228)]

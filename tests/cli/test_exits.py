@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.test_preemption import SIGNAL_AT
 from tests.conftest import tiny_overrides, train_command
-from tests.process_group import assert_ended_in_time, run_in_own_group
+from tests.helpers.process_group import assert_ended_in_time, run_in_own_group
 
 WORKER = ["datamodule.num_workers=1", "datamodule.persistent_workers=true"]
 

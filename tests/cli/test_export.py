@@ -11,7 +11,7 @@ from segscale.cli.export import export, main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.export_formats import load_exported
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, oracle_process
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 
 def _config(*overrides: str):

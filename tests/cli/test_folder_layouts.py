@@ -28,8 +28,8 @@ from segscale.data.synthetic import draw_tile
 from segscale.errors import EXIT_BAD_INPUT
 from segscale.inference.checkpoint_evaluation import evaluate
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
-from tests.data.palette_files import DUBAI, UNLABELLED, write_palette_mask
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
+from tests.helpers.palette_files import DUBAI, UNLABELLED, write_palette_mask
 
 SIZE = 64
 

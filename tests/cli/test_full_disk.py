@@ -19,7 +19,7 @@ from segscale.cli.train import main as train_main
 from segscale.disk_full import EXIT_DISK_FULL
 from tests.cli.test_predict import _images
 from tests.conftest import oracle_checkpoint, tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

@@ -24,8 +24,8 @@ from tests.conftest import (
     oracle_image,
     oracle_process,
 )
-from tests.data.declared_size import png_declaring
-from tests.in_process import run_in_process
+from tests.helpers.declared_size import png_declaring
+from tests.helpers.in_process import run_in_process
 from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
 
 

@@ -17,9 +17,9 @@ from segscale.cli.train import main
 from segscale.training.ranks.preemption import EXIT_PREEMPTED
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command
-from tests.in_process import run_in_process
-from tests.process_group import assert_ended_in_time, run_in_own_group
-from tests.training.record_batches import recorded
+from tests.helpers.in_process import run_in_process
+from tests.helpers.process_group import assert_ended_in_time, run_in_own_group
+from tests.helpers.record_batches import recorded
 
 # 2 epochs of 4 steps of 4 patches (tiny_overrides' 2 tiles × 8 patches); float64 and no
 # random geometry, so that two ranks with batch 2 take the same steps as one process with
@@ -42,7 +42,7 @@ EXACT = [
 ]
 STEPS = 8
 DDP = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2", "training.threads=1"]
-SIGNAL_AT = "+callbacks.signal._target_=tests.training.signal_at_step.SignalAtStep"
+SIGNAL_AT = "+callbacks.signal._target_=tests.helpers.signal_at_step.SignalAtStep"
 
 
 def run_result(run: Path) -> tuple[dict, dict[str, torch.Tensor], dict[int, float]]:
@@ -73,7 +73,7 @@ def preempt(
 ) -> subprocess.CompletedProcess:
     """Train in ``run`` until the signal stops it; every process must end in time.
 
-    Within ``EXIT_S`` of the run's decision, by themselves (tests/process_group.py).
+    Within ``EXIT_S`` of the run's decision, by themselves (tests/helpers/process_group.py).
     """
     pids = run.parent / "pids"
     command = train_command(
@@ -106,7 +106,7 @@ def resume(
         "ckpt_path=auto",
         # What this launch itself trains (assert_resumed_from): the final state alone
         # cannot tell a resume from a launch that retrained from step 0.
-        "+callbacks.resumed._target_=tests.training.record_batches.RecordBatches",
+        "+callbacks.resumed._target_=tests.helpers.record_batches.RecordBatches",
         f"+callbacks.resumed.folder={run / 'resumed'}",
     ]
     if not own_process:

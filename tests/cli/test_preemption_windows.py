@@ -16,9 +16,9 @@ import pytest
 from segscale.cli.train import main
 from tests.cli.test_preemption import assert_preempted_at
 from tests.conftest import tiny_overrides, train_command
-from tests.in_process import run_in_process
-from tests.process_group import assert_ended_in_time, run_in_own_group
-from tests.training.record_batches import recorded
+from tests.helpers.in_process import run_in_process
+from tests.helpers.process_group import assert_ended_in_time, run_in_own_group
+from tests.helpers.record_batches import recorded
 
 # 2 tiles × 5 patches in batches of 2: one epoch of 5 batches in windows of 2 (3 steps).
 WINDOWS = [
@@ -30,7 +30,7 @@ WINDOWS = [
     "datamodule.num_workers=1",
     "callbacks.validation_report=null",
     "callbacks.training_progress=null",
-    "+callbacks.record._target_=tests.training.record_batches.RecordBatches",
+    "+callbacks.record._target_=tests.helpers.record_batches.RecordBatches",
 ]
 
 
@@ -48,7 +48,7 @@ def test_a_signal_inside_an_accumulation_window_stops_after_its_step(tiny_data_r
     # (global step 0).
     signal_at = [
         "training.preemption_signals=[SIGINT]",
-        "+callbacks.signal._target_=tests.training.signal_at_step.SignalAtStep",
+        "+callbacks.signal._target_=tests.helpers.signal_at_step.SignalAtStep",
         "+callbacks.signal.step=0",
         "+callbacks.signal.name=SIGINT",
         "+callbacks.signal.group=true",

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from segscale.cli.train import main
 from segscale.configs import CONFIG_DIR
 from tests.conftest import tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 
 def started_with(data_root: Path) -> list[str]:

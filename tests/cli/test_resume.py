@@ -15,8 +15,8 @@ from segscale.errors import ConfigError
 from segscale.training.run.training_run import train
 from segscale.training.run_folder.resume import resolve_checkpoint
 from tests.conftest import tiny_overrides, train_command
-from tests.data.fake_trainer import fake_trainer, restore
-from tests.in_process import run_in_process
+from tests.helpers.fake_trainer import fake_trainer, restore
+from tests.helpers.in_process import run_in_process
 
 # 3 epochs of 4 iterations; a checkpoint every 3 iterations lands mid-epoch.
 RESUMABLE = [

@@ -15,8 +15,8 @@ import pytest
 
 from segscale.cli.train import main
 from tests.conftest import tiny_overrides, train_command
-from tests.in_process import run_in_process
-from tests.training.record_batches import recorded
+from tests.helpers.in_process import run_in_process
+from tests.helpers.record_batches import recorded
 
 # 2 epochs of 4 steps (tiny_overrides' 2 tiles × 8 patches, global batches of 4), a
 # checkpoint every 3 steps: the one at step 6 is in epoch 1, after 2 of its batches.
@@ -26,7 +26,7 @@ RESUMABLE = [
     "callbacks.periodic_checkpoint.unit=iteration",
     "callbacks.validation_report=null",
     "callbacks.training_progress=null",
-    "+callbacks.record._target_=tests.training.record_batches.RecordBatches",
+    "+callbacks.record._target_=tests.helpers.record_batches.RecordBatches",
 ]
 RESUME_STEP = 6
 DDP = ["strategy=ddp", "trainer.devices=2", "datamodule.batch_size=2", "training.threads=1"]

@@ -15,7 +15,7 @@ from segscale.errors import ConfigError
 from segscale.training.run.training_run import train
 from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import tiny_overrides, train_command
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 # 2 epochs of 4 iterations, a checkpoint every 3 iterations (mid-epoch ones included).
 RUN = [
@@ -102,9 +102,8 @@ def test_one_run_one_folder_one_record(tiny_data_root, tmp_path):
     assert f"ckpt_path={early}" in (run / ".hydra" / "launch-2" / "overrides.yaml").read_text()
 
 
-def test_resuming_into_another_architecture_names_the_keys(make_config, tmp_path):
-    train(make_config("trainer.max_epochs=1"))
-    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+def test_resuming_into_another_architecture_names_the_keys(make_config, tmp_path, tiny_run):
+    last = tiny_run / "checkpoints" / "last.ckpt"
     with pytest.raises(ConfigError) as error:
         # Into a folder without the run's record: the run's own refuses model.* first.
         train(make_config("model=fpn", f"ckpt_path={last}", f"output_dir={tmp_path / 'other'}"))

@@ -17,7 +17,7 @@ from segscale.training.ranks import launch
 from segscale.training.ranks.launch import free_port
 from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import REPO, tiny_overrides, train_command
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 ONE_EPOCH = ["trainer.max_epochs=1", "callbacks.validation_report.num_samples=0"]
 

@@ -20,9 +20,9 @@ from segscale.inference.prediction import predict
 from segscale.training.run.builders import instantiate_each
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
-from tests.data.palette_files import write_palette_mask
-from tests.in_process import run_in_process
-from tests.training.record_threads import recorded_threads
+from tests.helpers.in_process import run_in_process
+from tests.helpers.palette_files import write_palette_mask
+from tests.helpers.record_threads import recorded_threads
 
 GROUPS = [
     "model",
@@ -120,7 +120,7 @@ def validation_scores(metrics_csv: Path, metric: str) -> dict[tuple[int, int], f
 
 def record_threads(folder: Path) -> list[str]:
     """Overrides that add ``RecordThreads`` to a run's callbacks."""
-    target = "tests.training.record_threads.RecordThreads"
+    target = "tests.helpers.record_threads.RecordThreads"
     return [f"+callbacks.threads._target_={target}", f"+callbacks.threads.folder={folder}"]
 
 

@@ -14,11 +14,11 @@ from segscale.data.patches import RandomPatchDataset
 from segscale.data.synthetic import draw_tile
 from segscale.data.tiles import Tile, UnreadableTileError, UnreadableTiles
 from tests.conftest import tiny_overrides
-from tests.in_process import run_in_process
-from tests.training.failing import BrokenRaster
-from tests.training.record_batches import recorded
+from tests.helpers.failing import BrokenRaster
+from tests.helpers.in_process import run_in_process
+from tests.helpers.record_batches import recorded
 
-RECORD = "+callbacks.record._target_=tests.training.record_batches.RecordBatches"
+RECORD = "+callbacks.record._target_=tests.helpers.record_batches.RecordBatches"
 
 
 @pytest.mark.slow
@@ -32,7 +32,7 @@ def test_the_run_stops_naming_the_file_and_resumes_from_its_last_step(tiny_data_
         f"+callbacks.record.folder={tmp_path / 'record'}",
     ]
     broken = [
-        "+callbacks.broken._target_=tests.training.failing.BreakTileAt",
+        "+callbacks.broken._target_=tests.helpers.failing.BreakTileAt",
         "+callbacks.broken.step=2",
     ]
     stopped = run_in_process(main, *common, *broken, cwd=tmp_path)
@@ -51,7 +51,7 @@ def test_the_run_stops_naming_the_file_and_resumes_from_its_last_step(tiny_data_
     # again after step 4 (epoch 0's last): the resumed launch leaves it out from epoch 1 on.
     skipped = [
         "datamodule.skip_unreadable=true",
-        "+callbacks.broken._target_=tests.training.failing.BreakTileAt",
+        "+callbacks.broken._target_=tests.helpers.failing.BreakTileAt",
         "+callbacks.broken.step=4",
     ]
     resumed = run_in_process(main, *common, *skipped, cwd=tmp_path)

@@ -22,7 +22,7 @@ import pytest
 from segscale.cli.evaluate import main as evaluate_main
 from segscale.cli.train import main as train_main
 from tests.conftest import tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 PATCH = 80
 

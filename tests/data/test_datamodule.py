@@ -3,7 +3,7 @@ import pytest
 
 from segscale.data.loader_workers import MAX_AUTO_WORKERS, auto_num_workers
 from segscale.data.samplers import EpochShardSampler
-from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
+from tests.helpers.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 
 @pytest.mark.parametrize(
@@ -221,14 +221,14 @@ MID_WINDOW = (
     "callbacks.training_progress=null",
     "callbacks.model_checkpoint.save_top_k=-1",  # every validation's checkpoint kept
     "callbacks.model_checkpoint.filename='step{step}'",
-    "+callbacks.record._target_=tests.training.record_batches.RecordBatches",
+    "+callbacks.record._target_=tests.helpers.record_batches.RecordBatches",
 )
 
 
 @pytest.mark.slow
 def test_a_run_resumed_inside_a_window_trains_the_batches_lightning_counts(make_config, tmp_path):
     from segscale.training.run.training_run import train
-    from tests.training.record_batches import recorded
+    from tests.helpers.record_batches import recorded
 
     run = tmp_path / "run"
     train(make_config(*MID_WINDOW, f"+callbacks.record.folder={tmp_path}/whole"))
@@ -271,7 +271,12 @@ def test_a_bad_valid_share_or_nodata_names_its_key(make_config, override, messag
 def test_min_valid_reaches_the_training_set_and_zero_changes_nothing(tmp_path):
     from segscale.training.run.builders import build
     from tests.conftest import compose_config
-    from tests.data.valid_maps import geotiff_dataset, patch_share, rotation_reach, valid_pixels_of
+    from tests.helpers.valid_maps import (
+        geotiff_dataset,
+        patch_share,
+        rotation_reach,
+        valid_pixels_of,
+    )
 
     root = geotiff_dataset(tmp_path / "geo")
     folder = ("datamodule=folder", f"datamodule.source.root={root}", "datamodule.patch_size=32")

@@ -2,7 +2,7 @@ import pytest
 from hydra.utils import instantiate
 
 from segscale.data.samplers import EpochShardSampler
-from tests.data.fake_trainer import fake_trainer, restore
+from tests.helpers.fake_trainer import fake_trainer, restore
 
 
 @pytest.mark.parametrize("persistent", [False, True])

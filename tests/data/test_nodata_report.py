@@ -9,7 +9,7 @@ from segscale.data.labels import LabelMap
 from segscale.data.valid_cells import CELL
 from segscale.data.validation import validate_dataset
 from tests.conftest import write_pair
-from tests.data.valid_maps import tagged_border_dataset
+from tests.helpers.valid_maps import tagged_border_dataset
 
 NAMES = ("a", "b", "c")
 

@@ -21,7 +21,7 @@ from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build
 from tests.conftest import compose_config, write_pair
-from tests.data.palette_files import (
+from tests.helpers.palette_files import (
     DUBAI,
     UNLABELLED,
     voc_palette,

@@ -13,7 +13,7 @@ from segscale.data.synthetic import draw_tile
 from segscale.data.tiles import Tile
 from segscale.data.valid_windows import TileWindows
 from segscale.errors import ConfigError
-from tests.data.valid_maps import bordered_tile, cells_of, patch_share, rotation_reach
+from tests.helpers.valid_maps import bordered_tile, cells_of, patch_share, rotation_reach
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from segscale.data.sources import (
     read_image_header,
     read_mask,
 )
-from tests.data.declared_size import png_declaring
+from tests.helpers.declared_size import png_declaring
 
 
 def test_uncompressed_tiff_is_memory_mapped_with_channels_last(tmp_path: Path):

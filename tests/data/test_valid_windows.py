@@ -15,7 +15,7 @@ from segscale.data.class_locations import (
 from segscale.data.valid_cells import CELL
 from segscale.data.valid_windows import TileWindows, centrable, qualifying_tiles, valid_rng
 from segscale.errors import ConfigError
-from tests.data.valid_maps import cells_of
+from tests.helpers.valid_maps import cells_of
 
 
 def true_valid(valid: np.ndarray, x0: float, y0: float, size: int) -> float:

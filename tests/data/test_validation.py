@@ -20,8 +20,8 @@ from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build
 from tests.conftest import REPO, compose_config, write_pair
-from tests.data.declared_size import png_declaring
-from tests.data.valid_maps import (
+from tests.helpers.declared_size import png_declaring
+from tests.helpers.valid_maps import (
     NODATA_TEXT,
     cells_of,
     geotiff_dataset,

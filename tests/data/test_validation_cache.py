@@ -18,7 +18,7 @@ from segscale.data.user_cache import cache_file
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
 from tests.conftest import write_pair
-from tests.data.valid_maps import geotiff_dataset
+from tests.helpers.valid_maps import geotiff_dataset
 
 NAMES = ("a", "b", "c")
 

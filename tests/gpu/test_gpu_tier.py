@@ -26,8 +26,8 @@ import pytest
 import torch
 from PIL import Image
 from tests.conftest import REPO, compose_config, tiny_overrides
-from tests.in_process import run_in_process
-from tests.training.record_dtype import recorded_dtypes
+from tests.helpers.in_process import run_in_process
+from tests.helpers.record_dtype import recorded_dtypes
 
 from segscale.bench.predict.host_staged_link import measure_copies
 from segscale.cli import evaluate as evaluate_cli
@@ -104,7 +104,7 @@ def test_training_in_each_precision_with_channels_last(tiny_data_root, tmp_path,
         tmp_path / "run",
         f"trainer.precision={precision}",
         "training.channels_last=true",
-        "+callbacks.dtype._target_=tests.training.record_dtype.RecordOutputDtype",
+        "+callbacks.dtype._target_=tests.helpers.record_dtype.RecordOutputDtype",
         f"+callbacks.dtype.path={dtypes}",
     )
     assert summary["status"] == "finished" and summary["steps"] == 8
@@ -218,7 +218,7 @@ def test_the_training_step_makes_no_host_sync_on_cuda(tiny_data_root, tmp_path, 
         tmp_path / "run",
         f"trainer.precision={precision}",
         "trainer.log_every_n_steps=1000",  # steps that write no metrics
-        "+callbacks.syncs._target_=tests.gpu.cuda_syncs.CountCudaSyncs",
+        "+callbacks.syncs._target_=tests.helpers.cuda_syncs.CountCudaSyncs",
         f"+callbacks.syncs.path={counts}",
     )
     per_step = json.loads(counts.read_text())

@@ -15,7 +15,7 @@ from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
 from tests.cli.test_sweeps import jobs_run_train_py, multirun
 from tests.conftest import compose_for_plugins
-from tests.fake_cpus import fake_mask
+from tests.helpers.fake_cpus import fake_mask
 
 
 def process_lifetime(job: Path) -> tuple[datetime, datetime]:

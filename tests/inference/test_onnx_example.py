@@ -18,7 +18,7 @@ from segscale.cli.predict import main as predict_main
 from segscale.inference.export import export_network
 from segscale.inference.export_settings import ExportSettings
 from segscale.models.checkpoint.trained import load_trained
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 from tests.inference.test_export import _deeplab_checkpoint
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "prediction.md"

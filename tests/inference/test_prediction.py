@@ -16,7 +16,7 @@ from segscale.inference import probability_maps
 from segscale.inference.prediction import predict
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
 
 CLASS_NAMES = ("water", "building", "asphalt")

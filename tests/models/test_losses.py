@@ -11,7 +11,7 @@ from segscale.errors import ConfigError
 from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
 from segscale.training.run.builders import build
 from tests.conftest import compose_config
-from tests.training.host_syncs import HostSyncCounter
+from tests.helpers.host_syncs import HostSyncCounter
 
 
 def batch(images: int = 3, classes: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

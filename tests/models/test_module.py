@@ -12,7 +12,7 @@ from segscale.models.metrics import scores_from_confusion
 from segscale.models.module import SegmentationModule
 from segscale.models.nonfinite import NonFiniteError
 from segscale.models.optim import Schedule, build_optimizer
-from tests.distributed import on_two_ranks
+from tests.helpers.distributed import on_two_ranks
 
 
 class PixelLinear(nn.Module):

@@ -23,11 +23,11 @@ from segscale.models.nonfinite import (
 from segscale.models.nonfinite_steps import NonFiniteSteps
 from segscale.training.run.training_run import train
 from tests.conftest import tiny_overrides, train_command
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 # Tiny runs have 4 steps an epoch: step 5 is in the second epoch, after one validation.
 NAN_AT_STEP_5 = [
-    "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
+    "+callbacks.poison._target_=tests.helpers.failing.NaNImagesAt",
     "+callbacks.poison.step=5",
 ]
 
@@ -48,7 +48,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
         *tiny_overrides(tiny_data_root, None),
         f"hydra.run.dir={run}",
         "training.output_network=last-iteration",  # the checkpoint before the bad step
-        "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
+        "+callbacks.poison._target_=tests.helpers.failing.NaNImagesAt",
         f"+callbacks.poison.step={per_epoch + 1}",  # the second step of the second epoch
         *devices,
     ]
@@ -88,7 +88,7 @@ def test_skip_leaves_the_weights_and_statistics_as_they_were(make_config, tmp_pa
 
 
 INF_GRADIENT_AT_STEP_5 = [
-    "+callbacks.poison._target_=tests.training.failing.InfGradientAt",
+    "+callbacks.poison._target_=tests.helpers.failing.InfGradientAt",
     "+callbacks.poison.step=5",
 ]
 
@@ -287,7 +287,7 @@ def test_a_non_finite_last_step_with_no_validation_after_it_reports_no_predictio
         f"hydra.run.dir={run}",
         "trainer.max_epochs=1",
         "trainer.val_check_interval=3",
-        "+callbacks.poison._target_=tests.training.failing.NaNImagesAt",
+        "+callbacks.poison._target_=tests.helpers.failing.NaNImagesAt",
         "+callbacks.poison.step=3",
     ]
     result = run_in_process(main, *args, cwd=tmp_path)

@@ -14,7 +14,7 @@ from segscale.models.optim import (
     clip_gradients,
     lr_scheduler,
 )
-from tests.training.host_syncs import HostSyncCounter
+from tests.helpers.host_syncs import HostSyncCounter
 
 
 def network() -> nn.Module:

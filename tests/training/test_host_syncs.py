@@ -20,9 +20,9 @@ from segscale.models.losses import SegmentationLoss
 from segscale.models.module import SegmentationModule
 from segscale.training.run.training_run import train
 from segscale.training.scaling.sync_batchnorm import convert_sync_batchnorm
-from tests.distributed import on_two_ranks
-from tests.training.host_sync_window import SIGTERM_PHASE, CountHostSyncs
-from tests.training.host_syncs import HostSyncCounter
+from tests.helpers.distributed import on_two_ranks
+from tests.helpers.host_sync_window import SIGTERM_PHASE, CountHostSyncs
+from tests.helpers.host_syncs import HostSyncCounter
 
 
 def counted(function) -> dict[str, dict[str, int]]:
@@ -252,7 +252,7 @@ def count_one_step(make_config, folder: Path, *overrides: str) -> dict[int, dict
             "datamodule.patches_per_image=16",  # 4 steps an epoch (8 with one process)
             "trainer.max_steps=3",
             "callbacks.validation_report=null",
-            "+callbacks.host_syncs._target_=tests.training.host_sync_window.CountHostSyncs",
+            "+callbacks.host_syncs._target_=tests.helpers.host_sync_window.CountHostSyncs",
             "+callbacks.host_syncs.step=1",
             f"+callbacks.host_syncs.folder={folder}",
             *overrides,

@@ -20,7 +20,7 @@ from segscale.bench.measure.ddp_runs import (
 from segscale.bench.measure.timing import summarize_steps
 from segscale.bench.progress import Progress
 from tests.conftest import compose_config, tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 THEIR_CONFIG = ["--config-dir", "/their/conf", "hydra.searchpath=[file:///their/more]"]
 

@@ -16,7 +16,7 @@ from segscale.models.checkpoint.trained import load_trained
 from segscale.models.module import SegmentationModule
 from segscale.training.run.builders import build, build_datamodule, build_module
 from tests.conftest import compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 
 @pytest.fixture(scope="module")

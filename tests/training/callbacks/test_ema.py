@@ -15,7 +15,7 @@ from segscale.models.checkpoint.files import load_checkpoint_file
 from segscale.training.callbacks.ema import ExponentialMovingAverage, TrainedWeightsOnResume
 from segscale.training.run.config_checks import check_config
 from segscale.training.run.training_run import train
-from tests.training.host_syncs import HostSyncCounter
+from tests.helpers.host_syncs import HostSyncCounter
 
 DECAY = 0.5  # far from 1, so that a few steps move the average well away from the weights
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from segscale.training.callbacks.learning_rate import ApplyLearningRate, LearningRateMonitor
-from tests.training.callbacks.scheduled_fit import scheduled_fit
+from tests.helpers.scheduled_fit import scheduled_fit
 
 
 def _optimizer_and_schedule(rates: list[float]) -> tuple:

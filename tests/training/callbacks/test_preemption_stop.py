@@ -5,7 +5,7 @@ import pytest
 
 from segscale.training.callbacks.preemption_stop import PreemptionStop
 from segscale.training.ranks.preemption import PreemptionSignals
-from tests.distributed import on_two_ranks
+from tests.helpers.distributed import on_two_ranks
 
 
 def _stop_steps_on_rank(rank: int) -> int:

@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 
 import pytest
 from lightning.pytorch.callbacks import Timer
@@ -7,18 +6,16 @@ from lightning.pytorch.callbacks import Timer
 from segscale.training.callbacks.learning_rate import LearningRateMonitor
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.run.training_run import train
-from tests.conftest import compose_config, tiny_overrides
-from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
+from tests.helpers.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
 
-@pytest.fixture(scope="module")
-def default_run(tiny_data_root: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One tiny run of the default config (no training.output_network given): its summary
-    and its folder, read by the tests of the default output network."""
-    run = tmp_path_factory.mktemp("default") / "run"
-    return train(compose_config("train", *tiny_overrides(tiny_data_root, run))), run
+@pytest.fixture
+def default_run(shared_tiny_run):
+    """The shared tiny run of the default config (no training.output_network given): its
+    summary and its folder, read by the tests of the default output network."""
+    return shared_tiny_run.summary, shared_tiny_run.folder
 
 
 @pytest.mark.parametrize("choice", ["best-validation", "last-iteration"])

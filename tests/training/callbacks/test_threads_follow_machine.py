@@ -167,7 +167,7 @@ def _fit_recording_threads(monkeypatch, make_config, *overrides):
     """Train the tiny config on a 2-core machine that frees at once; the threads set."""
     from segscale.training.ranks import threads as rank_threads
     from segscale.training.run.training_run import train
-    from tests.fake_cpus import fake_mask, no_launcher
+    from tests.helpers.fake_cpus import fake_mask, no_launcher
 
     no_launcher(monkeypatch)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

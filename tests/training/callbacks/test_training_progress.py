@@ -8,7 +8,7 @@ from segscale import progress
 from segscale.training.callbacks.training_progress import TQDMProgressBar, VerboseLog
 from segscale.training.reporting.plots import plot_training_progress
 from segscale.training.run.training_run import train
-from tests.training.callbacks.scheduled_fit import RATES, scheduled_fit
+from tests.helpers.scheduled_fit import RATES, scheduled_fit
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
@@ -143,9 +143,8 @@ def test_without_a_terminal_the_validation_pass_logs_progress_lines(tmp_path, mo
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
 
-def test_training_progress_png_is_drawn_and_updated(make_config, tmp_path):
-    train(make_config())
-    png = tmp_path / "run" / "training_progress.png"
+def test_training_progress_png_is_drawn_and_updated(tiny_run):
+    png = tiny_run / "training_progress.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     first = png.read_bytes()
     plot_training_progress([(1, 1.0, 0.5, 0.1), (2, 0.8, 0.6, 0.1)], [(2, 0.9, 0.55, 0.3)], png)

@@ -15,8 +15,8 @@ from segscale.data.synthetic import draw_tile
 from segscale.data.tiles import Tile, UnreadableTiles
 from segscale.training.callbacks.run_summary import left_out_tiles
 from segscale.training.callbacks.unreadable_tiles import LeftOutTiles
-from tests.distributed import on_two_ranks
-from tests.training.failing import BrokenRaster
+from tests.helpers.distributed import on_two_ranks
+from tests.helpers.failing import BrokenRaster
 
 REASON = "broken.tif: rows 0-1 cannot be read (injected)"
 

@@ -98,7 +98,7 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
             "trainer.devices=2",
             *overrides,
             f"hydra.run.dir={tmp_path / 'run'}",
-            "+callbacks.fail._target_=tests.training.failing.FailOnRank",
+            "+callbacks.fail._target_=tests.helpers.failing.FailOnRank",
             "+callbacks.fail.rank=1",
         ),
         cwd=tmp_path,
@@ -119,7 +119,7 @@ def test_a_failing_rank_ends_the_whole_run_quickly(tiny_data_root, tmp_path):
 def tree_environment() -> dict[str, str]:
     """This environment with the repository first on ``PYTHONPATH``, the caller's kept after.
 
-    The repository holds ``tests.training.failing``; ``segscale`` is then the tree under
+    The repository holds ``tests.helpers.failing``; ``segscale`` is then the tree under
     test that the caller's ``PYTHONPATH`` names, not the one installed in the environment.
     """
     from tests.conftest import REPO

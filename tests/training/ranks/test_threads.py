@@ -10,7 +10,7 @@ from segscale.errors import ConfigError
 from segscale.platforms import cores
 from segscale.training.ranks import threads
 from segscale.training.ranks.threads import busy_cores, process_threads, resolve_threads
-from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
+from tests.helpers.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from segscale.training.reporting.loggers import (
     logger_folders,
 )
 from tests.conftest import compose_config, tiny_overrides
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 # metrics.csv as Lightning left it when a launch was killed at global step 12 (8 batches
 # an epoch, log_every_n_steps=1): a learning-rate and a training row per step, numbered by

@@ -10,7 +10,7 @@ from segscale.training.reporting.third_party_noise import (
     ThirdPartyNoiseFilter,
     third_party_noise_filtered,
 )
-from tests.training.callbacks.scheduled_fit import scheduled_fit
+from tests.helpers.scheduled_fit import scheduled_fit
 
 
 @contextmanager

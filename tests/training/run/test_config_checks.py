@@ -8,7 +8,7 @@ from segscale.cli.train import main
 from segscale.devices import devices_count
 from segscale.errors import ConfigError
 from segscale.training.run.config_checks import check_config
-from tests.in_process import run_in_process
+from tests.helpers.in_process import run_in_process
 
 
 @pytest.mark.parametrize(

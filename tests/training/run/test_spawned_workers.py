@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from segscale.training.run.training_run import train
-from tests.training.record_start_method import record_start_method, recorded_start_methods
+from tests.helpers.record_start_method import record_start_method, recorded_start_methods
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawn]
 

@@ -9,7 +9,7 @@ from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.training.run.builders import build
 from segscale.training.run.training_run import train
 from tests.conftest import full_record
-from tests.training.record_dtype import recorded_dtypes
+from tests.helpers.record_dtype import recorded_dtypes
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
 
@@ -54,7 +54,7 @@ def test_mixed_precision_and_channels_last_train(make_config, tmp_path):
             "trainer.precision=bf16-mixed",
             "training.channels_last=true",
             "trainer.max_epochs=1",
-            "+callbacks.dtype._target_=tests.training.record_dtype.RecordOutputDtype",
+            "+callbacks.dtype._target_=tests.helpers.record_dtype.RecordOutputDtype",
             f"+callbacks.dtype.path={dtypes}",
         )
     )
@@ -143,7 +143,7 @@ def test_ohem_lovasz_and_label_smoothing_train(make_config, tmp_path):
 @pytest.mark.slow
 def test_the_nodata_found_is_in_train_log_and_summary_json(tmp_path, caplog):
     from tests.conftest import TINY_ENCODER, compose_config
-    from tests.data.valid_maps import tagged_border_dataset
+    from tests.helpers.valid_maps import tagged_border_dataset
 
     root, out = tmp_path / "data", tmp_path / "run"
     tagged_border_dataset(root)

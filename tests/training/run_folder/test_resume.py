@@ -16,7 +16,7 @@ from segscale.training.run_folder.resume import (
     checkpoint_of_rank_zero,
     read_resumed,
 )
-from tests.distributed import on_two_ranks
+from tests.helpers.distributed import on_two_ranks
 from tests.training.callbacks.test_checkpoints import (
     restored_callback,
 )

@@ -17,8 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from segscale.errors import ConfigError
 from segscale.training.scaling.sync_batchnorm import GlobalBatchNorm, convert_sync_batchnorm
-from tests.distributed import on_two_ranks
-from tests.training.host_syncs import HostSyncCounter
+from tests.helpers.distributed import on_two_ranks
+from tests.helpers.host_syncs import HostSyncCounter
 
 
 def by_value(result: Any) -> Any:

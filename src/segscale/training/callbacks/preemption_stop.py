@@ -190,7 +190,7 @@ class PreemptionStop(L.Callback):
         if self._pending is not None:
             self._pending.wait()
             # Read through numpy: the flag is a host tensor and never waits for a device
-            # (tests.training.host_syncs would count a tensor read).
+            # (tests.helpers.host_syncs would count a tensor read).
             agreed = int(self._flag[0])
         if not agreed:
             self._flag[0] = int(noted)

@@ -38,7 +38,7 @@ class RecordStartMethod(L.Callback):
 
 def record_start_method(folder: Path) -> list[str]:
     """Overrides that add ``RecordStartMethod`` to a run's callbacks."""
-    target = "tests.training.record_start_method.RecordStartMethod"
+    target = "tests.helpers.record_start_method.RecordStartMethod"
     return [f"+callbacks.start._target_={target}", f"+callbacks.start.folder={folder}"]
 
 

@@ -6,7 +6,7 @@ stricter (it has no ``ß`` either), so a reader or writer that falls back to the
 locale's encoding fails here. File names stay ASCII: that Python's file system encoding
 is ASCII too, which Windows' never is (always UTF-8).
 
-``python -m tests.utf8_readers light|heavy <folder>``.
+``python -m tests.helpers.utf8_readers light|heavy <folder>``.
 """
 
 import locale

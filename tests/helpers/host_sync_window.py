@@ -9,7 +9,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from tests.training.host_syncs import HostSyncCounter
+from tests.helpers.host_syncs import HostSyncCounter
 
 SIGTERM_PHASE = "lightning_sigterm_broadcast"
 """Where the syncs of Lightning's per-step SIGTERM broadcast go."""

@@ -1,0 +1,1 @@
+"""Helpers of the tests that are not tests: fakes, recording callbacks, process runners."""
