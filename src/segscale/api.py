@@ -42,10 +42,10 @@ from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
 from segscale.moved_keys import refuse_moved_overrides
 from segscale.platforms.processes import interrupt, interruptible_child
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
+from segscale.runs.folder import SUMMARY_FILE, read_summary
 from segscale.training.run.prepare import prepare
 from segscale.training.run_folder.resume import register_run_dir_resolver
-from segscale.training.run_folder.summary_file import SUMMARY_FILE, read_summary
 
 ImageInput = Union[np.ndarray, str, "os.PathLike[str]"]
 """An image: an ``H×W×C`` (or ``H×W``) array of raw pixel values, or an image file."""

@@ -9,7 +9,7 @@ from torch import nn
 
 from segscale.bench import overhead
 from segscale.bench.overhead import Overhead, RoundClock, measure_overhead, quiet, tiny_module
-from segscale.training.run.builders import instantiate_each
+from segscale.runs.builders import instantiate_each
 
 CPU = torch.device("cpu")
 

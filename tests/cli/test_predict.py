@@ -16,7 +16,7 @@ from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_
 from segscale.inference.inputs import UnreadableImageError
 from segscale.inference.prediction import predict, run_prediction
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
-from segscale.training.run_folder.lock import RunFolderLock
+from segscale.runs.folder import RunFolderLock
 from tests.conftest import (
     compose_config,
     float_oracle_checkpoint,

@@ -16,7 +16,7 @@ from segscale.errors import ConfigError
 from segscale.inference.checkpoint_evaluation import evaluate
 from segscale.inference.prediction import predict
 from segscale.models.checkpoint.files import save_checkpoint_file
-from segscale.training.run.builders import build_datamodule, build_module
+from segscale.runs.builders import build_datamodule, build_module
 from segscale.training.run.training_run import train
 from tests.conftest import REPO, compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
 from tests.in_process import run_in_process

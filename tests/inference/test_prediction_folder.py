@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from segscale.errors import ConfigError
 from segscale.inference.prediction_folder import prediction_folder, unexpected_entries
-from segscale.training.run_folder.lock import RunFolderBusyError, RunFolderLock
+from segscale.runs.folder import RunFolderBusyError, RunFolderLock
 
 
 def _folder(root: Path, files: tuple[str, ...] = (), folders: tuple[str, ...] = ()) -> Path:

@@ -8,7 +8,7 @@ from torch import nn
 
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
-from segscale.training.run.builders import (
+from segscale.runs.builders import (
     build,
     build_datamodule,
     build_module,
@@ -19,7 +19,7 @@ from segscale.training.run.builders import (
 from segscale.training.run_folder.resume import read_resumed
 from tests.conftest import compose_config
 from tests.models.checkpoint.test_init_from import MEAN, STD, trained_checkpoint
-from tests.training.scaling.test_sync_batchnorm import ScaledBatchNorm
+from tests.runs.scaling.test_sync_batchnorm import ScaledBatchNorm
 
 FOLDER = ["datamodule=folder", "datamodule.source.root=/nowhere", "output_dir=/tmp/x"]
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from segscale.runs import evaluation
+from segscale.runs.evaluation import CONFUSION_UNIT, confusion_matrix_figure
 from segscale.training.callbacks import validation_report
 from segscale.training.callbacks.validation_report import ValidationReport
-from segscale.training.reporting import evaluation
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides
 
@@ -133,3 +134,16 @@ def test_a_figure_that_fails_to_draw_is_logged_and_the_run_still_finishes(
     png = tmp_path / "run" / "evaluation" / "sample_predictions.png"
     assert f"could not draw {png}: RuntimeError: out of colours" in caplog.text
     assert (tmp_path / "run" / "evaluation" / "confusion_matrix.png").is_file()
+
+
+def test_confusion_cells_colour_bar_and_title_share_one_percent_unit():
+    confusion = np.array([[3, 1, 0], [0, 0, 0], [0, 2, 2]])  # rows: true class
+    figure = confusion_matrix_figure(confusion, ["a", "b", "c"], "Validation at iteration 9")
+    axis, bar = figure.axes
+    cells = [t.get_text() for t in axis.texts]
+    assert cells == ["75.0", "25.0", "0.0", "–", "–", "–", "0.0", "50.0", "50.0"]
+    assert axis.images[0].get_clim() == (0, 100)
+    assert bar.get_ylabel() == CONFUSION_UNIT == "% of the true class's pixels"
+    assert axis.get_title().startswith("Validation at iteration 9") and "%" in axis.get_title()
+    assert (axis.get_xlabel(), axis.get_ylabel()) == ("Predicted class", "True class (its pixels)")
+    assert [t.get_text() for t in axis.get_yticklabels()] == ["a (4 px)", "b (0 px)", "c (4 px)"]

@@ -9,16 +9,23 @@ import subprocess
 import sys
 
 import pytest
+import yaml
+from omegaconf import OmegaConf
 
-from segscale.training.run_folder.lock import (
+from segscale.errors import ConfigError
+from segscale.runs.folder import (
     LOCK_FILE,
     RunFolderBusyError,
     RunFolderLock,
+    check_fresh_folder,
+    has_launch_record,
+    launch_record,
+    write_launch_record,
 )
 
 HOLD = (
     "import sys, time\n"
-    "from segscale.training.run_folder.lock import RunFolderLock\n"
+    "from segscale.runs.folder import RunFolderLock\n"
     "lock = RunFolderLock(sys.argv[1])\n"  # kept: filelock releases a lock collected
     "lock.acquire()\n"
     "print('held', flush=True)\n"
@@ -101,3 +108,24 @@ def test_holding_a_folder_removes_what_killed_writers_left(tmp_path):
     stale.write_bytes(b"half a checkpoint")
     with RunFolderLock(tmp_path):
         assert not stale.exists()
+
+
+def test_each_launch_gets_its_own_record(tmp_path):
+    assert not has_launch_record(tmp_path)
+    for launch in (1, 2, 3):
+        record = write_launch_record(tmp_path, launch_record(OmegaConf.create({"launch": launch})))
+        assert record == tmp_path / ".hydra" / ("" if launch == 1 else f"launch-{launch}")
+        assert has_launch_record(tmp_path)
+    assert yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text()) == {"launch": 1}
+    launch3 = tmp_path / ".hydra" / "launch-3" / "config.yaml"
+    assert yaml.safe_load(launch3.read_text()) == {"launch": 3}
+
+
+def test_a_fresh_run_is_refused_a_folder_with_results(tmp_path):
+    check_fresh_folder(tmp_path)
+    (tmp_path / "train.log").write_text("a run that failed its checks\n")
+    check_fresh_folder(tmp_path)  # nothing trained there
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"already holds a run \(checkpoints/\); continue it"):
+        check_fresh_folder(tmp_path)

@@ -58,9 +58,8 @@ from segscale.models.checkpoint.recorded_data import use_checkpoint_data
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.metrics import evaluation_report
 from segscale.models.networks import check_input_side
-from segscale.training.reporting.evaluation import write_evaluation
-from segscale.training.run.builders import build
-from segscale.training.run.config_checks import check_data_source
+from segscale.runs.builders import build, check_data_source
+from segscale.runs.evaluation import write_evaluation
 
 log = logging.getLogger(__name__)
 

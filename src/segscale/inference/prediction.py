@@ -51,7 +51,7 @@ from segscale.inference.probability_maps import ProbabilityFiles, ProbabilityOut
 from segscale.inference.sliding_window import OnTiles, SlidingWindow
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.errors import ConfigError
-from segscale.training.run_folder.launch_record import (
+from segscale.runs.folder import (
+    LOCK_FILE,
     RECORD_DIR,
+    RunFolderLock,
     launch_record,
+    stop_logging_into,
     write_launch_record,
 )
-from segscale.training.run_folder.lock import LOCK_FILE, RunFolderLock, stop_logging_into
 
 KEY = "hydra.run.dir, or output_dir"
 """The settings that pick a prediction's folder (output_dir is hydra.run.dir unless set)."""

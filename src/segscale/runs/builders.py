@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from segscale.data.datamodule import SegmentationDataModule
+from segscale.data.split_forms import check_splits
 from segscale.devices import included_devices, process_group_backend
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.init_from import (
@@ -28,8 +29,8 @@ from segscale.models.checkpoint.record import run_record
 from segscale.models.module import SegmentationModule
 from segscale.models.optim import encoder_of
 from segscale.models.pretrained import named_weights, names_a_file, normalization
-from segscale.training.scaling.rules import Effective
-from segscale.training.scaling.sync_batchnorm import convert_sync_batchnorm
+from segscale.runs.scaling.rules import Effective
+from segscale.runs.scaling.sync_batchnorm import convert_sync_batchnorm
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +231,29 @@ def strategy_backend(cfg: DictConfig) -> dict[str, str]:
     value = cfg.strategy.process_group_backend
     backend = process_group_backend(value, cfg.trainer.accelerator, BACKEND_KEY)
     return {"process_group_backend": backend}
+
+
+def check_data_source(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for a data source value left unset (``???``) or of the wrong form.
+
+    The splits of a folder dataset are checked by ``check_splits``.
+
+    Hydra would raise ``MissingMandatoryValue`` when the source is built (``datamodule=folder``
+    without ``datamodule.source.root``), naming neither what to give nor how.
+    """
+    source = OmegaConf.select(cfg, "datamodule.source")
+    if not isinstance(source, DictConfig):
+        return
+    for key in source:
+        name = str(key)
+        if OmegaConf.is_missing(source, name):
+            hint = " (the dataset folder, holding train/ and val/)" if name == "root" else ""
+            raise ConfigError(
+                f"datamodule.source.{name} is not set: give it on the command line, e.g. "
+                f"datamodule.source.{name}=/path/to/data{hint}"
+            )
+    if "splits" in source:
+        check_splits(source.splits)
 
 
 def build(node: DictConfig, **kwargs: Any) -> Any:

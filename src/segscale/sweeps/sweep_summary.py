@@ -20,7 +20,7 @@ import yaml
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.figure_files import plt, save_figure
-from segscale.training.run_folder.summary_file import read_summary
+from segscale.runs.folder import read_summary
 
 BOOKKEEPING = ("search_trial.",)
 """Overrides a sweeper gives its jobs for its own use, left out of the table."""

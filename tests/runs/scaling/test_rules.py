@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from segscale.errors import ConfigError
+from segscale.runs.scaling.rules import ScalingRules
 from segscale.training.run.training_run import train
-from segscale.training.scaling.rules import ScalingRules
 
 
 def test_per_device_batches_grow_the_global_batch():

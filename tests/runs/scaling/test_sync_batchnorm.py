@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from segscale.errors import ConfigError
-from segscale.training.scaling.sync_batchnorm import GlobalBatchNorm, convert_sync_batchnorm
+from segscale.runs.scaling.sync_batchnorm import GlobalBatchNorm, convert_sync_batchnorm
 from tests.distributed import on_two_ranks
 from tests.training.host_syncs import HostSyncCounter
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import lightning as L
 
-from segscale.training.run_folder.launch_record import write_launch_record
+from segscale.runs.folder import write_launch_record
 
 
 class LaunchRecord(L.Callback):

@@ -15,10 +15,10 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
 from segscale.natural_order import natural_key
+from segscale.runs.folder import write_summary
 from segscale.training.callbacks.left_out_tiles import LeftOutTiles
 from segscale.training.reporting.run_clock import RunClock
 from segscale.training.reporting.run_times import RunTimes
-from segscale.training.run_folder.summary_file import write_summary
 
 log = logging.getLogger(__name__)
 

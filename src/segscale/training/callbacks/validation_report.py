@@ -17,8 +17,8 @@ from torch.utils.hooks import RemovableHandle
 from segscale.data.labels import class_colours
 from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
+from segscale.runs.evaluation import write_evaluation
 from segscale.training.reporting.background_figures import BackgroundFigures
-from segscale.training.reporting.evaluation import write_evaluation
 from segscale.training.reporting.plots import (
     SamplePrediction,
     plot_sample_predictions,
