@@ -41,7 +41,7 @@ def heavy(folder: Path) -> None:
     """metrics.csv as the CSV logger writes, continues and trims it; image_metrics.csv."""
     import numpy as np
 
-    from segscale.inference.image_metrics import (
+    from segscale.inference.evaluation.image_metrics import (
         ImageScores,
         read_image_metrics,
         write_image_metrics,

@@ -33,7 +33,7 @@ import torch
 from omegaconf import OmegaConf
 
 from segscale.configs import compose_config
-from segscale.inference.export_formats import load_exported
+from segscale.inference.export.formats import load_exported
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import build_network

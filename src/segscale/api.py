@@ -33,10 +33,10 @@ from segscale.data.sources import (
     check_max_image_pixels,
 )
 from segscale.errors import ConfigError
-from segscale.inference.checkpoint_evaluation import evaluate as evaluate_checkpoint
-from segscale.inference.checkpoint_evaluation import names_data
-from segscale.inference.image_metrics import read_image_metrics
-from segscale.inference.inputs import check_pixels, range_checked, read_input_image
+from segscale.inference.evaluation.image_metrics import read_image_metrics
+from segscale.inference.evaluation.run import evaluate as evaluate_checkpoint
+from segscale.inference.evaluation.run import names_data
+from segscale.inference.prediction.inputs import check_pixels, range_checked, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import check_input_side

@@ -16,7 +16,7 @@ from segscale.configs import CONFIG_DIR
 from segscale.data.sources import read_mask
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
-from segscale.inference.prediction import predict
+from segscale.inference.prediction.run import predict
 from segscale.runs.builders import instantiate_each
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair

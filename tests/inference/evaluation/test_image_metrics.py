@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from segscale.inference.image_metrics import (
+from segscale.inference.evaluation.image_metrics import (
     ImageScores,
     image_names,
     image_row,

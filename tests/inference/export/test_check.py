@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import segscale.inference.export as export_module
-from segscale.inference.export import export_network, exportable
-from segscale.inference.export_check import ExportMismatchError, check_exported
-from segscale.inference.export_settings import ExportSettings
+import segscale.inference.export.run as export_module
+from segscale.inference.export.check import ExportMismatchError, check_exported
+from segscale.inference.export.formats import ExportSettings
+from segscale.inference.export.run import export_network, exportable
 from segscale.models.checkpoint.trained import load_trained
 from tests.conftest import oracle_checkpoint
-from tests.inference.test_export import _export
+from tests.inference.export.test_run import _export
 
 
 def test_the_built_in_check_passes_and_reports_the_difference(tmp_path: Path):

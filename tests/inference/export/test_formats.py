@@ -9,10 +9,15 @@ import onnxruntime
 import pytest
 
 from segscale.errors import ConfigError
-from segscale.inference.export_formats import load_exported, read_metadata
+from segscale.inference.export.formats import (
+    check_settings,
+    load_exported,
+    read_metadata,
+    resolve_dtype,
+)
 from segscale.models.checkpoint.trained import load_trained
 from tests.conftest import oracle_checkpoint
-from tests.inference.test_export import SUFFIX, _export, _pytorch, _raw_images
+from tests.inference.export.test_run import SUFFIX, _export, _pytorch, _raw_images
 
 
 def test_onnx_declares_the_input_type_and_dynamic_axes(tmp_path: Path):
@@ -62,3 +67,28 @@ def test_an_opset_the_exporter_cannot_reach_is_refused_and_nothing_written(tmp_p
     with pytest.raises(ConfigError, match="opset=99 could not be written"):
         _export(trained, out / "net.onnx", "onnx", opset=99)
     assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (("tflite", "auto", "scores", None), "format='tflite' is not allowed"),
+        (("onnx", "int8", "scores", None), "dtype='int8' is not allowed"),
+        (("onnx", "auto", "probabilities", None), "returns='probabilities' is not allowed"),
+        (("onnx", "auto", "scores", 5), "opset=5 is not allowed"),
+        (("onnx", "auto", "scores", True), "opset=True is not allowed"),
+        (("onnx", "auto", "scores", "18"), "opset='18' is not allowed"),
+    ],
+)
+def test_bad_settings_name_the_key(settings: tuple, message: str):
+    with pytest.raises(ConfigError, match=message):
+        check_settings(*settings)
+
+
+def test_dtype_auto_follows_the_checkpoint_and_a_narrow_type_is_refused():
+    assert resolve_dtype("auto", 255.0) == "uint8"
+    assert resolve_dtype("auto", 65535.0) == "uint16"
+    assert resolve_dtype("auto", 1.0) == "float32"
+    assert resolve_dtype("uint16", 255.0) == "uint16"
+    with pytest.raises(ConfigError, match=r"dtype='uint8' cannot hold .* max_value=65535"):
+        resolve_dtype("uint8", 65535.0)

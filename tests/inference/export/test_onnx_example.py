@@ -15,11 +15,11 @@ import pytest
 from PIL import Image
 
 from segscale.cli.predict import main as predict_main
-from segscale.inference.export import export_network
-from segscale.inference.export_settings import ExportSettings
+from segscale.inference.export.formats import ExportSettings
+from segscale.inference.export.run import export_network
 from segscale.models.checkpoint.trained import load_trained
 from tests.in_process import run_in_process
-from tests.inference.test_export import _deeplab_checkpoint
+from tests.inference.export.test_run import _deeplab_checkpoint
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "prediction.md"
 

@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from segscale.inference.export import export_network
-from segscale.inference.export_formats import load_exported, read_metadata
-from segscale.inference.export_settings import ExportSettings, resolve_dtype
+from segscale.inference.export.formats import (
+    ExportSettings,
+    load_exported,
+    read_metadata,
+    resolve_dtype,
+)
+from segscale.inference.export.run import export_network
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import build_network

@@ -8,7 +8,7 @@ from PIL import Image
 from rasterio.control import GroundControlPoint
 from rasterio.transform import Affine
 
-from segscale.inference.georeference import (
+from segscale.inference.prediction.georeference import (
     GDAL_METADATA,
     GDAL_NODATA,
     Georeference,

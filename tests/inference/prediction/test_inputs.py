@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from segscale.errors import ConfigError
-from segscale.inference.inputs import input_images
+from segscale.inference.prediction.inputs import input_images
 
 
 def _images(folder: Path, names: tuple[str, ...]) -> list[Path]:

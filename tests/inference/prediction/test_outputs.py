@@ -8,9 +8,9 @@ import tifffile
 from PIL import Image
 from rasterio.control import GroundControlPoint
 
-from segscale.inference.georeference import read_georeference
-from segscale.inference.outputs import BandImage
-from tests.inference.test_georeference import NORTH_UP, ROTATED, UTM, geotiff
+from segscale.inference.prediction.georeference import read_georeference
+from segscale.inference.prediction.outputs import BandImage
+from tests.inference.prediction.test_georeference import NORTH_UP, ROTATED, UTM, geotiff
 
 PALETTE = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255]], np.uint8)
 LABELS = np.random.default_rng(3).integers(0, 3, (30, 40)).astype(np.uint8)

@@ -7,15 +7,15 @@ import rasterio
 
 from segscale.errors import ConfigError
 from segscale.inference import probability_maps
-from segscale.inference.georeference import read_georeference
-from segscale.inference.probability_maps import (
+from segscale.inference.prediction.georeference import read_georeference
+from segscale.inference.prediction.probability_maps import (
     ProbabilityFiles,
     ProbabilityOutputs,
     RasterFile,
     encode,
     normalised_entropy,
 )
-from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
+from tests.inference.prediction.test_georeference import NORTH_UP, UTM, geotiff
 
 
 @pytest.mark.parametrize(

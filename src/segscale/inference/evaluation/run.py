@@ -42,7 +42,7 @@ from segscale.data.validation import validate_dataset
 from segscale.data.warped_masks import WarpedLabels
 from segscale.errors import ConfigError
 from segscale.inference.devices import inference_backend, run_on_devices
-from segscale.inference.image_metrics import (
+from segscale.inference.evaluation.image_metrics import (
     ImageScores,
     class_boundary_f1,
     data_set_boundary_f1,
@@ -50,7 +50,7 @@ from segscale.inference.image_metrics import (
     write_image_metrics,
 )
 from segscale.inference.image_progress import ImageProgress
-from segscale.inference.inputs import check_pixels, range_checked
+from segscale.inference.prediction.inputs import check_pixels, range_checked
 from segscale.inference.sliding_window import OnTiles, SlidingWindow
 from segscale.models.boundary_f1 import boundary_f1
 from segscale.models.checkpoint.recorded_classes import CLASS_KEYS, use_checkpoint_classes

@@ -14,8 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from segscale.inference.export_formats import load_exported
-from segscale.inference.export_settings import DTYPES, ExportSettings
+from segscale.inference.export.formats import DTYPES, ExportSettings, load_exported
 
 TOLERANCE = 1e-4
 """Largest difference from PyTorch allowed, relative to the largest score (at least 1)."""

@@ -1,4 +1,8 @@
-"""The two export formats: a network written as ONNX or TorchScript, and read back.
+"""What an export writes: the network it traces, the settings, the two formats, read back.
+
+``ExportableNetwork`` is the network with its input normalisation, the one module the
+exporters trace; ``ExportSettings`` what to export (the format, the input's pixel type,
+what the file returns, the opset).
 
 ONNX goes through ``torch.onnx.export``'s torch.export-based exporter (``dynamo=True``,
 the default since PyTorch 2.9), which writes opset 18 or later; an older opset can only
@@ -15,18 +19,49 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from segscale.errors import ConfigError
-from segscale.inference.exportable_network import ExportableNetwork
 from segscale.models.networks import network_input_multiple
+
+RETURNS = ("scores", "mask")
+"""What the exported network returns: class logits, or class indices (their argmax)."""
+
+
+class ExportableNetwork(nn.Module):
+    """A network with its input normalisation: raw pixel values in, scores or mask out.
+
+    The same arithmetic as ``SegmentationModule.forward`` (to float32, minus ``mean``,
+    over ``std``, both in raw pixel values), as a plain module that exporters trace.
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(
+        self, network: nn.Module, mean: torch.Tensor, std: torch.Tensor, returns: str
+    ) -> None:
+        super().__init__()
+        self.network = network
+        self.returns_mask = returns == "mask"
+        self.register_buffer("mean", mean.detach().to(torch.float32).clone())
+        self.register_buffer("std", std.detach().to(torch.float32).clone())
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        """Class logits (N×K×H×W float32) or class indices (N×H×W int64) of raw images."""
+        scores = self.network((image.to(torch.float32) - self.mean) / self.std)
+        return scores.argmax(1) if self.returns_mask else scores
+
 
 log = logging.getLogger(__name__)
 
@@ -203,3 +238,56 @@ def _quiet(names: tuple[str, ...]) -> Iterator[None]:
 def _output_name(network: ExportableNetwork) -> str:
     """The ONNX output's name: what it holds."""
     return "mask" if network.returns_mask else "scores"
+
+
+DTYPES: dict[str, tuple[torch.dtype, float]] = {
+    "uint8": (torch.uint8, 255.0),
+    "uint16": (torch.uint16, 65535.0),
+    "float32": (torch.float32, math.inf),
+}
+"""Input pixel types, with the largest pixel value each holds."""
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """What to export: ``format`` (onnx, torchscript), input ``dtype``, ``returns``."""
+
+    format: str = "onnx"
+    dtype: str = "uint8"
+    """The input's pixel type, resolved (``resolve_dtype``): uint8, uint16 or float32."""
+    returns: str = "scores"
+    opset: int | None = None
+    """ONNX opset; None: ``DYNAMO_OPSET``. Ignored by TorchScript."""
+
+
+def check_settings(format: str, dtype: str, returns: str, opset: Any) -> None:
+    """Raise ``ConfigError`` naming the key of a value refused before any file is read."""
+    if format not in FORMATS:
+        raise ConfigError(f"format={format!r} is not allowed: expected one of {list(FORMATS)}")
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ConfigError(f"dtype={dtype!r} is not allowed: expected auto or one of {list(DTYPES)}")
+    if returns not in RETURNS:
+        raise ConfigError(f"returns={returns!r} is not allowed: expected one of {list(RETURNS)}")
+    if opset is not None and (
+        isinstance(opset, bool) or not isinstance(opset, int) or opset < LEGACY_OPSETS.start
+    ):
+        raise ConfigError(
+            f"opset={opset!r} is not allowed: expected null (the default, {DYNAMO_OPSET}) "
+            f"or an ONNX opset number from {LEGACY_OPSETS.start}"
+        )
+
+
+def resolve_dtype(name: str, max_value: float) -> str:
+    """The input pixel type ``dtype=name`` asks for; ``auto`` picks it from ``max_value``.
+
+    ``auto``: uint8 for 8-bit checkpoints (``max_value`` 255), uint16 for 16-bit ones,
+    float32 otherwise. A type that cannot hold ``max_value`` is refused.
+    """
+    if name == "auto":
+        return next((key for key, (_, top) in DTYPES.items() if top == max_value), "float32")
+    if DTYPES[name][1] < max_value:
+        raise ConfigError(
+            f"dtype={name!r} cannot hold the pixel values of this checkpoint's images (up "
+            f"to max_value={max_value:g}): expected a wider type, such as float32"
+        )
+    return name

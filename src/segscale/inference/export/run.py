@@ -7,10 +7,10 @@ dynamic; height and width must be multiples of the network's output stride (16 f
 the default DeepLabV3+), as in PyTorch.
 
 This module writes the file for a checkpoint from the module traced
-(``segscale.inference.exportable_network``), the settings
-(``segscale.inference.export_settings``) and the formats
-(``segscale.inference.export_formats``); a file passes the check against PyTorch
-(``segscale.inference.export_check``) before it is moved into place.
+(``segscale.inference.export.formats``), the settings
+(``segscale.inference.export.formats``) and the formats
+(``segscale.inference.export.formats``); a file passes the check against PyTorch
+(``segscale.inference.export.check``) before it is moved into place.
 """
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from segscale.atomic_files import move_into_place, temporary_beside
-from segscale.inference.export_check import check_exported, random_image
-from segscale.inference.export_formats import require_onnx_packages, write_onnx, write_torchscript
-from segscale.inference.export_settings import ExportSettings
-from segscale.inference.exportable_network import ExportableNetwork
+from segscale.inference.export.check import check_exported, random_image
+from segscale.inference.export.formats import (
+    ExportableNetwork,
+    ExportSettings,
+    require_onnx_packages,
+    write_onnx,
+    write_torchscript,
+)
 from segscale.models.checkpoint.trained import TrainedModel
 from segscale.models.networks import network_input_multiple
 

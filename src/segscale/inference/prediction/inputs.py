@@ -14,7 +14,7 @@ from segscale.data.rasters import Pixels
 from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
 from segscale.data.value_range import ValueRange, value_range_problem
 from segscale.errors import ConfigError
-from segscale.inference.georeference import Georeference, read_georeference
+from segscale.inference.prediction.georeference import Georeference, read_georeference
 from segscale.models.checkpoint.trained import TrainedModel
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 from segscale.atomic_files import move_into_place, temporary_beside, write_text_atomically
 from segscale.data.sources import display_rgb
 from segscale.errors import ConfigError
-from segscale.inference.georeference import Georeference
+from segscale.inference.prediction.georeference import Georeference
 
 log = logging.getLogger(__name__)
 

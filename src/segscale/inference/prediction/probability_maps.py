@@ -29,7 +29,7 @@ import tifffile
 
 from segscale.atomic_files import move_into_place, temporary_beside
 from segscale.errors import ConfigError
-from segscale.inference.georeference import GDAL_METADATA, Georeference
+from segscale.inference.prediction.georeference import GDAL_METADATA, Georeference
 
 PROBABILITY_ENCODINGS = ("none", "uint8", "float16")
 """``probabilities``: no file, ``round(p × 255)`` as uint8, or float16 values."""
