@@ -44,7 +44,7 @@ from segscale.moved_keys import refuse_moved_overrides
 from segscale.platforms.processes import interrupt, interruptible_child
 from segscale.runs.builders import build
 from segscale.runs.folder import SUMMARY_FILE, read_summary
-from segscale.training.run.prepare import prepare
+from segscale.training.run.config_checks import prepare
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
 ImageInput = Union[np.ndarray, str, "os.PathLike[str]"]

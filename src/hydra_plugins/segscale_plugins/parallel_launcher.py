@@ -34,7 +34,7 @@ from segscale.devices import cpus_available, devices_count, is_device_list, reso
 from segscale.errors import ConfigError
 from segscale.runs.folder import read_summary
 from segscale.sweeps.failed_jobs import JobFailedError
-from segscale.sweeps.objective import objective
+from segscale.sweeps.sweep_summary import objective
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ from segscale.platforms.memory import keep_freed_memory
 from segscale.platforms.processes import process_age
 from segscale.runs.builders import build, build_datamodule, build_module
 from segscale.training.ranks.threads import resolve_threads
-from segscale.training.run.prepare import prepare
+from segscale.training.run.config_checks import prepare
 
 log = logging.getLogger(__name__)
 

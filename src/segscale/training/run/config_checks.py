@@ -2,11 +2,18 @@
 
 Each failure names the config key, the value it got and what is allowed, so a user can
 fix the override without reading code.
+
+``prepare`` is the one preparation of a composed training config that train, bench and
+the API share: ``datamodule/classes=auto`` is resolved first (the training masks'
+classes go into the config before anything reads it), then the values are checked, then
+the patch side against the network, so every entry point that builds or starts a
+training refuses the same configs with the same one-line error.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +23,7 @@ from segscale.data.datamodule import checked_start_method
 from segscale.data.samplers import SHUFFLE_MODES
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
+from segscale.models.networks import check_input_side
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
 from segscale.moved_keys import refuse_moved_config_keys
@@ -25,6 +33,7 @@ from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
 from segscale.training.ranks.threads import check_threads_setting
+from segscale.training.run.inferred_classes import InferredClasses, resolve_inferred_classes
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -137,3 +146,15 @@ def _get(cfg: DictConfig, dotted: str) -> Any:
             raise ConfigError(f"{dotted} is missing from the config")
         node = node[part]
     return node
+
+
+def prepare(cfg: DictConfig, run_folder: str | Path | None = None) -> InferredClasses | None:
+    """Resolve inferred classes into ``cfg`` and check it; ``ConfigError`` if it cannot work.
+
+    ``run_folder`` (rank 0 of a run) receives the found classes as ``classes.yaml``.
+    Returns the classes found for ``datamodule/classes=auto``, else ``None``.
+    """
+    found = resolve_inferred_classes(cfg, run_folder)
+    check_config(cfg)
+    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
+    return found

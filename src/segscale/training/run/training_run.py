@@ -60,7 +60,7 @@ from segscale.training.reporting.run_clock import RunClock
 from segscale.training.reporting.third_party_noise import (
     third_party_noise_filtered,
 )
-from segscale.training.run.prepare import prepare
+from segscale.training.run.config_checks import prepare
 from segscale.training.run_folder.relaunch import check_relaunch
 from segscale.training.run_folder.resume import (
     check_resumable,
