@@ -6,7 +6,7 @@ import pytest
 import rasterio
 
 from segscale.errors import ConfigError
-from segscale.inference import probability_maps
+from segscale.inference.prediction import probability_maps
 from segscale.inference.prediction.georeference import read_georeference
 from segscale.inference.prediction.probability_maps import (
     ProbabilityFiles,

@@ -14,7 +14,7 @@ from PIL import Image
 import segscale
 from segscale.cli.predict import main as predict_main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference import probability_maps
+from segscale.inference.prediction import probability_maps
 from segscale.inference.prediction.run import predict, prediction_folder, unexpected_entries
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.runs.folder import RunFolderBusyError, RunFolderLock
