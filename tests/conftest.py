@@ -23,11 +23,14 @@ from omegaconf import DictConfig
 from PIL import Image
 from torch import nn
 
+import segscale
 from segscale.configs import CONFIG_DIR
+from segscale.data.patches import grid_inference
 from segscale.data.synthetic import SyntheticTiles, draw_tile
 from segscale.devices import cpus_available
 from segscale.models.checkpoint import network as checkpoint_network
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
+from segscale.models.checkpoint.record import CHECKPOINT_FORMAT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -233,11 +236,32 @@ def run_with_oracle(script: str) -> None:
     runpy.run_path(str(REPO / script), run_name="__main__")
 
 
+ORACLE_DATA = {"_target_": "segscale.data.folder.FolderTiles", "root": "/nowhere/oracle"}
+"""The data ``oracle_checkpoint`` records it was trained on: none that a test holds."""
+
+
+def full_record(meta: dict) -> dict:
+    """``meta`` (network, classes, normalization) with the rest of a record ``train.py``
+    writes: this format and segscale, masks of class indices, trained on ``ORACLE_DATA``,
+    validated on tiles of 32 pixels, no value range."""
+    return {
+        "checkpoint_format": CHECKPOINT_FORMAT,
+        "segscale_version": segscale.__version__,
+        "label_ids": None,
+        "ignore_ids": [],
+        "data_source": ORACLE_DATA,
+        "validation_inference": grid_inference(32),
+        "value_range": None,
+        **meta,
+    }
+
+
 def oracle_checkpoint(path: Path, num_classes: int = 3, colours: list | None = None) -> Path:
     """A segscale checkpoint of a 1×1 convolution that predicts class = channel 0 / 40.
 
     Its logits are ``2k·x/40 − k²`` for class k, which peak at ``k = x/40``; mean 0 and
-    std 1/255 make the module feed it raw pixel values.
+    std 1/255 make the module feed it raw pixel values. Its record is ``full_record``'s:
+    evaluating other data than ``ORACLE_DATA`` takes ``other_data=true``.
     """
     weight = torch.zeros(num_classes, 3, 1, 1)
     weight[:, 0, 0, 0] = 2 * torch.arange(num_classes) / CLASS_STEP
@@ -256,7 +280,7 @@ def oracle_checkpoint(path: Path, num_classes: int = 3, colours: list | None = N
         "max_value": 255.0,
     }
     state = {"network.weight": weight, "network.bias": -(torch.arange(num_classes) ** 2.0)}
-    save_checkpoint_file({"state_dict": state, "segscale": meta}, path)
+    save_checkpoint_file({"state_dict": state, "segscale": full_record(meta)}, path)
     return path
 
 
@@ -266,7 +290,7 @@ def float_oracle_checkpoint(
     """``oracle_checkpoint`` trained on float images of 0-1, with that ``value_range``.
 
     It predicts ``mask`` from ``oracle_image(mask) / 255`` (as float32); ``value_range``
-    ``None``: a checkpoint written before segscale recorded one.
+    ``None``: the data gave none.
     """
     content = load_checkpoint_file(oracle_checkpoint(path), "ckpt")
     content["segscale"]["max_value"] = 1.0

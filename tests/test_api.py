@@ -99,8 +99,6 @@ def test_the_window_is_predict_py_s_unless_replaced(oracle: Path):
     assert (scaled.tta, scaled.tta_scales) == ("d4", (0.75, 1.0, 1.25))
     with pytest.raises(ConfigError, match=r"inference\.tta_scales=\[0\] is not allowed"):
         segscale.load(oracle, tta_scales=[0])
-    with pytest.raises(ConfigError, match=r"inference\.flip_tta is now inference\.tta"):
-        segscale.load(oracle, overrides=["inference.flip_tta=true"])
     with pytest.raises(ConfigError, match=r"inference\.overlap=1\.5 is not allowed"):
         segscale.load(oracle, overlap=1.5)
 
@@ -159,7 +157,6 @@ def _fail_if_started(command: list[str]) -> int:
             ["datamodule.patch_size=100"],
             r"datamodule\.patch_size=100 is not allowed: DeepLabV3Plus",
         ),
-        (["strategy.sync_batchnorm=false"], r"strategy\.sync_batchnorm is now training\."),
     ],
 )
 def test_a_bad_override_raises_before_anything_starts(
@@ -319,7 +316,7 @@ def test_evaluate_returns_the_metrics_bf_scores_and_each_image_s_row(tmp_path: P
     write_pair(root, "test", "a", oracle_image(shifted), truth)
     write_pair(root, "test", "b", oracle_image(truth), truth)
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
-    where = ["datamodule=folder", f"datamodule.source.root={root}", "split=test"]
+    where = ["datamodule=folder", f"datamodule.source.root={root}", "split=test", "other_data=true"]
     metrics = segscale.evaluate(
         ckpt, [*where, "accelerator=cpu", "bf_tolerance=0.07"], output_dir=tmp_path / "out"
     )

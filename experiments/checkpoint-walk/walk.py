@@ -57,6 +57,7 @@ def write_checkpoint(path: Path) -> None:
     }
     network = build_network(**{k: v for k, v in model.items() if k != "_target_"})
     meta = {
+        "checkpoint_format": 1,  # record.CHECKPOINT_FORMAT, written out: older trees lack it
         "segscale_version": segscale.__version__,
         "model": model,
         "class_names": ["background", "object"],
@@ -67,6 +68,9 @@ def write_checkpoint(path: Path) -> None:
         "mean": [0.5, 0.5, 0.5],
         "std": [0.25, 0.25, 0.25],
         "max_value": 255.0,
+        "data_source": {"_target_": "segscale.data.synthetic.SyntheticTiles"},
+        "validation_inference": {"tile_size": 256, "overlap": 0.0, "blend": "none"},
+        "value_range": None,
     }
     state = {f"network.{k}": v for k, v in network.state_dict().items()}
     save_checkpoint_file({"state_dict": state, "segscale": meta}, path)

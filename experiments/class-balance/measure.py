@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from segscale.atomic_files import write_text_atomically
-from segscale.bench.pipeline import calls_per_second, loader_rate
+from segscale.bench.measure.pipeline import calls_per_second, loader_rate
 from segscale.configs import compose_config
 from segscale.data.datamodule import SegmentationDataModule
 from segscale.runs.builders import build

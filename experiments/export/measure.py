@@ -32,9 +32,12 @@ import onnxruntime
 import torch
 from omegaconf import OmegaConf
 
+import segscale
 from segscale.configs import compose_config
+from segscale.data.patches import grid_inference
 from segscale.inference.export.formats import load_exported
 from segscale.models.checkpoint.files import save_checkpoint_file
+from segscale.models.checkpoint.record import CHECKPOINT_FORMAT
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import build_network
 
@@ -58,6 +61,13 @@ def default_checkpoint(path: Path) -> dict:
         "mean": list(data.mean),
         "std": list(data.std),
         "max_value": 255.0,
+        "checkpoint_format": CHECKPOINT_FORMAT,
+        "segscale_version": segscale.__version__,
+        "label_ids": None,
+        "ignore_ids": [],
+        "data_source": {"_target_": "segscale.data.synthetic.SyntheticTiles"},
+        "validation_inference": grid_inference(256),
+        "value_range": None,
     }
     state = {f"network.{k}": v for k, v in network.state_dict().items()}
     save_checkpoint_file({"state_dict": state, "segscale": meta}, path)

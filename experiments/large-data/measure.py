@@ -14,7 +14,7 @@ Steps (each adds its part to ``results.json`` beside this file):
   a first run that caches the dataset check; before and after.
 - ``rates``: patches/s of the training DataLoader at 512² with the default workers,
   the tiles as stored against the same tiles decoded into memory (``bench.py``'s
-  ``segscale.bench.storage``): 8 compressed tiled GeoTIFFs, and the same 8 tiles as PNGs
+  ``segscale.bench.measure.storage``): 8 compressed tiled GeoTIFFs, and the same 8 tiles as PNGs
   (read through the decode cache); each measured ``--repeats`` times.
 - ``large``: one epoch with 2 ranks on a dataset whose decoded size is ``--ram-factor``
   × this machine's memory: before (stopped once its memory passes ``--cap-gb``) side by
@@ -135,7 +135,7 @@ def rates_step(work: Path, repeats: int, seconds: float) -> dict[str, Any]:
     fix in ``segscale.data.rasters`` (NumPy's strided ``moveaxis`` copy), in this process
     only: what the ratio was, and what the fix changed.
     """
-    from segscale.bench.storage import measure_storage
+    from segscale.bench.measure.storage import measure_storage
     from segscale.configs import compose_config
     from segscale.runs.builders import build, build_datamodule
 

@@ -15,7 +15,7 @@ import pstats
 import sys
 import time
 
-from segscale.bench.storage import decoded_copy
+from segscale.bench.measure.storage import decoded_copy
 from segscale.configs import compose_config
 from segscale.data.patches import RandomPatchDataset
 from segscale.runs.builders import build, build_datamodule

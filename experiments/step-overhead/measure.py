@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from segscale.bench.overhead import step_terms
+from segscale.bench.measure.overhead import step_terms
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -5,9 +5,9 @@ What is measured here, what is published and what is assumed, each named:
 - the network (measured here, on the CPU): the preset
   ``experiment=deeplabv3plus_inceptionresnetv2-d16_b20-10e_512x512`` built with smp; its
   parameters, those its forward pass uses (what DDP all-reduces), its batch-norm layers
-  and buffers; FLOPs per 512² patch, forward and backward (``segscale.bench.flops``);
+  and buffers; FLOPs per 512² patch, forward and backward (``segscale.bench.measure.flops``);
 - one V100's step (computed): the FLOPs over the V100 PCIe's fp32 peak
-  (``segscale.bench.flops.PEAKS``) at the share of the peak a published step reached,
+  (``segscale.bench.measure.flops.PEAKS``) at the share of the peak a published step reached,
   counted with the same counter: the PyTorch DeepLabV3+ row of docs/bench.md's table
   (mmseg DeepLabV3+ R50-D8 at 512×1024, batch 4, fp32, 0.900 s on a V100-SXM2: smp's
   DeepLabV3+ R50 at output stride 8 stands for it) and, beside it, NVIDIA's ResNet-50
@@ -21,7 +21,7 @@ What is measured here, what is published and what is assumed, each named:
 - NCCL on Linux or WSL2 (published): bench's ``PCIe 3.0 x16`` row (2 GPUs, no
   peer-to-peer: NCCL through host memory on its own path).
 
-The step model (``segscale.bench.step_model``) predicts 2 GPUs both ways. Writes what
+The step model (``segscale.bench.predict.step_model``) predicts 2 GPUs both ways. Writes what
 it measured and counted into ``--out`` and prints README.md's tables; ``--table FILE``
 prints them from a stored file without measuring (the predictions are the step
 model's on those numbers, made again each time).
@@ -44,13 +44,13 @@ import torch
 from torch import nn
 
 from segscale.atomic_files import write_text_atomically
-from segscale.bench.arrival_spread import GPU_SPREAD
-from segscale.bench.ddp_runs import measure_allreduce
-from segscale.bench.flops import device_peak, training_flops
-from segscale.bench.host_staged_link import HostStagedLink, PinnedCopies
-from segscale.bench.interconnects import Interconnect, find_interconnect
-from segscale.bench.step_model import Prediction, predict
-from segscale.bench.step_profile import (
+from segscale.bench.measure.ddp_runs import measure_allreduce
+from segscale.bench.measure.flops import device_peak, training_flops
+from segscale.bench.predict.arrival_spread import GPU_SPREAD
+from segscale.bench.predict.host_staged_link import HostStagedLink, PinnedCopies
+from segscale.bench.predict.interconnects import Interconnect, find_interconnect
+from segscale.bench.predict.step_model import Prediction, predict
+from segscale.bench.predict.step_profile import (
     DDP_BUCKET_BYTES,
     SYNC_BATCHNORM_COLLECTIVES,
     BatchNormSync,
@@ -73,7 +73,8 @@ V100_COPIES = PinnedCopies(
     "CUDA bandwidthTest on a Tesla V100, 32 MB pinned (router-gao/cuda-demo)",
 )
 NCCL_LINK = "PCIe 3.0 x16"
-OPTIMIZER_SHARE = 0.03  # the published rows' assumptions (tests/bench/test_published_scaling.py)
+# the published rows' assumptions (tests/bench/predict/test_published_scaling.py)
+OPTIMIZER_SHARE = 0.03
 JITTER = 0.02
 # Published V100 fp32 steps: (name, seconds per step, patches, its V100 as torch names it)
 DEEPLAB_REFERENCE = ("mmseg DeepLabV3+ R50-D8, 512×1024", 0.900, 4, "Tesla V100-SXM2-32GB")

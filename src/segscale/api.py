@@ -32,6 +32,7 @@ from segscale.data.rasters import Pixels
 from segscale.data.sources import (
     check_max_image_pixels,
 )
+from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
 from segscale.inference.evaluation.image_metrics import read_image_metrics
 from segscale.inference.evaluation.run import evaluate as evaluate_checkpoint
@@ -39,8 +40,8 @@ from segscale.inference.evaluation.run import names_data
 from segscale.inference.prediction.inputs import check_pixels, range_checked, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
+from segscale.models.module import SegmentationModule
 from segscale.models.networks import check_input_side
-from segscale.moved_keys import refuse_moved_overrides
 from segscale.platforms.processes import interrupt, interruptible_child
 from segscale.runs.builders import build
 from segscale.runs.folder import SUMMARY_FILE, read_summary
@@ -57,9 +58,10 @@ INTERRUPT_GRACE_S = 60.0
 class Predictor:
     """A trained network that labels images of any size with the sliding window.
 
-    Made by ``load``. ``class_names``, ``colours`` (K×3 uint8, RGB per class) and
-    ``num_classes`` are the checkpoint's; ``module`` is the network (eval mode, on
-    ``device``) and ``window`` the ``SlidingWindow`` that tiles each image.
+    Made by ``load``. ``class_names``, ``colours`` (K×3 uint8, RGB per class),
+    ``num_classes``, ``in_channels``, ``max_value`` and ``value_range`` are the
+    checkpoint's, read from ``trained`` (its ``record``); ``module`` is the network (eval
+    mode, on ``device``) and ``window`` the ``SlidingWindow`` that tiles each image.
     """
 
     def __init__(
@@ -70,14 +72,8 @@ class Predictor:
         max_image_pixels: int | None,
         ckpt: str | os.PathLike[str] = "ckpt",
     ) -> None:
-        # The training images' values, which an image must not be far outside (None:
-        # not recorded, or check_value_range=false).
-        self.value_range = trained.value_range
-        self.module = trained.module.to(device).eval()
-        self.class_names = trained.class_names
-        self.colours = trained.colours
-        self.in_channels = trained.in_channels
-        self.max_value = trained.max_value
+        trained.module.to(device).eval()
+        self.trained = trained
         self.window = window
         self.device = device
         self.max_image_pixels = max_image_pixels
@@ -85,9 +81,42 @@ class Predictor:
         self.network = f"the network of ckpt={str(ckpt)!r}"
 
     @property
+    def module(self) -> SegmentationModule:
+        """The network, in eval mode on ``device``."""
+        return self.trained.module
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The classes' names, in the order of the network's outputs."""
+        return self.trained.class_names
+
+    @property
+    def colours(self) -> np.ndarray:
+        """RGB per class (K×3 uint8)."""
+        return self.trained.colours
+
+    @property
     def num_classes(self) -> int:
         """Number of classes the network predicts."""
-        return len(self.class_names)
+        return self.trained.num_classes
+
+    @property
+    def in_channels(self) -> int:
+        """The channels an image must have."""
+        return self.trained.in_channels
+
+    @property
+    def max_value(self) -> float:
+        """The pixels' full intensity in the training images (255 for 8-bit)."""
+        return self.trained.max_value
+
+    @property
+    def value_range(self) -> ValueRange | None:
+        """The training images' values, which an image must not be far outside.
+
+        ``None``: not recorded, or ``check_value_range=false``.
+        """
+        return self.trained.value_range
 
     def __repr__(self) -> str:
         return (
@@ -278,7 +307,6 @@ def _compose(
     config_name: str, overrides: Sequence[str], return_hydra_config: bool = False
 ) -> DictConfig:
     """``compose_config``, with Hydra's refusals of an override as ``ConfigError``."""
-    refuse_moved_overrides(overrides)
     try:
         return compose_config(config_name, overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as error:

@@ -1,7 +1,7 @@
 """The installed segscale's version (``segscale.__version__``), for what records it.
 
-Checkpoints store it, so that one written by a newer segscale is refused clearly. A
-source tree on ``sys.path`` that was never installed has none: ``0+unknown``.
+Checkpoints store it beside their format, for the messages that refuse one of another
+format. A source tree on ``sys.path`` that was never installed has none: ``0+unknown``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,3 @@ try:
     __version__ = metadata.version("segscale")
 except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
     __version__ = "0+unknown"
-
-UNKNOWN_LOCAL = "unknown"
-"""The local part of the version of a source tree never installed."""

@@ -2,7 +2,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from segscale.bench.duration import duration_text, plan_duration
-from segscale.bench.storage import ROUNDS
+from segscale.bench.measure.storage import ROUNDS
 
 BENCH = {
     "seconds": 2.0,

@@ -1,13 +1,12 @@
 import pytest
 from omegaconf import OmegaConf
 
-from segscale.bench.compute import BareLoopResult
-from segscale.bench.gpu_backend import GpuBackend
-from segscale.bench.host_staged_link import HostStagedLink, PinnedCopies
-from segscale.bench.interconnects import INTERCONNECTS, Interconnect
+from segscale.bench.measure.compute import BareLoopResult
+from segscale.bench.measure.timing import Timing
+from segscale.bench.predict.host_staged_link import GpuBackend, HostStagedLink, PinnedCopies
+from segscale.bench.predict.interconnects import INTERCONNECTS, Interconnect
+from segscale.bench.predict.step_profile import Gradients
 from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
-from segscale.bench.step_profile import Gradients
-from segscale.bench.timing import Timing
 
 OPTIONS = OmegaConf.create({"predict_devices": [2, 8]})
 

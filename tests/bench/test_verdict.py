@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread
-from segscale.bench.interconnects import find_interconnect
+from segscale.bench.predict.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread
+from segscale.bench.predict.interconnects import find_interconnect
+from segscale.bench.predict.step_model import predict
+from segscale.bench.predict.step_profile import BatchNormSync, Collectives, Gradients, StepProfile
 from segscale.bench.predicted_scaling import prediction_rows
-from segscale.bench.step_model import predict
-from segscale.bench.step_profile import BatchNormSync, Collectives, Gradients, StepProfile
 from segscale.bench.verdict import (
     GLOO_TERMS,
     NVLINK,

@@ -10,10 +10,9 @@ import torch
 from hydra.utils import instantiate
 
 from segscale.bench import benchmark
-from segscale.bench.bench_config import device_counts
-from segscale.bench.benchmark import bench
-from segscale.bench.pipeline import rank_data_rate
-from segscale.bench.storage import ROUNDS
+from segscale.bench.benchmark import bench, device_counts
+from segscale.bench.measure.pipeline import rank_data_rate
+from segscale.bench.measure.storage import ROUNDS
 from segscale.cli import bench as bench_command
 from segscale.cli.bench import EXIT_FAILED_MEASUREMENT, main
 from segscale.data import loader_workers

@@ -35,7 +35,11 @@ LABEL_IDS = [10, 20, 30]
 
 
 def _config(root: Path, ckpt: Path, out: Path, *overrides: str):
-    """No classes given: evaluate.py takes the checkpoint's."""
+    """No classes given: evaluate.py takes the checkpoint's; the data are ``root``'s.
+
+    ``other_data=true`` unless ``overrides`` set it: an oracle was trained on none of them.
+    """
+    other = [] if any(o.startswith("other_data=") for o in overrides) else ["other_data=true"]
     return compose_config(
         "evaluate",
         "datamodule=folder",
@@ -44,6 +48,7 @@ def _config(root: Path, ckpt: Path, out: Path, *overrides: str):
         f"output_dir={out}",
         "accelerator=cpu",
         "inference.tile_size=32",
+        *other,
         *overrides,
     )
 
@@ -79,11 +84,10 @@ def _with_label_ids(ckpt: Path, path: Path) -> Path:
     return path
 
 
-def test_a_model_that_predicts_the_truth_scores_iou_one(tmp_path: Path, caplog):
+def test_a_model_that_predicts_the_truth_scores_iou_one(tmp_path: Path):
     root = _dataset(tmp_path / "data")
-    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")  # no label IDs: an older checkpoint
+    ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")  # masks of class indices
     metrics = evaluate(_config(root, ckpt, tmp_path / "out", "split=test"))
-    assert "carries no label IDs" in caplog.text and "class indices 0-2" in caplog.text
     assert metrics["GlobalAccuracy"] == 1.0 and metrics["MeanIoU"] == 1.0
     classes = metrics["classes"]
     assert classes["class0"]["IoU"] == classes["class1"]["IoU"] == 1.0
@@ -100,8 +104,7 @@ def test_the_checkpoint_s_label_ids_need_no_override_and_an_equal_one_changes_no
     tmp_path: Path,
 ):
     root = _labelled(tmp_path / "data")
-    old_style = oracle_checkpoint(tmp_path / "old.ckpt")
-    ckpt = _with_label_ids(old_style, tmp_path / "oracle.ckpt")
+    ckpt = _with_label_ids(oracle_checkpoint(tmp_path / "indices.ckpt"), tmp_path / "oracle.ckpt")
 
     def metrics(checkpoint: Path, *overrides: str) -> dict:
         where = ("datamodule.source.images=all/images", "datamodule.source.masks=all/masks")
@@ -121,10 +124,6 @@ def test_the_checkpoint_s_label_ids_need_no_override_and_an_equal_one_changes_no
         "datamodule.ignore_ids=[99,255]",  # 255 is ignored in grey masks anyway
     )
     assert repeated == own
-    # an older checkpoint (no label IDs) takes them from the config
-    assert (
-        metrics(old_style, "datamodule.label_ids=[10,20,30]", "datamodule.ignore_ids=[99]") == own
-    )
 
 
 @pytest.mark.parametrize(
@@ -152,7 +151,12 @@ def test_a_split_that_is_not_there_names_what_was_looked_for(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"splits.test='test': neither the folder .*/test "):
         evaluate(_config(tmp_path, ckpt, tmp_path / "out", "split=test"))
     synthetic = compose_config(
-        "evaluate", f"ckpt={ckpt}", f"output_dir={tmp_path}", "split=test", "accelerator=cpu"
+        "evaluate",
+        f"ckpt={ckpt}",
+        f"output_dir={tmp_path}",
+        "split=test",
+        "accelerator=cpu",
+        "other_data=true",  # the composed synthetic set, not the oracle's data
     )
     with pytest.raises(ConfigError, match=r"split='test'.*SyntheticTiles\) has no such split"):
         evaluate(synthetic)
@@ -264,15 +268,6 @@ def test_data_named_that_differ_from_the_checkpoint_s_are_refused_naming_both(
     assert "other_data=true" in message
 
 
-def test_a_checkpoint_from_before_the_name_suffixes_is_the_same_data_named(tmp_path: Path):
-    # Its data_source has no image_suffix/mask_suffix: it was trained with their default.
-    root = _dataset(tmp_path / "data")
-    ckpt = _trained_on(
-        oracle_checkpoint(tmp_path / "oracle.ckpt"), _folder_source(root), tmp_path / "f.ckpt"
-    )
-    assert evaluate(_config(root, ckpt, tmp_path / "out", "split=test"))["MeanIoU"] == 1.0
-
-
 def test_other_data_true_evaluates_the_data_named(tmp_path: Path):
     root = _dataset(tmp_path / "data")
     other = _dataset(tmp_path / "other")
@@ -368,7 +363,12 @@ def test_images_of_other_channels_than_the_checkpoint_s_name_its_network(tmp_pat
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")  # a 3-channel network
     args = (f"ckpt={ckpt}", "datamodule=folder", f"datamodule.source.root={root}", "split=test")
     result = run_in_process(
-        evaluate_main, *args, f"output_dir={tmp_path / 'out'}", cwd=tmp_path, program="evaluate.py"
+        evaluate_main,
+        *args,
+        "other_data=true",
+        f"output_dir={tmp_path / 'out'}",
+        cwd=tmp_path,
+        program="evaluate.py",
     )
     output = result.stdout + result.stderr
     assert result.returncode == EXIT_BAD_INPUT, output[-3000:]

@@ -128,6 +128,7 @@ def test_evaluate_reads_the_test_split_of_separate_folders(tmp_path: Path):
         "datamodule=folder",
         f"datamodule.source.root={root}",
         "datamodule.source.splits.test={images:test,masks:testannot}",
+        "other_data=true",  # not the oracle's
         f"ckpt={oracle_checkpoint(tmp_path / 'oracle.ckpt')}",
         f"output_dir={tmp_path / 'out'}",
         "accelerator=cpu",

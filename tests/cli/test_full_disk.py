@@ -116,6 +116,7 @@ def test_an_evaluation_whose_report_meets_a_full_disk_ends_in_a_few_lines(tmp_pa
         f"ckpt={oracle_checkpoint(tmp_path / 'oracle.ckpt')}",
         "datamodule=folder",
         f"datamodule.source.root={root}",
+        "other_data=true",  # not the oracle's
         "split=test",
         "accelerator=cpu",
         "inference.tile_size=32",

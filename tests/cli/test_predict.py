@@ -444,9 +444,9 @@ def _float_inputs(folder: Path) -> dict[str, np.ndarray]:
     [
         ([[0.0, 1.0]] * 3, (), EXIT_BAD_INPUT),
         ([[0.0, 1.0]] * 3, ("check_value_range=false",), 0),
-        (None, (), 0),  # a checkpoint from before the range was recorded: no check
+        (None, (), 0),  # a record without a range (the data gave none): no check
     ],
-    ids=["refused", "check_value_range=false", "older checkpoint"],
+    ids=["refused", "check_value_range=false", "no range recorded"],
 )
 def test_a_float_image_of_0_to_255_for_a_network_of_0_to_1_is_refused_naming_both(
     tmp_path: Path, recorded, overrides: tuple[str, ...], code: int

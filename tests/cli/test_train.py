@@ -460,10 +460,10 @@ def compose_classes(name: str):
 IMPORT_EVERY_COMMAND = """
 import sys
 from omegaconf import OmegaConf
-from segscale.training.reporting import run_clock
+from segscale.training.reporting import run_times
 for command in ("bench", "data", "evaluate", "export", "predict", "summarize", "train"):
     __import__(f"segscale.cli.{command}")
-print(OmegaConf.has_resolver("segscale.run_dir"), run_clock._imports_done)
+print(OmegaConf.has_resolver("segscale.run_dir"), run_times._imports_done)
 """
 
 

@@ -87,7 +87,7 @@ def test_the_trainer_builds_from_every_key(tmp_path):
 
 
 def test_bench_overrides_set_the_keys_with_double_plus():
-    # segscale.bench.ddp_runs starts each ddp run with these: ++ sets a key present or not.
+    # segscale.bench.measure.ddp_runs starts each ddp run with these: ++ sets a key present or not.
     cfg = compose_config(
         "train",
         "++trainer.max_steps=35",

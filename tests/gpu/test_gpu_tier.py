@@ -29,7 +29,7 @@ from tests.conftest import REPO, compose_config, tiny_overrides
 from tests.in_process import run_in_process
 from tests.training.record_dtype import recorded_dtypes
 
-from segscale.bench.host_staged_link import measure_copies
+from segscale.bench.predict.host_staged_link import measure_copies
 from segscale.cli import evaluate as evaluate_cli
 from segscale.cli import export as export_cli
 from segscale.cli import predict as predict_cli
@@ -325,7 +325,7 @@ def test_two_ranks_sharing_one_gpu_train_as_one_process(tiny_data_root, tmp_path
 
 
 def test_the_gpu_s_copies_through_pinned_host_memory_are_measured():
-    # What gloo's link through host memory (bench/host_staged_link.py) takes from the GPU:
+    # What gloo's link through host memory (bench/predict/host_staged_link.py) takes from the GPU:
     # its copies of one DDP bucket to pinned host memory and back, as gloo makes them.
     copies = measure_copies(torch.device("cuda", 0), 25 * 2**20)
     for bandwidth in (copies.device_to_host, copies.host_to_device):

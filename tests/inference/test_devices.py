@@ -114,6 +114,7 @@ def test_evaluate_hands_its_ranks_the_backend_it_resolved(tmp_path, monkeypatch)
         "evaluate",
         "datamodule=folder",
         f"datamodule.source.root={tmp_path / 'data'}",
+        "other_data=true",  # not the oracle's
         "accelerator=cpu",
         "devices=2",
         f"ckpt={ckpt}",

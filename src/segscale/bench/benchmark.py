@@ -1,18 +1,17 @@
 """``bench``: will more devices make this training faster, and by how much.
 
 ``bench`` composes the same config as ``train.py`` (``conf/bench.yaml`` extends
-``conf/train.yaml`` with a ``bench`` section) and, for that config on this machine,
-measures in turn: the data pipeline (``segscale.bench.pipeline``; the tiles as stored
-against decoded into memory, ``segscale.bench.storage``), one device's training
-step in Lightning and in a bare PyTorch loop (``segscale.bench.compute``), DDP's gradient
-buckets (``segscale.bench.gradients``), FLOPs (``segscale.bench.flops``), the framework's
-overhead per step (``segscale.bench.overhead``), the performance options one at a time
-(``segscale.bench.performance_options``), short ``train.py`` runs with ``strategy=ddp`` on 1, 2, …
-devices (``segscale.bench.ddp_runs``) and, on CPUs, N loops side by side
-(``segscale.bench.sharing``). From these the step model (``segscale.bench.step_model``)
-predicts 2, 4 and 8 devices over the interconnects of ``segscale.bench.interconnects``
-(on GPUs whose ranks would use gloo, ``segscale.bench.gpu_backend``, also over gloo's
-link through host memory, ``segscale.bench.host_staged_link``) and this machine's N;
+``conf/train.yaml`` with a ``bench`` section, checked here: ``check_bench``) and, for
+that config on this machine, measures in turn (``segscale.bench.measure``): the data
+pipeline (``pipeline``; the tiles as stored against decoded into memory, ``storage``),
+one device's training step in Lightning and in a bare PyTorch loop (``compute``), DDP's
+gradient buckets (``gradients``), FLOPs (``flops``), the framework's overhead per step
+(``overhead``), the performance options one at a time (``performance_options``), short
+``train.py`` runs with ``strategy=ddp`` on 1, 2, … devices (``ddp_runs``) and, on CPUs,
+N loops side by side (``sharing``). From these the step model
+(``segscale.bench.predict``, fed by ``segscale.bench.predicted_scaling``) predicts 2, 4
+and 8 devices over the published interconnects (on GPUs whose ranks would use gloo,
+also over gloo's link through host memory, ``host_staged_link``) and this machine's N;
 the verdict (``segscale.bench.verdict``), a table, ``bench.json`` and two plots
 (``segscale.bench.report``) go into the run folder.
 """
@@ -31,30 +30,34 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.bench import report
-from segscale.bench.bench_config import check_bench, device_counts
-from segscale.bench.compute import (
+from segscale.bench.duration import duration_text, plan_duration
+from segscale.bench.measure.compute import (
     StepPlan,
     autocast,
     framework_comparison,
     gradient_bytes,
     parameter_count,
 )
-from segscale.bench.ddp_runs import measure_allreduce, measure_scaling
-from segscale.bench.duration import duration_text, plan_duration
-from segscale.bench.flops import measure_utilisation
-from segscale.bench.gpu_backend import gpu_backend
-from segscale.bench.gradients import buffer_bytes, measure_gradients
-from segscale.bench.host_staged_link import HostStagedLink, measure_copies
-from segscale.bench.interconnects import Link
-from segscale.bench.overhead import measure_overhead
-from segscale.bench.performance_options import measure_options, option_variants
-from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_counts
+from segscale.bench.measure.ddp_runs import measure_allreduce, measure_scaling
+from segscale.bench.measure.flops import measure_utilisation
+from segscale.bench.measure.gradients import buffer_bytes, measure_gradients
+from segscale.bench.measure.overhead import measure_overhead
+from segscale.bench.measure.performance_options import measure_options, option_variants
+from segscale.bench.measure.pipeline import (
+    doubling_counts,
+    measure_pipeline,
+    rank_data_rate,
+    worker_counts,
+)
+from segscale.bench.measure.sharing import batchnorm_layers, sharing, side_by_side
+from segscale.bench.measure.storage import measure_storage
+from segscale.bench.predict.host_staged_link import HostStagedLink, gpu_backend, measure_copies
+from segscale.bench.predict.interconnects import Link
 from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
 from segscale.bench.progress import Progress
-from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
-from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
+from segscale.errors import ConfigError, integer_at_least, require
 from segscale.platforms.memory import keep_freed_memory
 from segscale.platforms.processes import process_age
 from segscale.runs.builders import build, build_datamodule, build_module
@@ -274,3 +277,54 @@ def finish(results: dict[str, Any], folder: Path) -> str:
         log.warning("no ddp run measured a step: no scaling plot (bench_scaling.png)")
     report.plot_pipeline(results, folder / "bench_pipeline.png")
     return report.table(results)
+
+
+def device_counts(configured: Any, available: int) -> list[int]:
+    """Device counts for the ddp runs: ``configured``, or 1, 2, 4, … and ``available``."""
+    if configured:
+        counts = sorted({int(n) for n in configured})
+        if counts[0] < 1 or counts[-1] > available:
+            raise ConfigError(
+                f"bench.devices={counts} is not allowed: expected counts from 1 to {available} "
+                "(the devices of this machine)"
+            )
+        return counts
+    return doubling_counts(available)
+
+
+def check_bench(options: DictConfig) -> None:
+    """Raise ``ConfigError`` for a ``bench`` value that cannot work."""
+    for name, minimum in (
+        ("warmup_steps", 0),
+        ("window_steps", 1),
+        ("windows", 1),
+        ("option_steps", 1),
+        ("overhead_steps", 1),
+        ("overhead_rounds", 1),
+    ):
+        require(
+            options[name],
+            f"bench.{name}",
+            integer_at_least(minimum),
+            f"an integer >= {minimum}",
+        )
+    for name in ("seconds", "timeout_s", "bucket_mb", "in_memory_gb"):
+        require(
+            options[name],
+            f"bench.{name}",
+            lambda v: isinstance(v, (int, float)) and v > 0,
+            "a positive number",
+        )
+    if options.threads_per_process is not None:
+        require(
+            options.threads_per_process,
+            "bench.threads_per_process",
+            lambda v: isinstance(v, int) and v >= 1,
+            "a positive integer, or null (the cores / the largest device count)",
+        )
+    require(
+        options.predict_devices,
+        "bench.predict_devices",
+        lambda v: bool(v) and all(isinstance(n, int) and n >= 2 for n in v),
+        "a list of device counts >= 2, such as [2, 4, 8]",
+    )

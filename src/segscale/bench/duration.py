@@ -31,8 +31,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from segscale.bench.overhead import WARMUP_STEPS as OVERHEAD_WARMUP
-from segscale.bench.storage import ROUNDS
+from segscale.bench.measure.overhead import WARMUP_STEPS as OVERHEAD_WARMUP
+from segscale.bench.measure.storage import ROUNDS
 
 ONE_CORE_RATES = 3
 """The data pipeline's rates on one core: the crop, crop + warp, the augmentation."""

@@ -4,9 +4,9 @@ The GPU predictions start from one device's step: only a GPU's measured step is 
 Where bench measured a CPU there are none (bench has no basis for this config's step on a
 GPU: no published step time of it, and its FLOPs give a GPU's step only at a share of the
 GPU's peak that bench has not measured); this machine's N are predicted either way.
-Where the GPU ranks would use gloo (``segscale.bench.gpu_backend``: Windows, or the
+Where the GPU ranks would use gloo (``segscale.bench.predict.host_staged_link``: Windows, or the
 config's choice), the same N GPUs are predicted over gloo's link through host memory
-(``segscale.bench.host_staged_link``) beside the NCCL rows, which then say what Linux
+(``segscale.bench.predict.host_staged_link``) beside the NCCL rows, which then say what Linux
 or WSL2 would give.
 """
 
@@ -17,17 +17,17 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from segscale.bench.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread, segment_s
-from segscale.bench.collective_timing import expected_max_standard_normal
-from segscale.bench.compute import (
+from segscale.bench.measure.compute import (
     BareLoopResult,
 )
-from segscale.bench.gpu_backend import GpuBackend
-from segscale.bench.host_staged_link import HostStagedLink
-from segscale.bench.interconnects import INTERCONNECTS, Link
-from segscale.bench.sharing import Sharing
-from segscale.bench.step_model import predict
-from segscale.bench.step_profile import (
+from segscale.bench.measure.sharing import Sharing
+from segscale.bench.measure.timing import Timing
+from segscale.bench.predict.arrival_spread import ALTERNATIVE, GPU_SPREAD, ArrivalSpread, segment_s
+from segscale.bench.predict.collective_timing import expected_max_standard_normal
+from segscale.bench.predict.host_staged_link import GpuBackend, HostStagedLink
+from segscale.bench.predict.interconnects import INTERCONNECTS, Link
+from segscale.bench.predict.step_model import predict
+from segscale.bench.predict.step_profile import (
     SYNC_BATCHNORM_COLLECTIVES,
     BatchNormSync,
     Collectives,
@@ -35,7 +35,6 @@ from segscale.bench.step_profile import (
     Host,
     StepProfile,
 )
-from segscale.bench.timing import Timing
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from segscale.bench.benchmark import bench, finish
 from segscale.command_line import config_options
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.moved_keys import refuse_moved_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver
 
 log = logging.getLogger(__name__)
@@ -56,11 +55,6 @@ def main() -> None:
     """Entry point of ``bench.py``."""
     # conf/bench.yaml composes conf/train.yaml, whose hydra.run.dir asks this resolver.
     register_run_dir_resolver()
-    try:
-        refuse_moved_overrides(sys.argv[1:])
-    except ConfigError as error:  # before Hydra sets up logging: said on stderr
-        print(f"Error: {error}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
     run()
 
 

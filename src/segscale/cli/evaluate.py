@@ -18,12 +18,10 @@ from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.evaluation.run import evaluate, names_data
-from segscale.moved_keys import refusing_moved_keys
 
 log = logging.getLogger(__name__)
 
 
-@refusing_moved_keys  # inference.flip_tta=... names inference.tta, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     """Entry point of ``evaluate.py``."""

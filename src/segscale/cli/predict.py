@@ -20,7 +20,6 @@ from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.prediction.run import run_prediction
-from segscale.moved_keys import refusing_moved_keys
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +27,6 @@ EXIT_SKIPPED = 3
 """Exit status of a run that predicted the readable images and skipped the others."""
 
 
-@refusing_moved_keys  # inference.flip_tta=... names inference.tta, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
 def main(cfg: DictConfig) -> None:
     """Entry point of ``predict.py``: exit 0, 2, 3 or 74 (see the module's docstring)."""

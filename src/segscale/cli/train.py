@@ -21,11 +21,10 @@ from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
-from segscale.moved_keys import refuse_moved_overrides
 from segscale.sweeps.sweep_summary import objective
 from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
 from segscale.training.ranks.preemption import Preempted
-from segscale.training.reporting.run_clock import imports_done
+from segscale.training.reporting.run_times import imports_done
 from segscale.training.run.training_run import train
 from segscale.training.run_folder.relaunch import restore_overrides
 from segscale.training.run_folder.resume import register_run_dir_resolver
@@ -55,7 +54,6 @@ def main() -> None:
     atexit.register(gc.freeze)
     # ckpt_path=last or a path: the resumed run's own overrides, the command line's on top.
     try:
-        refuse_moved_overrides(sys.argv[1:])  # the user's own; a record's are renamed
         sys.argv = restore_overrides(sys.argv)
     except ConfigError as error:  # before Hydra sets up logging: said on stderr
         print(f"Error: {error}", file=sys.stderr)

@@ -16,7 +16,7 @@ from segscale.inference.export.run import export_network
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.networks import build_network
-from tests.conftest import oracle_checkpoint, oracle_image
+from tests.conftest import full_record, oracle_checkpoint, oracle_image
 
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
 
@@ -93,7 +93,7 @@ def _deeplab_checkpoint(path: Path) -> Path:
         "max_value": 255.0,
     }
     state = {f"network.{k}": v for k, v in network.state_dict().items()}
-    save_checkpoint_file({"state_dict": state, "segscale": meta}, path)
+    save_checkpoint_file({"state_dict": state, "segscale": full_record(meta)}, path)
     return path
 
 

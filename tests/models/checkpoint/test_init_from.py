@@ -8,7 +8,7 @@ from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.init_from import check_one_initialisation, load_whole_network
 from segscale.models.networks import build_network
-from tests.conftest import TINY_ENCODER
+from tests.conftest import TINY_ENCODER, full_record
 
 MEAN, STD = [0.5, 0.4, 0.3], [0.2, 0.2, 0.2]
 NORMALIZATION = {"mean": MEAN, "std": STD}
@@ -53,7 +53,10 @@ def trained_checkpoint(path: Path, classes: list[str], **changes) -> tuple[Path,
         "std": STD,
         "max_value": 255.0,
     }
-    checkpoint = {"state_dict": {f"network.{k}": v for k, v in state.items()}, "segscale": meta}
+    checkpoint = {
+        "state_dict": {f"network.{k}": v for k, v in state.items()},
+        "segscale": full_record(meta),
+    }
     save_checkpoint_file(checkpoint, path)
     return path, state
 

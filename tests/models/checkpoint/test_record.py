@@ -11,7 +11,7 @@ from segscale.cli.predict import main as predict_main
 from segscale.data.labels import LabelMap
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import DIGEST_KEY, content_digest, save_checkpoint_file
-from segscale.models.checkpoint.record import mask_label_ids, run_record
+from segscale.models.checkpoint.record import CHECKPOINT_FORMAT, mask_label_ids, run_record
 from segscale.models.checkpoint.trained import load_trained
 from segscale.models.module import SegmentationModule
 from segscale.runs.builders import build, build_datamodule, build_module
@@ -231,31 +231,57 @@ def test_checkpoints_record_the_training_images_value_range(trained):
     assert load_trained(path).value_range.record() == recorded
 
 
-def test_checkpoints_record_the_segscale_that_wrote_them(trained, tmp_path):
+def test_checkpoints_record_their_format_and_the_segscale_that_wrote_them(trained):
     module, path = trained
+    assert module.inference_metadata["checkpoint_format"] == CHECKPOINT_FORMAT
     assert module.inference_metadata["segscale_version"] == segscale.__version__
     assert SegmentationModule.load_from_checkpoint(path).inference_metadata == (
         module.inference_metadata
     )
-    older = _edited(path, tmp_path)  # written before segscale stored its version
-    content = torch.load(older, weights_only=True)
-    del content["segscale"]["segscale_version"]
-    torch.save(_sealed(content), older)
-    SegmentationModule.load_from_checkpoint(older)
+
+
+def _of_format(path: Path, tmp_path: Path, found: object) -> Path:
+    """A copy of the checkpoint at ``path`` of format ``found`` (``None``: without one)."""
+    edited = _edited(path, tmp_path, checkpoint_format=found, segscale_version="9.0")
+    if found is None:
+        content = torch.load(edited, weights_only=True)
+        del content["segscale"]["checkpoint_format"]
+        torch.save(_sealed(content), edited)
+    return edited
 
 
 @pytest.mark.parametrize(
-    ("version", "message"),
+    ("found", "shown"),
     [
-        ("999.0", r"was written by segscale 999\.0, newer than this segscale"),
-        ("x.y", "not a version"),
+        (CHECKPOINT_FORMAT + 1, f"checkpoint_format={CHECKPOINT_FORMAT + 1}"),
+        (None, "no checkpoint_format"),
+        ("1", "checkpoint_format='1'"),
     ],
 )
-def test_a_checkpoint_of_a_newer_segscale_is_refused(trained, tmp_path, version, message):
+def test_a_checkpoint_of_another_format_or_none_is_refused_naming_both(
+    trained, tmp_path, found, shown
+):
     _, path = trained
-    newer = _edited(path, tmp_path, segscale_version=version)
-    with pytest.raises(ConfigError, match=rf"ckpt='{re.escape(str(newer))}'.*{message}"):
-        load_trained(newer)
+    other = _of_format(path, tmp_path, found)
+    expected = (
+        rf"ckpt='{re.escape(str(other))}' has {re.escape(shown)} \(written by segscale 9\.0\); "
+        rf"this segscale .* reads checkpoint_format={CHECKPOINT_FORMAT} only"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        load_trained(other)
+
+
+def test_predict_py_refuses_a_checkpoint_of_another_format(trained, tmp_path):
+    _, path = trained
+    ckpt = _of_format(path, tmp_path, CHECKPOINT_FORMAT + 1)
+    image = folder_dataset(tmp_path / "data", size=64) / "val" / "images" / "tile0.png"
+    args = (f"ckpt={ckpt}", f"input={image}", f"output_dir={tmp_path / 'out'}")
+    result = run_in_process(predict_main, *args, cwd=tmp_path, program="predict.py")
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-2000:]
+    assert f"has checkpoint_format={CHECKPOINT_FORMAT + 1}" in output
+    assert f"reads checkpoint_format={CHECKPOINT_FORMAT} only" in output
+    assert "Traceback" not in output
 
 
 def test_a_checkpoint_never_fetches():

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.callbacks import Timer
 
-from segscale.training.callbacks.learning_rate_monitor import LearningRateMonitor
+from segscale.training.callbacks.learning_rate import LearningRateMonitor
 from segscale.training.callbacks.run_summary import RunSummary
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides

@@ -3,9 +3,15 @@ import time
 import pytest
 from lightning.pytorch.callbacks import Timer
 
-from segscale.training.reporting import run_clock
-from segscale.training.reporting.run_clock import PROCESS_START, TRAIN_CALL, RunClock, process_age
-from segscale.training.reporting.run_times import RunTimes, warmup_steps
+from segscale.training.reporting import run_times
+from segscale.training.reporting.run_times import (
+    PROCESS_START,
+    TRAIN_CALL,
+    RunClock,
+    RunTimes,
+    process_age,
+    warmup_steps,
+)
 
 
 def test_the_process_age_comes_from_the_operating_system():
@@ -15,7 +21,7 @@ def test_the_process_age_comes_from_the_operating_system():
 
 def test_only_the_first_clock_of_a_process_counts_from_its_start(monkeypatch):
     monkeypatch.setattr(RunClock, "_process_start_counted", False)
-    monkeypatch.setattr(run_clock, "_imports_done", None)
+    monkeypatch.setattr(run_times, "_imports_done", None)
     first, second = RunClock(), RunClock()
     assert first.since == PROCESS_START and list(first.phases) == ["python, imports, config"]
     assert second.since == TRAIN_CALL and second.phases == {}
@@ -23,12 +29,12 @@ def test_only_the_first_clock_of_a_process_counts_from_its_start(monkeypatch):
 
 def test_the_end_of_the_imports_splits_the_first_phase(monkeypatch):
     monkeypatch.setattr(RunClock, "_process_start_counted", False)
-    monkeypatch.setattr(run_clock, "_imports_done", None)
-    run_clock.imports_done()
-    marked = run_clock._imports_done
+    monkeypatch.setattr(run_times, "_imports_done", None)
+    run_times.imports_done()
+    marked = run_times._imports_done
     time.sleep(0.05)
-    run_clock.imports_done()  # only the first call counts
-    assert run_clock._imports_done == marked
+    run_times.imports_done()  # only the first call counts
+    assert run_times._imports_done == marked
     clock = RunClock()
     assert list(clock.phases) == ["python, imports", "config, run folder"]
     assert clock.phases["config, run folder"] >= 0.05

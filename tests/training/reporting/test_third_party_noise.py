@@ -1,4 +1,5 @@
 import logging
+import pickle
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -6,6 +7,7 @@ from contextlib import contextmanager
 from lightning.pytorch.utilities._pytree import _tree_flatten
 
 from segscale.training.reporting.third_party_noise import (
+    ThirdPartyNoiseFilter,
     third_party_noise_filtered,
 )
 from tests.training.callbacks.scheduled_fit import scheduled_fit
@@ -62,3 +64,16 @@ def test_only_the_known_warning_is_filtered_and_only_within_the_block():
         (True, "`isinstance(treespec, LeafSpec"),
     ]
     assert logging.getLogger("lightning.pytorch.utilities.rank_zero").filters == []
+
+
+def test_the_callback_filters_in_each_process_from_setup_to_teardown():
+    callback = ThirdPartyNoiseFilter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        callback.setup(None, None, "fit")  # type: ignore[arg-type]
+        # What ddp_spawn sends to a rank: the callback without this process's filters.
+        assert pickle.loads(pickle.dumps(callback))._filters is None
+        _tree_flatten(1)
+        callback.teardown(None, None, "fit")  # type: ignore[arg-type]
+        _tree_flatten(1)
+    assert len(caught) == 1

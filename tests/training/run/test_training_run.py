@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.runs.builders import build
 from segscale.training.run.training_run import train
+from tests.conftest import full_record
 from tests.training.record_dtype import recorded_dtypes
 
 # The tiny config trains 2 epochs of 4 iterations each (see tests/conftest.py).
@@ -79,7 +80,7 @@ def write_init_checkpoint(cfg, path):
         "max_value": 255.0,
     }
     state = {f"network.{k}": v for k, v in network.state_dict().items()}
-    save_checkpoint_file({"state_dict": state, "segscale": meta}, path)
+    save_checkpoint_file({"state_dict": state, "segscale": full_record(meta)}, path)
     return {k: v.detach().clone() for k, v in network.named_parameters()}
 
 

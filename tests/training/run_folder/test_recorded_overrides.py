@@ -29,7 +29,6 @@ LEGITIMATE = {
     "trainer.precision=bf16-mixed": "trainer.precision='bf16-mixed'",
     "callbacks.early_stopping=null": "callbacks.early_stopping=null",
     "training.sync_batchnorm=false": "training.sync_batchnorm=false",
-    "strategy.sync_batchnorm=false": "training.sync_batchnorm=false",  # a key that moved
     "seed=str(3)": "seed='3'",
     # Windows paths: typed bare, quoted, or escaped as a sweep's job records them.
     r"datamodule.source.root=C:\Users\me\data": r"datamodule.source.root='C:\Users\me\data'",

@@ -8,39 +8,47 @@ import pytest
 
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import save_checkpoint_file
+from segscale.models.checkpoint.record import CHECKPOINT_FORMAT
 from segscale.runs.builders import build, build_datamodule, build_module
-from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
+from segscale.training.callbacks.checkpoints import ForgetAbandonedBest
 from segscale.training.run_folder.resume import (
     check_resumable,
     checkpoint_of_rank_zero,
     read_resumed,
 )
 from tests.distributed import on_two_ranks
-from tests.training.callbacks.test_forget_abandoned_best import (
+from tests.training.callbacks.test_checkpoints import (
     restored_callback,
 )
 
 
 @pytest.mark.parametrize(
-    ("version", "message"),
-    [("999.0", r"was written by segscale 999\.0, newer than this segscale"), (None, None)],
+    ("found", "message"),
+    [
+        (
+            CHECKPOINT_FORMAT + 1,
+            rf"has checkpoint_format={CHECKPOINT_FORMAT + 1} \(written by segscale ",
+        ),
+        (None, r"has no checkpoint_format \(written by segscale .*\); this segscale"),
+        (CHECKPOINT_FORMAT, None),
+    ],
 )
-def test_a_resume_refuses_a_checkpoint_of_a_newer_segscale(make_config, tmp_path, version, message):
+def test_a_resume_refuses_a_checkpoint_of_another_format(make_config, tmp_path, found, message):
     cfg = make_config()
     effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)
     module = build_module(cfg, build_datamodule(cfg, effective), effective.learning_rate)
     checkpoint = {"state_dict": module.state_dict(), "epoch": 1, "global_step": 8}
     module.on_save_checkpoint(checkpoint)
-    if version is None:  # written before segscale stored its version: loads
-        del checkpoint["segscale"]["segscale_version"]
+    if found is None:
+        del checkpoint["segscale"]["checkpoint_format"]
     else:
-        checkpoint["segscale"]["segscale_version"] = version
+        checkpoint["segscale"]["checkpoint_format"] = found
     path = tmp_path / "last.ckpt"
     save_checkpoint_file(checkpoint, path)
     if message is None:
         check_resumable(read_resumed(str(path)), module)
         return
-    with pytest.raises(ConfigError, match=rf"ckpt_path='{re.escape(str(path))}'.*{message}"):
+    with pytest.raises(ConfigError, match=rf"ckpt_path='{re.escape(str(path))}' {message}"):
         read_resumed(str(path))
 
 

@@ -200,7 +200,7 @@ def range_checked(trained: TrainedModel, check: object) -> TrainedModel:
     """
     if not isinstance(check, bool):
         raise ConfigError(f"{RANGE_CHECK_KEY}={check!r} is not allowed: expected true or false")
-    return trained if check else dataclasses.replace(trained, value_range=None)
+    return trained if check else dataclasses.replace(trained, checks_value_range=False)
 
 
 def _all_finite(image: Pixels) -> bool:

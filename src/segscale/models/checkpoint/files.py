@@ -124,8 +124,8 @@ def load_checkpoint_file(path: str | Path, key: str) -> dict[str, Any]:
     """A checkpoint's content, read weights-only and checked against its digest.
 
     ``key`` names the config key that gave ``path``, for the errors: a missing,
-    unreadable or damaged file, or one without a digest (not written by segscale, or
-    by a version before digests), is refused before anything uses it.
+    unreadable or damaged file, or one without a digest (not written by segscale), is
+    refused before anything uses it.
     """
     path = Path(path)
     if path.is_file() and not zipfile.is_zipfile(path):
@@ -143,7 +143,7 @@ def load_checkpoint_file(path: str | Path, key: str) -> dict[str, Any]:
     if stored is None:
         raise ConfigError(
             f"{key}={str(path)!r} carries no content digest, so its weights cannot be "
-            f"verified; expected {EXPECTED} (those written before segscale added digests have none)"
+            f"verified; expected {EXPECTED}"
         )
     if content_digest(checkpoint) != stored:
         raise ConfigError(

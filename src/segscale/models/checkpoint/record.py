@@ -4,10 +4,10 @@
 the resolved ``model`` config, the classes and the mask values that mean them,
 normalization, the data it was trained on and how validation predicted whole images, as
 plain values that weights-only loading accepts, so a checkpoint can be applied, and
-evaluated on labelled images, without its training config. ``parse_record`` turns a
-stored entry into one typed ``CheckpointRecord``, refusing one whose entries are of
-another type (the schema: ``METADATA`` and ``LATER_METADATA``), written by a newer
-segscale (the schema's version is the writer's ``segscale_version``), or making no sense.
+evaluated on labelled images, without its training config. The record's layout is
+numbered (``checkpoint_format``: ``CHECKPOINT_FORMAT``); ``parse_record`` turns a stored
+entry into one typed ``CheckpointRecord``, refusing one of another format (or none),
+one whose entries are of another type (the schema: ``METADATA``), or one making no sense.
 """
 
 from __future__ import annotations
@@ -18,19 +18,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
-from packaging.version import InvalidVersion, Version
 
 from segscale.data.labels import LabelMap
 from segscale.data.patches import grid_inference
 from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
-from segscale.version import UNKNOWN_LOCAL, __version__
+from segscale.version import __version__
 
 if TYPE_CHECKING:
     from segscale.data.datamodule import SegmentationDataModule
 
 ENTRY = "segscale"
 """The checkpoint entry that holds the record."""
+CHECKPOINT_FORMAT = 1
+"""The layout of the record ``run_record`` writes (its ``checkpoint_format``); a record of
+another layout is refused (``check_format``). Raised when an entry changes its meaning or
+type, or a new one is required."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,7 @@ class MaskLabels:
 
 @dataclass(frozen=True)
 class CheckpointRecord:
-    """A checkpoint's ``segscale`` entry, checked, as typed values (``parse_record``).
-
-    Entries that checkpoints written before segscale stored them lack are ``None``.
-    """
+    """A checkpoint's ``segscale`` entry, checked, as typed values (``parse_record``)."""
 
     model: dict[str, Any]
     """The network config train.py built the network from (``encoder_weights`` null)."""
@@ -61,15 +61,15 @@ class CheckpointRecord:
     mean: list[float]
     std: list[float]
     max_value: float
-    mask_labels: MaskLabels | None
-    """The training masks' label IDs; ``None``: their encoding is unknown."""
-    data_source: dict[str, Any] | None
+    mask_labels: MaskLabels
+    """The training masks' label IDs."""
+    data_source: dict[str, Any]
     """The training run's ``datamodule.source`` (resolved, ``root`` absolute)."""
-    validation_inference: dict[str, Any] | None
+    validation_inference: dict[str, Any]
     """How validation predicted whole images (``grid_inference``)."""
     value_range: ValueRange | None
-    """The training images' raw values per channel, which inputs must not be far outside."""
-    segscale_version: str | None
+    """The training images' raw values per channel, which inputs must not be far outside
+    (``None``: the data gave none)."""
     stored: dict[str, Any]
     """The entry as the file holds it (what a loaded module carries on to its own saves)."""
 
@@ -85,7 +85,7 @@ def run_record(
     """The ``segscale`` entry ``train.py`` writes: network config, classes, normalization.
 
     And the training images' value range (``value_range``: ``[low, high]`` raw values per
-    channel, see ``segscale.data.value_range``), when the data gave one, and the data it
+    channel, see ``segscale.data.value_range``; null when the data gave none), and the data it
     was trained on (``data_source``, ``source`` as ``data_source_record`` stores it).
 
     With the classes go the mask values that mean them (``label_ids``, ``ignore_ids``,
@@ -96,7 +96,8 @@ def run_record(
     value_range = datamodule.value_range
     # Plain Python values only (no numpy scalars): weights-only loading refuses others.
     return {
-        "segscale_version": __version__,
+        "checkpoint_format": CHECKPOINT_FORMAT,
+        "segscale_version": __version__,  # for people and messages: the format is what is read
         "model": {**model_cfg, "encoder_weights": None},  # the checkpoint holds the weights
         "class_names": [str(name) for name in datamodule.class_names],
         "class_colors": [[int(v) for v in c] for c in datamodule.class_colors or []] or None,
@@ -109,7 +110,7 @@ def run_record(
         # How validation predicted whole tiles: evaluate.py's default inference.
         "validation_inference": grid_inference(datamodule.patch_size),
         # The training images' values, raw: inputs far outside them are refused.
-        **({"value_range": value_range.record()} if value_range is not None else {}),
+        "value_range": value_range.record() if value_range is not None else None,
         # What the network was trained on: evaluate.py's data by default.
         "data_source": data_source_record(source),
     }
@@ -135,20 +136,14 @@ METADATA: dict[str, type | tuple[type, ...]] = {
     "mean": list,
     "std": list,
     "max_value": (int, float),
-}
-"""What ``run_record`` writes, by type: a checkpoint's entry is checked against it."""
-
-LATER_METADATA: dict[str, type | tuple[type, ...]] = {
     "label_ids": (list, type(None)),
     "ignore_ids": list,
     "data_source": dict,  # the training datamodule.source (data_source_record)
     "segscale_version": str,
     "validation_inference": dict,
-    "value_range": list,
+    "value_range": (list, type(None)),  # null where the data gave no range
 }
-"""Entries that checkpoints written before segscale stored them lack: checked if present.
-
-Such a checkpoint still loads; its masks' encoding is unknown (``TrainedModel``)."""
+"""What ``run_record`` writes, by type: a checkpoint's entry is checked against it."""
 
 
 def mask_label_ids(labels: LabelMap) -> tuple[list[Any] | None, list[Any]]:
@@ -181,14 +176,7 @@ def parse_record(meta: Any, path: Path, key: str) -> CheckpointRecord:
     entry that is not what ``train.py`` writes (``check_metadata``).
     """
     check_metadata(meta, path, key)
-    # Checkpoints from before label IDs were stored lack both keys (check_metadata
-    # accepts that): their masks' encoding is left unknown, not guessed.
-    mask_labels = (
-        MaskLabels(meta["label_ids"], meta["ignore_ids"])
-        if "label_ids" in meta and "ignore_ids" in meta
-        else None
-    )
-    record = meta.get("value_range")
+    record = meta["value_range"]
     return CheckpointRecord(
         model=meta["model"],
         class_names=tuple(str(name) for name in meta["class_names"]),
@@ -196,12 +184,11 @@ def parse_record(meta: Any, path: Path, key: str) -> CheckpointRecord:
         ignore_index=meta["ignore_index"],
         mean=meta["mean"],
         std=meta["std"],
-        max_value=meta["max_value"],
-        mask_labels=mask_labels,
-        data_source=meta.get("data_source"),
-        validation_inference=meta.get("validation_inference"),
+        max_value=float(meta["max_value"]),
+        mask_labels=MaskLabels(meta["label_ids"], meta["ignore_ids"]),
+        data_source=meta["data_source"],
+        validation_inference=meta["validation_inference"],
         value_range=ValueRange.from_record(record) if record is not None else None,
-        segscale_version=meta.get("segscale_version"),
         stored=meta,
     )
 
@@ -209,16 +196,13 @@ def parse_record(meta: Any, path: Path, key: str) -> CheckpointRecord:
 def check_metadata(meta: Any, path: Path, key: str) -> None:
     """Refuse a checkpoint whose ``segscale`` entry is not what ``train.py`` writes.
 
-    Its entries are checked for type, then for meaning (``metadata_problems``), and the
-    segscale that wrote it must not be newer than this one (``check_written_version``).
+    Its format must be this segscale's (``check_format``), its entries of their types,
+    then sound (``metadata_problems``).
     """
+    if isinstance(meta, dict):
+        check_format(meta, path, key)
     wrong = (
         [name for name, kind in METADATA.items() if not isinstance(meta.get(name), kind)]
-        + [
-            name
-            for name, kind in LATER_METADATA.items()
-            if name in meta and not isinstance(meta[name], kind)
-        ]
         if isinstance(meta, dict)
         else list(METADATA)
     )
@@ -227,7 +211,6 @@ def check_metadata(meta: Any, path: Path, key: str) -> None:
             f"{key}={str(path)!r} is not a segscale checkpoint: its 'segscale' entry lacks "
             f"{wrong} (or they are of another type); expected a .ckpt written by train.py"
         )
-    check_written_version(meta, path, key)
     problems = metadata_problems(meta)
     if problems:
         raise ConfigError(
@@ -236,30 +219,22 @@ def check_metadata(meta: Any, path: Path, key: str) -> None:
         )
 
 
-def check_written_version(meta: dict[str, Any], path: Path, key: str) -> None:
-    """Refuse a checkpoint written by a newer segscale than this one.
+def check_format(meta: dict[str, Any], path: Path, key: str) -> None:
+    """Refuse a record of another format than ``CHECKPOINT_FORMAT``, or of none.
 
-    A newer one may store what this one would misread. A checkpoint without a version
-    (written before segscale stored it) is older, and loads; a source tree never
-    installed has no version of its own, and loads any.
+    The message names the file, both formats and the segscale that wrote it (if known).
     """
-    written = meta.get("segscale_version")
-    if written is None:
+    found = meta.get("checkpoint_format")
+    if isinstance(found, int) and not isinstance(found, bool) and found == CHECKPOINT_FORMAT:
         return
-    try:
-        theirs = Version(str(written))
-    except InvalidVersion:
-        raise ConfigError(
-            f"{key}={str(path)!r}: segscale_version={written!r} is not a version; expected "
-            "a .ckpt written by train.py"
-        ) from None
-    ours = Version(__version__)
-    if ours.local != UNKNOWN_LOCAL and theirs > ours:
-        raise ConfigError(
-            f"{key}={str(path)!r} was written by segscale {written}, newer than this "
-            f"segscale {__version__}; upgrade segscale (pip install -U segscale) "
-            "to read it"
-        )
+    writer = meta.get("segscale_version")
+    by = f" (written by segscale {writer})" if isinstance(writer, str) else ""
+    shown = "no checkpoint_format" if found is None else f"checkpoint_format={found!r}"
+    raise ConfigError(
+        f"{key}={str(path)!r} has {shown}{by}; this segscale {__version__} reads "
+        f"checkpoint_format={CHECKPOINT_FORMAT} only: use the segscale that wrote it, or "
+        "a checkpoint written by this one"
+    )
 
 
 def metadata_problems(meta: dict[str, Any]) -> list[str]:
@@ -284,8 +259,8 @@ def metadata_problems(meta: dict[str, Any]) -> list[str]:
     max_value = meta["max_value"]
     if not _number(max_value) or not math.isfinite(max_value) or max_value <= 0:
         problems.append(f"max_value={max_value!r}: expected a positive finite number")
-    problems += _range_problems(meta.get("value_range"), channels)
-    problems += _validation_problems(meta.get("validation_inference"))
+    problems += _range_problems(meta["value_range"], channels)
+    problems += _validation_problems(meta["validation_inference"])
     if problems:  # the checks below count on the classes (and the rest) being sound
         return problems
     return _label_problems(meta, len(names))
@@ -316,10 +291,8 @@ def _range_problems(record: Any, channels: int) -> list[str]:
     return []
 
 
-def _validation_problems(recorded: dict[str, Any] | None) -> list[str]:
-    """The validation patch side (if recorded): a positive number of pixels, as written."""
-    if recorded is None:
-        return []
+def _validation_problems(recorded: dict[str, Any]) -> list[str]:
+    """The validation patch side: a positive number of pixels, as written."""
     side = recorded.get("tile_size")
     if isinstance(side, bool) or not isinstance(side, int) or side < 1:
         return [
@@ -343,9 +316,9 @@ def _label_problems(meta: dict[str, Any], num_classes: int) -> list[str]:
             f"ignore_index={ignore!r}: expected a mask value that no class has "
             f"({num_classes} to 255)"
         )
-    elif "label_ids" in meta or "ignore_ids" in meta:
+    else:
         try:
-            LabelMap(num_classes, ignore, meta.get("label_ids"), meta.get("ignore_ids") or [])
+            LabelMap(num_classes, ignore, meta["label_ids"], meta["ignore_ids"])
         except (ConfigError, TypeError, ValueError, OverflowError) as error:
             problems.append(f"label_ids/ignore_ids: {error}")
     return problems

@@ -53,10 +53,8 @@ def use_checkpoint_classes(datamodule: DictConfig, trained: TrainedModel, ckpt: 
     """Set the class keys of ``datamodule`` (in place) to those of the ``trained`` model.
 
     Raises ``ConfigError`` for a key given a value that differs from the checkpoint's,
-    naming the key, both values and ``ckpt``. A checkpoint written before segscale
-    stored label IDs takes them from the config, else reads masks as class indices, and
-    says so in the log. ``datamodule.ignore_ids`` given add to the checkpoint's
-    (``_add_ignore_ids``).
+    naming the key, both values and ``ckpt``. ``datamodule.ignore_ids`` given add to the
+    checkpoint's (``_add_ignore_ids``).
     """
     given = _given(datamodule)
     stored = _stored(trained)
@@ -69,17 +67,7 @@ def use_checkpoint_classes(datamodule: DictConfig, trained: TrainedModel, ckpt: 
                 f"classes from the checkpoint: leave out datamodule/classes and "
                 f"datamodule.{key} (or give the checkpoint's)"
             )
-    if trained.mask_labels is None and "label_ids" not in given:
-        log.warning(
-            "ckpt=%r carries no label IDs (it was written by an earlier segscale): its "
-            "masks are read as class indices 0-%d (and %d: ignored); if they hold other "
-            "values, give the classes file it was trained with (datamodule/classes=...) "
-            "or datamodule.label_ids",
-            ckpt,
-            trained.num_classes - 1,
-            trained.ignore_index,
-        )
-    values = {"label_ids": None, "ignore_ids": [], **given, **stored}
+    values = {**given, **stored}
     with open_dict(datamodule):
         for key in CLASS_KEYS:
             datamodule[key] = values[key]
@@ -112,10 +100,9 @@ def _add_ignore_ids(given: dict[str, Any], stored: dict[str, Any], ckpt: str) ->
     """Move ``ignore_ids`` from ``given`` into ``stored``'s, after the checkpoint's own.
 
     Raises ``ConfigError`` naming the key for a value that is not a list of mask values,
-    or that one of the checkpoint's classes has. A checkpoint without label IDs (an
-    earlier segscale's) has no ignored values to add to: the config's are its.
+    or that one of the checkpoint's classes has.
     """
-    if "ignore_ids" not in given or "label_ids" not in stored:
+    if "ignore_ids" not in given:
         return
     value = given.pop("ignore_ids")
     key = f"datamodule.ignore_ids={value!r}"
@@ -161,17 +148,16 @@ def _is(value: Any, marker: str) -> bool:
 
 
 def _stored(trained: TrainedModel) -> dict[str, Any]:
-    """The class keys as the checkpoint holds them (no label IDs in older ones)."""
-    stored: dict[str, Any] = {
+    """The class keys as the checkpoint holds them."""
+    record = trained.record
+    return {
         "num_classes": trained.num_classes,
-        "class_names": list(trained.class_names),
-        "class_colors": trained.class_colors,
-        "ignore_index": trained.ignore_index,
+        "class_names": list(record.class_names),
+        "class_colors": record.class_colors,
+        "ignore_index": record.ignore_index,
+        "label_ids": record.mask_labels.label_ids,
+        "ignore_ids": record.mask_labels.ignore_ids,
     }
-    if trained.mask_labels is not None:
-        stored["label_ids"] = trained.mask_labels.label_ids
-        stored["ignore_ids"] = trained.mask_labels.ignore_ids
-    return stored
 
 
 def _same(key: str, value: Any, stored: dict[str, Any]) -> bool:

@@ -14,7 +14,6 @@ ships, with plain values: a checkpoint never names code to run.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -42,19 +41,10 @@ def use_checkpoint_data(
 
     ``given``: the command line named data; they are kept if they are the checkpoint's
     or ``other_data`` is true, and refused (``ConfigError`` naming both) otherwise. Not
-    given: the checkpoint's replace the composed default. A checkpoint written before
-    segscale stored its data keeps the composed source, and the log says so.
+    given: the checkpoint's replace the composed default.
     """
-    trained_on = _with_new_defaults(trained.data_source)
+    trained_on = trained.record.data_source
     composed = data_source_record(datamodule.source)
-    if trained_on is None:
-        log.warning(
-            "ckpt=%r does not record the data it was trained on (it was written by an "
-            "earlier segscale): evaluating %s",
-            ckpt,
-            describe(composed),
-        )
-        return
     if composed == trained_on:  # both resolved, every key present
         return
     if given:
@@ -74,23 +64,6 @@ def use_checkpoint_data(
     log.info("evaluating the data ckpt was trained on: %s", describe(trained_on))
     with open_dict(datamodule):
         datamodule.source = OmegaConf.create(trained_on)
-
-
-def _with_new_defaults(source: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A stored source with the defaults of keys its kind gained since (``image_suffix``).
-
-    A checkpoint written before a key existed was trained as its default says: the same
-    data named today, default included, are the checkpoint's.
-    """
-    kind = SOURCE_KINDS.get(str(source.get("_target_"))) if source else None
-    if source is None or kind is None:
-        return source
-    defaults = {
-        f.name: f.default
-        for f in dataclasses.fields(kind)
-        if f.default is not dataclasses.MISSING and f.name not in source
-    }
-    return {**source, **defaults}
 
 
 def describe(source: dict[str, Any]) -> str:

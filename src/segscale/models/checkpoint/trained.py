@@ -2,12 +2,14 @@
 
 ``predict.py``, ``evaluate.py``, ``export.py`` and ``segscale.load`` rebuild the network
 with ``load_trained`` from the record ``train.py`` stores in every checkpoint
-(``record.run_record``), so they need no training config.
+(``record.run_record``), so they need no training config. The record is held once: what
+the network's users read of it are properties.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -16,41 +18,56 @@ import numpy as np
 from segscale.data.labels import class_colours
 from segscale.data.value_range import ValueRange
 from segscale.models.checkpoint.reading import read_trained_network
-from segscale.models.checkpoint.record import MaskLabels
+from segscale.models.checkpoint.record import CheckpointRecord
 from segscale.models.module import SegmentationModule
 
 
 @dataclass(frozen=True)
 class TrainedModel:
-    """A network ready for inference (eval mode) with its classes and input conventions."""
+    """A network ready for inference (eval mode) with the record of its checkpoint."""
 
     module: SegmentationModule
-    class_names: tuple[str, ...]
-    colours: np.ndarray
-    """RGB per class (K×3 uint8)."""
-    ignore_index: int
-    in_channels: int
-    max_value: float
-    class_colors: list[list[int]] | None = None
-    """The colours as the training config gave them (``None``: it gave none)."""
-    mask_labels: MaskLabels | None = None
-    """The training masks' label IDs; ``None`` for a checkpoint written before segscale
-    stored them (its masks' encoding is unknown)."""
-    data_source: dict[str, Any] | None = None
-    """The training run's ``datamodule.source`` (resolved, ``root`` absolute); ``None``
-    for a checkpoint written before segscale stored it."""
-    validation_inference: dict[str, Any] | None = None
-    """How training's validation predicted whole images (``grid_inference``): the
-    sliding-window settings ``evaluate.py`` uses by default; ``None`` for a checkpoint
-    written before segscale stored them."""
-    value_range: ValueRange | None = None
-    """The training images' values per channel (raw), which inputs must not be far
-    outside; ``None`` for a checkpoint written before segscale recorded it."""
+    record: CheckpointRecord
+    checks_value_range: bool = True
+    """Whether inputs are checked against the record's value range (``check_value_range``)."""
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The classes' names, in the order of the network's outputs."""
+        return self.record.class_names
 
     @property
     def num_classes(self) -> int:
         """Number of classes the network predicts."""
-        return len(self.class_names)
+        return len(self.record.class_names)
+
+    @cached_property
+    def colours(self) -> np.ndarray:
+        """RGB per class (K×3 uint8): the record's colours, else the default palette's."""
+        return class_colours(self.record.class_colors, self.num_classes)
+
+    @property
+    def in_channels(self) -> int:
+        """The channels an input image must have."""
+        return self.record.in_channels
+
+    @property
+    def max_value(self) -> float:
+        """The pixels' full intensity in the training images (255 for 8-bit)."""
+        return self.record.max_value
+
+    @property
+    def value_range(self) -> ValueRange | None:
+        """The training images' raw values per channel, which inputs must not be far outside.
+
+        ``None``: not recorded, or not checked (``checks_value_range``).
+        """
+        return self.record.value_range if self.checks_value_range else None
+
+    @property
+    def validation_inference(self) -> dict[str, Any]:
+        """How validation predicted whole images: ``evaluate.py``'s default window."""
+        return self.record.validation_inference
 
 
 def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
@@ -59,17 +76,4 @@ def load_trained(path: str | Path, key: str = "ckpt") -> TrainedModel:
     ``key`` names the config key that gave ``path``, for error messages.
     """
     network, record = read_trained_network(path, key)
-    module = SegmentationModule.for_inference(network, record)
-    return TrainedModel(
-        module=module.eval(),
-        class_names=record.class_names,
-        colours=class_colours(record.class_colors, len(record.class_names)),
-        ignore_index=record.ignore_index,
-        in_channels=record.in_channels,
-        max_value=float(record.max_value),
-        class_colors=record.class_colors,
-        mask_labels=record.mask_labels,
-        data_source=record.data_source,
-        validation_inference=record.validation_inference,
-        value_range=record.value_range,
-    )
+    return TrainedModel(SegmentationModule.for_inference(network, record).eval(), record)

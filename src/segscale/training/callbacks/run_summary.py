@@ -1,4 +1,9 @@
-"""``summary.json``: what a run measured, reached and used, written when it ends."""
+"""What a run records in its folder: ``summary.json`` when it ends, a relaunch's record.
+
+``RunSummary`` writes ``summary.json``: what a run measured, reached and used.
+``LaunchRecord``: a relaunch (a resume, a requeue) records itself in its run folder
+once it trains.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +20,9 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
 from segscale.natural_order import natural_key
-from segscale.runs.folder import write_summary
-from segscale.training.callbacks.left_out_tiles import LeftOutTiles
-from segscale.training.reporting.run_clock import RunClock
-from segscale.training.reporting.run_times import RunTimes
+from segscale.runs.folder import write_launch_record, write_summary
+from segscale.training.callbacks.unreadable_tiles import LeftOutTiles
+from segscale.training.reporting.run_times import RunClock, RunTimes
 
 log = logging.getLogger(__name__)
 
@@ -339,3 +343,20 @@ def _trusted_steps(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
     """Optimizer steps taken, up to the non-finite step that stopped the run if one did."""
     stopped_at = getattr(pl_module, "stopped_at_step", None)
     return trainer.global_step if stopped_at is None else int(stopped_at)
+
+
+class LaunchRecord(L.Callback):
+    """Writes a relaunch's record (a resume, a requeue) when it starts training.
+
+    Only then is the run known to continue: a launch refused before (by Lightning's
+    restore, say) leaves the run folder as it was. Rank 0 writes it.
+    """
+
+    def __init__(self, folder: str | Path, record: dict[str, str]) -> None:
+        self.folder = Path(folder)
+        self.record = record
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Write the record."""
+        if trainer.is_global_zero:
+            write_launch_record(self.folder, self.record)

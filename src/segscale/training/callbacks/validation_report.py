@@ -18,14 +18,16 @@ from segscale.data.labels import class_colours
 from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
 from segscale.runs.evaluation import write_evaluation
-from segscale.training.reporting.background_figures import BackgroundFigures
 from segscale.training.reporting.plots import (
+    BackgroundFigures,
     SamplePrediction,
+    image_loggers,
+    log_image,
     plot_sample_predictions,
+    render,
     sample_predictions_figure,
 )
 from segscale.training.reporting.scored_validations import ScoredValidations
-from segscale.training.reporting.tracker_images import image_loggers, log_image, render
 from segscale.training.reporting.whole_tile_prediction import (
     display_stride,
     paste_window,
@@ -67,7 +69,7 @@ class ValidationReport(L.Callback):
     (``BackgroundFigures``), waited for when fitting ends.
 
     At the end of every validation (not the sanity check), rank 0 also sends the
-    trackers that show images (TensorBoard, MLflow, W&B; ``tracker_images``) one
+    trackers that show images (TensorBoard, MLflow, W&B; ``log_image``) one
     figure of ``tracker_samples`` validation images (the same ones each time, spread
     evenly over the validation set), their ground truth and the network's prediction,
     as ``val/samples``; 0 sends none. The predictions are the validation's own where

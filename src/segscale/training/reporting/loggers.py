@@ -1,29 +1,41 @@
-"""Metric loggers: CSV that keeps a resumed run's history, MLflow and W&B that know their job."""
+"""Metric loggers: CSV that keeps a resumed run's history, MLflow and W&B that know their job.
+
+The folders a run's metric loggers write into are checked before anything is built
+(``check_logger_folders``).
+"""
 
 from __future__ import annotations
 
 import csv
 import hashlib
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlparse
 
 import lightning as L
 import torch
+from hydra.utils import get_class
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig
 
 from segscale.atomic_files import write_csv_atomically
+from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import written_step
 from segscale.natural_order import natural_key
+from segscale.output_folder_check import unwritable_reason
 
 T = TypeVar("T")
 
@@ -289,3 +301,85 @@ def _absolute_sqlite(uri: str) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         return prefix + str(path)
     return uri
+
+
+@dataclass(frozen=True)
+class LoggerFolder:
+    """A folder a logger writes into, and the config key that sets it."""
+
+    key: str  # e.g. logger.wandb.run_folder
+    value: str  # the key's value, as given
+    folder: Path  # where the logger writes, from that value
+
+
+def check_logger_folders(loggers: DictConfig | None) -> None:
+    """Raise ``ConfigError`` naming each logger folder that cannot be created or written."""
+    problems = []
+    for place in logger_folders(loggers):
+        reason = unwritable_reason(place.folder)
+        if reason is not None:
+            logger = place.key.split(".")[1]
+            problems.append(
+                f"{place.key}={place.value!r} is not allowed: the {logger} logger writes into "
+                f"{place.folder}, and {reason}; expected a folder that can be created and "
+                f"written (set {place.key}=..., or leave that logger out: ~logger.{logger})"
+            )
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def logger_folders(loggers: DictConfig | None) -> list[LoggerFolder]:
+    """Every folder the ``logger`` group's loggers write into (see the module docstring)."""
+    places: list[LoggerFolder] = []
+    for name, node in (loggers or {}).items():
+        if node is not None and "_target_" in node:
+            places += _folders(f"logger.{name!s}", get_class(node._target_), node)
+    return places
+
+
+def _folders(key: str, kind: type, node: DictConfig) -> list[LoggerFolder]:
+    """Where a logger of class ``kind``, configured by ``node`` at ``key``, writes."""
+    if issubclass(kind, (LightningCSVLogger, TensorBoardLogger)):
+        save_dir = node.get("save_dir", ".")
+        parts = [part for part in (node.get("name"), node.get("version")) if isinstance(part, str)]
+        return [LoggerFolder(f"{key}.save_dir", save_dir, Path(save_dir, *parts))]
+    if issubclass(kind, LightningWandbLogger):
+        option = next((o for o in ("run_folder", "save_dir", "dir") if node.get(o)), None)
+        value = node.get(option) if option else "."
+        return [LoggerFolder(f"{key}.{option or 'save_dir'}", value, Path(value, "wandb"))]
+    if issubclass(kind, LightningMLFlowLogger):
+        return _mlflow_folders(key, node)
+    return []
+
+
+def _mlflow_folders(key: str, node: DictConfig) -> list[LoggerFolder]:
+    """The folders of an MLflow logger's store and artifacts, where they are local."""
+    places = []
+    uri = node.get("tracking_uri")
+    if uri is None:  # Lightning's: a file store in save_dir
+        save_dir = node.get("save_dir", "./mlruns")
+        places.append(LoggerFolder(f"{key}.save_dir", save_dir, Path(save_dir)))
+    elif (store := _local_path(uri, sqlite=True)) is not None:
+        places.append(LoggerFolder(f"{key}.tracking_uri", uri, store))
+    artifacts = node.get("artifact_location")
+    if artifacts is not None and (folder := _local_path(artifacts)) is not None:
+        places.append(LoggerFolder(f"{key}.artifact_location", artifacts, folder))
+    return places
+
+
+def _local_path(uri: Any, sqlite: bool = False) -> Path | None:
+    """The local folder ``uri`` names (a plain path, ``file:``, ``sqlite:///``'s folder).
+
+    ``None`` for a store elsewhere (``http(s)://``, ``databricks``, ``s3://``, ...).
+    """
+    text = str(uri)
+    if text == "databricks":  # MLflow's name of the workspace of its login, no path
+        return None
+    if sqlite and text.startswith("sqlite:///"):
+        return Path(os.path.abspath(text[len("sqlite:///") :])).parent
+    parsed = urlparse(text)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" or Path(text).drive:  # a plain path (C:\ parses as a scheme)
+        return Path(text)
+    return None

@@ -1,20 +1,28 @@
-"""Figures a person reads at a glance: training progress, confusion matrix, predictions.
+"""Figures a person reads at a glance: training progress and predictions.
 
 The figures are built with matplotlib's object-oriented API (``Figure``), not pyplot's
-global state, so that they can be drawn on a thread of their own (``background_figures``).
+global state, so that they can be drawn on a thread of their own
+(``BackgroundFigures``), and sent to the metric trackers that show images
+(``log_image``: TensorBoard, MLflow, W&B).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import matplotlib.axes
 import matplotlib.patches
 import matplotlib.ticker
 import numpy as np
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from matplotlib.figure import Figure
+from PIL import Image
 
 from segscale.figure_files import save_figure
 
@@ -213,3 +221,86 @@ def plot_sample_predictions(
 ) -> None:
     """Write ``sample_predictions_figure`` to ``path``."""
     save_figure(sample_predictions_figure(samples, class_names, colours, ignore_index, title), path)
+
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundFigures:
+    """Draws figures one at a time on a thread of its own; ``wait`` until all are written.
+
+    A figure that fails to draw is logged as an error naming its file, and nothing
+    else happens: a figure never costs the run its result. The thread is a daemon:
+    a process that ends without ``wait`` (a crash, a kill) does not hang on it, and
+    the file, written atomically, is then the previous one or none.
+    """
+
+    def __init__(self, name: str = "figures") -> None:
+        self.name = name
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
+
+    def draw(self, path: Path, write: Callable[[], None]) -> None:
+        """Run ``write`` (which writes the figure at ``path``) on the drawing thread."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"segscale-{self.name}")
+        future = self._executor.submit(write)
+        future.add_done_callback(partial(_log_failure, path))
+        self._pending = [f for f in self._pending if not f.done()] + [future]
+
+    def wait(self) -> None:
+        """Return once every figure asked for is written (or its failure logged)."""
+        for future in self._pending:
+            future.exception()  # waits; the failure is logged by _log_failure
+        self._pending = []
+
+    def close(self) -> None:
+        """``wait``, then end the drawing thread."""
+        self.wait()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+def _log_failure(path: Path, future: Future[None]) -> None:
+    if (error := future.exception()) is not None:
+        log.error("could not draw %s: %s: %s", path, type(error).__name__, error)
+
+
+TRACKER_DPI = 72
+"""Resolution of a tracker image: a figure per validation, so kept small."""
+
+
+def image_loggers(loggers: Sequence[Logger]) -> list[Logger]:
+    """The loggers among ``loggers`` that can show an image."""
+    return [
+        logger
+        for logger in loggers
+        if isinstance(logger, TensorBoardLogger | MLFlowLogger | WandbLogger)
+    ]
+
+
+def render(figure: Figure) -> np.ndarray:
+    """``figure`` as an H×W×3 uint8 RGB array."""
+    stream = io.BytesIO()
+    figure.savefig(stream, format="png", dpi=TRACKER_DPI, bbox_inches="tight")
+    stream.seek(0)
+    with Image.open(stream) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def log_image(loggers: Sequence[Logger], key: str, image: np.ndarray, step: int) -> None:
+    """Send ``image`` (H×W×3 uint8) as ``key`` at ``step`` to each logger that shows images.
+
+    MLflow keeps it as the artifact ``<key>/step_<step>.png`` (zero-padded, so that the
+    files sort in order); TensorBoard and W&B show it at ``step`` under ``key``.
+    """
+    for logger in image_loggers(loggers):
+        if isinstance(logger, TensorBoardLogger):
+            logger.experiment.add_image(key, image, global_step=step, dataformats="HWC")
+        elif isinstance(logger, MLFlowLogger):
+            # run_id is set once experiment has created the run
+            client = logger.experiment
+            client.log_image(logger.run_id, image, artifact_file=f"{key}/step_{step:07d}.png")
+        elif isinstance(logger, WandbLogger):
+            logger.log_image(key=key, images=[image], step=step)

@@ -1,5 +1,8 @@
 """A run's wall time split into start-up, training, validation and the end; its steady rate.
 
+Where a run's time goes before its first step: named phases on one clock
+(``RunClock``), started when the process started.
+
 Lightning's ``Timer`` measures the training stage (from the start of the train loop to
 its end); what it does not measure is ours: the start-up's phases (``RunClock``), the
 time to the first optimizer step, the validations summed (``Timer`` keeps only the
@@ -20,7 +23,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Timer
 
-from segscale.training.reporting.run_clock import RunClock
+from segscale.platforms.processes import process_age
 
 WARMUP_FRACTION = 0.1
 """The first tenth of a launch's optimizer steps (at least one) is its warm-up."""
@@ -152,3 +155,58 @@ class RunTimes:
 
 def _seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+PROCESS_START = "process start"
+TRAIN_CALL = "train() call"
+
+_imports_done: float | None = None
+"""When the command's module finished importing (``imports_done``), ``time.monotonic``."""
+
+
+def imports_done() -> None:
+    """Mark now as the end of this process's imports; a command's module calls it once.
+
+    The first run's clock then splits its first phase in two: the interpreter's start
+    and the imports, then Hydra's config composition and run folder up to ``train``.
+    """
+    global _imports_done
+    if _imports_done is None:
+        _imports_done = time.monotonic()
+
+
+class RunClock:
+    """The start-up of one run: its origin and the phases ``mark`` closes, in order.
+
+    ``mark(name)`` attributes the time since the previous mark (or the origin) to the
+    phase ``name``. Times are ``time.monotonic`` seconds, the clock of Lightning's
+    ``Timer`` (whose training-stage times ``RunTimes`` reads).
+    """
+
+    # The first run of a process counts the process's start; later ones their own call.
+    _process_start_counted = False
+
+    def __init__(self) -> None:
+        now = time.monotonic()
+        age = None if RunClock._process_start_counted else process_age()
+        RunClock._process_start_counted = True
+        self.since = TRAIN_CALL if age is None else PROCESS_START
+        self.origin = now - (age or 0.0)
+        self.phases: dict[str, float] = {}
+        self._last = self.origin
+        if age is not None and _imports_done is not None and self.origin <= _imports_done:
+            self.phases["python, imports"] = _imports_done - self.origin
+            self._last = _imports_done
+            self.mark("config, run folder")
+        elif age is not None:
+            self.mark("python, imports, config")
+
+    def mark(self, phase: str) -> None:
+        """Close ``phase`` now: the time since the previous mark is its (added to any)."""
+        now = time.monotonic()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def elapsed(self) -> float:
+        """Seconds since the origin."""
+        return time.monotonic() - self.origin

@@ -26,7 +26,6 @@ from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.networks import check_input_side
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
-from segscale.moved_keys import refuse_moved_config_keys
 from segscale.platforms.start_methods import KEY as START_METHOD_KEY
 from segscale.runs.builders import check_data_source, strategy_backend
 from segscale.training.callbacks.ema import check_ema
@@ -38,7 +37,6 @@ from segscale.training.run.inferred_classes import InferredClasses, resolve_infe
 
 def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
-    refuse_moved_config_keys(cfg)
     check_data_source(cfg)
     devices_count(cfg.trainer.get("devices", "auto"))
     strategy_backend(cfg)

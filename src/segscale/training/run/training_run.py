@@ -36,18 +36,14 @@ from segscale.runs.folder import (
     read_summary,
     write_launch_record,
 )
-from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
+from segscale.training.callbacks.checkpoints import ForgetAbandonedBest, ensure_writable
 from segscale.training.callbacks.ema import ema_callback
-from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
-from segscale.training.callbacks.launch_record import LaunchRecord
-from segscale.training.callbacks.left_out_tiles import LeftOutTiles
-from segscale.training.callbacks.periodic_checkpoint import ensure_writable
+from segscale.training.callbacks.learning_rate import ApplyLearningRate
 from segscale.training.callbacks.preemption_stop import PreemptionStop
-from segscale.training.callbacks.run_summary import RunSummary
-from segscale.training.callbacks.third_party_noise_filter import ThirdPartyNoiseFilter
+from segscale.training.callbacks.run_summary import LaunchRecord, RunSummary
 from segscale.training.callbacks.threads_follow_machine import ThreadsFollowMachine
 from segscale.training.callbacks.trial_pruning import trial_pruning
-from segscale.training.callbacks.unreadable_tile_stop import UnreadableTileStop
+from segscale.training.callbacks.unreadable_tiles import LeftOutTiles, UnreadableTileStop
 from segscale.training.ranks.dataloader_workers import WorkersEndWithRun
 from segscale.training.ranks.launch import job_ranks
 from segscale.training.ranks.preemption import (
@@ -55,9 +51,10 @@ from segscale.training.ranks.preemption import (
     without_lightning_signal_handlers,
 )
 from segscale.training.ranks.threads import process_threads, resolve_threads
-from segscale.training.reporting.logger_folders import check_logger_folders
-from segscale.training.reporting.run_clock import RunClock
+from segscale.training.reporting.loggers import check_logger_folders
+from segscale.training.reporting.run_times import RunClock
 from segscale.training.reporting.third_party_noise import (
+    ThirdPartyNoiseFilter,
     third_party_noise_filtered,
 )
 from segscale.training.run.config_checks import prepare

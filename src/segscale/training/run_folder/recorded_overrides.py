@@ -50,7 +50,6 @@ from hydra.errors import HydraException
 from segscale.command_line import quoted_override
 from segscale.configs import CONFIG_DIR
 from segscale.errors import ConfigError
-from segscale.moved_keys import renamed_overrides
 
 MAX_RECORD_BYTES = 1 << 20
 """A launch record larger than this is not one train.py wrote (it holds a command line)."""
@@ -158,13 +157,11 @@ def refusal(recorded: RecordedOverride, why: str) -> ConfigError:
 
 
 def _parse(parser: OverridesParser, recorded: RecordedOverride) -> Override:
-    """``recorded`` parsed as Hydra would, a moved key renamed; refused unless one override."""
+    """``recorded`` parsed as Hydra would; refused unless it is one override."""
     if len(recorded.text) > MAX_LINE:
         raise refusal(recorded, f"is longer than {MAX_LINE} characters")
-    # A run recorded before a key moved resumes with the same values, in today's names.
-    (text,) = renamed_overrides([recorded.text])
     try:
-        (override,) = parser.parse_overrides([text])
+        (override,) = parser.parse_overrides([recorded.text])
     except (HydraException, ValueError) as error:
         raise refusal(recorded, f"is not an override Hydra reads ({error})") from None
     return override

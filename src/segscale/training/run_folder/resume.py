@@ -99,7 +99,7 @@ def read_resumed(path: str) -> Checkpoint:
     """The checkpoint a resume continues, read once (``check_resumable`` checks it).
 
     Read weights-only and verified against its digest, before any rank starts; its
-    record, if any, must make sense and come from this segscale or an older one.
+    record, if any, must be of this segscale's format and make sense.
     """
     return read_checkpoint(path, "ckpt_path", record_required=False)
 
