@@ -11,7 +11,7 @@ from PIL import Image
 import segscale
 from segscale import api
 from segscale.errors import ConfigError
-from segscale.inference.prediction import predict as predict_command
+from segscale.inference.prediction.run import predict as predict_command
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from tests.conftest import (
     compose_config,

@@ -143,7 +143,7 @@ def test_no_config_names_an_entry_point_module():
 def test_the_aerial_preset_sets_mmsegs_recipe_and_keeps_the_matlab_pose(tiny_data_root):
     import albumentations as A
 
-    from segscale.training.run.builders import build
+    from segscale.runs.builders import build
     from tests.conftest import tiny_overrides
 
     for datamodule in ("synthetic", "folder"):

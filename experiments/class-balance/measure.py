@@ -34,7 +34,7 @@ from segscale.atomic_files import write_text_atomically
 from segscale.bench.measure.pipeline import calls_per_second, loader_rate
 from segscale.configs import compose_config
 from segscale.data.datamodule import SegmentationDataModule
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 
 MODES = {
     "uniform": [],

@@ -35,7 +35,7 @@ from omegaconf import OmegaConf
 import segscale
 from segscale.configs import compose_config
 from segscale.data.patches import grid_inference
-from segscale.inference.export_formats import load_exported
+from segscale.inference.export.formats import load_exported
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.record import CHECKPOINT_FORMAT
 from segscale.models.checkpoint.trained import TrainedModel, load_trained

@@ -44,8 +44,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from runs import load_average, train  # noqa: E402
 from tiles import SIDE, write_dataset  # noqa: E402
+
+from runs import load_average, train  # noqa: E402
 
 RESULTS = HERE / "results.json"
 IMAGE_BYTES = SIDE * SIDE * 3  # an RGB image, decoded (its mask adds a third)
@@ -136,7 +137,7 @@ def rates_step(work: Path, repeats: int, seconds: float) -> dict[str, Any]:
     """
     from segscale.bench.measure.storage import measure_storage
     from segscale.configs import compose_config
-    from segscale.training.run.builders import build, build_datamodule
+    from segscale.runs.builders import build, build_datamodule
 
     rows = []
     for kind, variant in (("tif", ""), ("png", ""), ("tif", MOVEAXIS)):

@@ -17,7 +17,7 @@ import sys
 import time
 
 from segscale.configs import compose_config
-from segscale.training.run.builders import build, build_datamodule
+from segscale.runs.builders import build, build_datamodule
 
 
 def private_mb() -> float:

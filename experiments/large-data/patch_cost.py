@@ -18,7 +18,7 @@ import time
 from segscale.bench.measure.storage import decoded_copy
 from segscale.configs import compose_config
 from segscale.data.patches import RandomPatchDataset
-from segscale.training.run.builders import build, build_datamodule
+from segscale.runs.builders import build, build_datamodule
 
 
 def ms_per_patch(dataset: RandomPatchDataset, count: int, start: int) -> float:

@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import segscale
-from segscale.training.scaling.sync_batchnorm import convert_sync_batchnorm
+from segscale.runs.scaling.sync_batchnorm import convert_sync_batchnorm
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CONVERSIONS = {

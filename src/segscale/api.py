@@ -34,19 +34,19 @@ from segscale.data.sources import (
 )
 from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
-from segscale.inference.checkpoint_evaluation import evaluate as evaluate_checkpoint
-from segscale.inference.checkpoint_evaluation import names_data
-from segscale.inference.image_metrics import read_image_metrics
-from segscale.inference.inputs import check_pixels, range_checked, read_input_image
+from segscale.inference.evaluation.image_metrics import read_image_metrics
+from segscale.inference.evaluation.run import evaluate as evaluate_checkpoint
+from segscale.inference.evaluation.run import names_data
+from segscale.inference.prediction.inputs import check_pixels, range_checked, read_input_image
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.trained import TrainedModel, load_trained
 from segscale.models.module import SegmentationModule
 from segscale.models.networks import check_input_side
 from segscale.platforms.processes import interrupt, interruptible_child
-from segscale.training.run.builders import build
-from segscale.training.run.prepare import prepare
+from segscale.runs.builders import build
+from segscale.runs.folder import SUMMARY_FILE, read_summary
+from segscale.training.run.config_checks import prepare
 from segscale.training.run_folder.resume import register_run_dir_resolver
-from segscale.training.run_folder.summary_file import SUMMARY_FILE, read_summary
 
 ImageInput = Union[np.ndarray, str, "os.PathLike[str]"]
 """An image: an ``H×W×C`` (or ``H×W``) array of raw pixel values, or an image file."""

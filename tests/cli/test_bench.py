@@ -17,8 +17,8 @@ from segscale.cli import bench as bench_command
 from segscale.cli.bench import EXIT_FAILED_MEASUREMENT, main
 from segscale.data import loader_workers
 from segscale.errors import ConfigError
+from segscale.runs.builders import build, build_datamodule
 from segscale.training.ranks.threads import Threads, resolve_threads
-from segscale.training.run.builders import build, build_datamodule
 from tests.conftest import REPO, compose_config, tiny_overrides
 from tests.helpers.in_process import run_in_process
 

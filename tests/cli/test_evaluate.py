@@ -15,7 +15,7 @@ from segscale.data.dataset_problems import InvalidDatasetError
 from segscale.data.labels import LabelMap
 from segscale.data.sources import ImageMaskPair
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.checkpoint_evaluation import evaluate, image_confusion
+from segscale.inference.evaluation.run import evaluate, image_confusion
 from segscale.inference.sliding_window import SlidingWindow
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.models.checkpoint.trained import load_trained

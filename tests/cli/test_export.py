@@ -9,7 +9,7 @@ import pytest
 
 from segscale.cli.export import export, main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.export_formats import load_exported
+from segscale.inference.export.formats import load_exported
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, oracle_process
 from tests.helpers.in_process import run_in_process
 

@@ -26,7 +26,7 @@ from segscale.cli.predict import main as predict_main
 from segscale.cli.train import main as train_main
 from segscale.data.synthetic import draw_tile
 from segscale.errors import EXIT_BAD_INPUT
-from segscale.inference.checkpoint_evaluation import evaluate
+from segscale.inference.evaluation.run import evaluate
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image
 from tests.helpers.in_process import run_in_process
 from tests.helpers.palette_files import DUBAI, UNLABELLED, write_palette_mask

@@ -12,11 +12,11 @@ from PIL import Image
 from segscale.cli.predict import EXIT_SKIPPED
 from segscale.cli.predict import main as predict_main
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_TAGS
-from segscale.inference.inputs import UnreadableImageError
-from segscale.inference.prediction import predict, run_prediction
+from segscale.inference.prediction.georeference import GDAL_METADATA, GDAL_NODATA, GEOTIFF_TAGS
+from segscale.inference.prediction.inputs import UnreadableImageError
+from segscale.inference.prediction.run import predict, run_prediction
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
-from segscale.training.run_folder.lock import RunFolderLock
+from segscale.runs.folder import RunFolderLock
 from tests.conftest import (
     compose_config,
     float_oracle_checkpoint,
@@ -26,7 +26,7 @@ from tests.conftest import (
 )
 from tests.helpers.declared_size import png_declaring
 from tests.helpers.in_process import run_in_process
-from tests.inference.test_georeference import NORTH_UP, UTM, geotiff
+from tests.inference.prediction.test_georeference import NORTH_UP, UTM, geotiff
 
 
 def _config(*overrides: str):

@@ -12,8 +12,8 @@ import torch
 
 from segscale.cli.train import main
 from segscale.errors import ConfigError
+from segscale.runs.folder import RunFolderLock
 from segscale.training.run.training_run import train
-from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import tiny_overrides, train_command
 from tests.helpers.in_process import run_in_process
 

@@ -13,9 +13,9 @@ from hydra_plugins.segscale_plugins import parallel_launcher
 from segscale import command_line
 from segscale.cli.train import main
 from segscale.models.nonfinite import EXIT_NONFINITE
+from segscale.runs.folder import RunFolderLock
 from segscale.training.ranks import launch
 from segscale.training.ranks.launch import free_port
-from segscale.training.run_folder.lock import RunFolderLock
 from tests.conftest import REPO, tiny_overrides, train_command
 from tests.helpers.in_process import run_in_process
 

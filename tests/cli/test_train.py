@@ -16,8 +16,8 @@ from segscale.configs import CONFIG_DIR
 from segscale.data.sources import read_mask
 from segscale.data.synthetic import draw_tile
 from segscale.errors import ConfigError
-from segscale.inference.prediction import predict
-from segscale.training.run.builders import instantiate_each
+from segscale.inference.prediction.run import predict
+from segscale.runs.builders import instantiate_each
 from segscale.training.run.training_run import train
 from tests.conftest import compose_config, tiny_overrides, train_command, write_pair
 from tests.helpers.in_process import run_in_process
@@ -155,7 +155,7 @@ def test_ddp_from_the_command_line(tiny_data_root, tmp_path):
     assert summary["world_size"] == 2 and summary["devices"] == ["cpu", "cpu"]
     assert summary["global_batch_size"] == 8
     # Each rank drew half of every epoch: 16 patches an epoch in all, 2 steps per rank.
-    # (ddp_spawn in this process: tests/training/scaling/test_rules.py.)
+    # (ddp_spawn in this process: tests/runs/scaling/test_rules.py.)
     assert summary["train_patches"] == 2 * 16 and summary["steps"] == 2 * 2
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert "val/mIoU" in (run / "metrics.csv").read_text()

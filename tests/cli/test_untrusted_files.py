@@ -13,10 +13,10 @@ from segscale.cli import export as export_py
 from segscale.cli import predict as predict_py
 from segscale.cli import train as train_py
 from segscale.errors import ConfigError
-from segscale.inference.checkpoint_evaluation import evaluate
-from segscale.inference.prediction import predict
+from segscale.inference.evaluation.run import evaluate
+from segscale.inference.prediction.run import predict
 from segscale.models.checkpoint.files import save_checkpoint_file
-from segscale.training.run.builders import build_datamodule, build_module
+from segscale.runs.builders import build_datamodule, build_module
 from segscale.training.run.training_run import train
 from tests.conftest import REPO, compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
 from tests.helpers.in_process import run_in_process

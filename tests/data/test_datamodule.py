@@ -37,8 +37,8 @@ def test_a_slurm_ranks_workers_share_only_its_own_cores(monkeypatch):
 
 
 def test_loader_options_reach_the_dataloader(make_config, tmp_path):
-    from segscale.training.run.builders import build_datamodule
-    from segscale.training.scaling.rules import ScalingRules
+    from segscale.runs.builders import build_datamodule
+    from segscale.runs.scaling.rules import ScalingRules
 
     cfg = make_config(
         "datamodule.num_workers=auto",
@@ -59,8 +59,8 @@ def test_loader_options_reach_the_dataloader(make_config, tmp_path):
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver", "auto"])
 def test_the_start_method_reaches_the_dataloaders_with_workers(make_config, method):
     from segscale.platforms.start_methods import default_start_method
-    from segscale.training.run.builders import build_datamodule
-    from segscale.training.scaling.rules import ScalingRules
+    from segscale.runs.builders import build_datamodule
+    from segscale.runs.scaling.rules import ScalingRules
 
     cfg = make_config("datamodule.num_workers=1", f"datamodule.worker_start_method={method}")
     datamodule = build_datamodule(cfg, ScalingRules().resolve(cfg.datamodule.batch_size, 0.01, 1))
@@ -80,8 +80,8 @@ def epoch_keys(datamodule, epoch: int) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("shuffle", ["every-epoch", "once", "never"])
 def test_the_shuffle_key_reaches_the_training_loader(make_config, shuffle):
-    from segscale.training.run.builders import build_datamodule
-    from segscale.training.scaling.rules import ScalingRules
+    from segscale.runs.builders import build_datamodule
+    from segscale.runs.scaling.rules import ScalingRules
 
     cfg = make_config(f"datamodule.shuffle={shuffle}")
     datamodule = build_datamodule(cfg, ScalingRules().resolve(4, 0.01, 1))
@@ -109,8 +109,8 @@ def rank_steps(
     make_config, monkeypatch, world: int, rank: int, *overrides: str
 ) -> list[list[tuple]]:
     """Keys and image bytes of each step that ``rank`` of ``world`` trains on, epoch 1."""
-    from segscale.training.run.builders import build_datamodule
-    from segscale.training.scaling.rules import ScalingRules
+    from segscale.runs.builders import build_datamodule
+    from segscale.runs.scaling.rules import ScalingRules
 
     cfg = make_config(*BALANCED, "datamodule.batch_size=8", "scaling.batch=global", *overrides)
     effective = ScalingRules(batch="global").resolve(8, 0.01, world)
@@ -140,7 +140,7 @@ def test_one_and_two_ranks_train_on_the_same_class_balanced_patches(make_config,
 
 
 def test_class_balanced_sampling_reaches_the_training_set(make_config):
-    from segscale.training.run.builders import build
+    from segscale.runs.builders import build
 
     datamodule = build(make_config(*BALANCED).datamodule, _convert_="all")
     datamodule.setup("fit")
@@ -269,7 +269,7 @@ def test_a_bad_valid_share_or_nodata_names_its_key(make_config, override, messag
 
 
 def test_min_valid_reaches_the_training_set_and_zero_changes_nothing(tmp_path):
-    from segscale.training.run.builders import build
+    from segscale.runs.builders import build
     from tests.conftest import compose_config
     from tests.helpers.valid_maps import (
         geotiff_dataset,
@@ -302,7 +302,7 @@ def test_min_valid_reaches_the_training_set_and_zero_changes_nothing(tmp_path):
 
 def test_max_class_ratio_reaches_the_training_set_and_a_bad_one_names_its_key(make_config):
     from segscale.errors import ConfigError
-    from segscale.training.run.builders import build
+    from segscale.runs.builders import build
 
     datamodule = build(
         make_config("datamodule.sampling.max_class_ratio=0.75").datamodule, _convert_="all"

@@ -21,7 +21,7 @@ from segscale.data.tiles import open_tiles
 from segscale.data.user_cache import cache_file
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 from tests.conftest import compose_config
 
 NAMES = ("a", "b", "c")

@@ -19,7 +19,7 @@ from segscale.data.palette_masks import one_palette
 from segscale.data.tiles import LabelledMask, open_tiles
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 from tests.conftest import compose_config, write_pair
 from tests.helpers.palette_files import (
     DUBAI,

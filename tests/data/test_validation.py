@@ -18,7 +18,7 @@ from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS
 from segscale.data.user_cache import cache_file
 from segscale.data.validation import validate_dataset
 from segscale.errors import ConfigError
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 from tests.conftest import REPO, compose_config, write_pair
 from tests.helpers.declared_size import png_declaring
 from tests.helpers.valid_maps import (

@@ -21,8 +21,8 @@ CLASSES = ["Straße", "水", "café"]
 def light(folder: Path) -> None:
     """summary.json, and a sweep job's overrides and metrics as its summary reads them."""
     from segscale.atomic_files import write_csv_atomically
+    from segscale.runs.folder import read_summary, write_summary
     from segscale.sweeps.sweep_summary import read_job
-    from segscale.training.run_folder.summary_file import read_summary, write_summary
 
     write_summary(folder, {"classes": CLASSES})
     assert read_summary(folder) == {"classes": CLASSES}
@@ -41,7 +41,7 @@ def heavy(folder: Path) -> None:
     """metrics.csv as the CSV logger writes, continues and trims it; image_metrics.csv."""
     import numpy as np
 
-    from segscale.inference.image_metrics import (
+    from segscale.inference.evaluation.image_metrics import (
         ImageScores,
         read_image_metrics,
         write_image_metrics,

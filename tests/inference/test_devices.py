@@ -10,8 +10,9 @@ from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from PIL import Image
 
 from segscale.errors import ConfigError
-from segscale.inference import checkpoint_evaluation, prediction
 from segscale.inference.devices import inference_backend, run_on_devices
+from segscale.inference.evaluation import run as evaluation
+from segscale.inference.prediction import run as prediction
 from tests.conftest import compose_config, oracle_checkpoint, oracle_image, write_pair
 
 
@@ -108,7 +109,7 @@ def test_evaluate_hands_its_ranks_the_backend_it_resolved(tmp_path, monkeypatch)
     mask = np.zeros((8, 8), np.uint8)
     write_pair(tmp_path / "data", "val", "a", oracle_image(mask), mask)
     ckpt = oracle_checkpoint(tmp_path / "oracle.ckpt")
-    backends = _handed_over(monkeypatch, checkpoint_evaluation, [])
+    backends = _handed_over(monkeypatch, evaluation, [])
     cfg = compose_config(
         "evaluate",
         "datamodule=folder",
@@ -120,7 +121,7 @@ def test_evaluate_hands_its_ranks_the_backend_it_resolved(tmp_path, monkeypatch)
         f"output_dir={tmp_path / 'out'}",
         "inference.tile_size=32",
     )
-    checkpoint_evaluation.evaluate(cfg)
+    evaluation.evaluate(cfg)
     assert backends == ["gloo"]
 
 
@@ -134,6 +135,6 @@ def test_a_bad_backend_is_refused_before_the_checkpoint_is_read(command, tmp_pat
         f"input={tmp_path}" if command == "predict" else "split=val",
         f"output_dir={tmp_path / 'out'}",
     )
-    run = prediction.run_prediction if command == "predict" else checkpoint_evaluation.evaluate
+    run = prediction.run_prediction if command == "predict" else evaluation.evaluate
     with pytest.raises(ConfigError, match=r"^process_group_backend='NCCL' is not allowed: not a"):
         run(cfg)

@@ -10,8 +10,8 @@ from segscale import progress
 from segscale.inference import image_progress
 from segscale.inference.image_progress import ImageProgress
 from tests.conftest import oracle_checkpoint, oracle_image
-from tests.inference.test_georeference import geotiff
-from tests.inference.test_prediction import _predict
+from tests.inference.prediction.test_georeference import geotiff
+from tests.inference.prediction.test_run import _predict
 
 log = logging.getLogger("tests.image_progress")
 
@@ -103,7 +103,7 @@ def test_no_bar_where_stderr_is_no_terminal():
 
 @pytest.mark.parametrize("tta", ["none", "d4"])
 def test_a_tiny_prediction_logs_its_images_and_rows_of_tiles(tta, tmp_path, caplog, monkeypatch):
-    caplog.set_level("INFO", logger="segscale.inference.prediction")
+    caplog.set_level("INFO", logger="segscale.inference.prediction.run")
     monkeypatch.setattr(progress, "QUIET_S", 0.0)
     monkeypatch.setattr(image_progress, "EVERY_S", 0.0)  # a line at every batch
     root = tmp_path / "scene"

@@ -9,7 +9,7 @@ from segmentation_models_pytorch.losses import FocalLoss, LovaszLoss
 
 from segscale.errors import ConfigError
 from segscale.models.losses import SegmentationLoss, class_weights_from_frequencies
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 from tests.conftest import compose_config
 from tests.helpers.host_syncs import HostSyncCounter
 

@@ -18,8 +18,8 @@ from torch import nn
 
 from segscale.models.losses import SegmentationLoss
 from segscale.models.module import SegmentationModule
+from segscale.runs.scaling.sync_batchnorm import convert_sync_batchnorm
 from segscale.training.run.training_run import train
-from segscale.training.scaling.sync_batchnorm import convert_sync_batchnorm
 from tests.helpers.distributed import on_two_ranks
 from tests.helpers.host_sync_window import SIGTERM_PHASE, CountHostSyncs
 from tests.helpers.host_syncs import HostSyncCounter

@@ -46,7 +46,7 @@ from hydra_plugins.segscale_plugins.sweep_folder import sweep_folder_held
 from hydra_plugins.segscale_plugins.trial_loop import TrialLoop
 from segscale.atomic_files import write_text_atomically
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.sweeps.objective import optimized_metric
+from segscale.sweeps.sweep_summary import optimized_metric
 from segscale.training.callbacks.trial_pruning import build_pruner
 
 log = logging.getLogger(__name__)

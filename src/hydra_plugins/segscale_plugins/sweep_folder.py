@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.training.run_folder.lock import RunFolderLock
+from segscale.runs.folder import RunFolderLock
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from optuna.trial import TrialState
 
 from hydra_plugins.segscale_plugins.search_space import parameter_overrides
 from segscale.command_line import quoted_override
+from segscale.runs.folder import read_summary
 from segscale.training.callbacks.trial_pruning import TrialPruned
-from segscale.training.run_folder.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 

@@ -60,9 +60,9 @@ from segscale.devices import cpus_available, resolve_accelerator
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.platforms.memory import keep_freed_memory
 from segscale.platforms.processes import process_age
+from segscale.runs.builders import build, build_datamodule, build_module
 from segscale.training.ranks.threads import resolve_threads
-from segscale.training.run.builders import build, build_datamodule, build_module
-from segscale.training.run.prepare import prepare
+from segscale.training.run.config_checks import prepare
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """``python evaluate.py ckpt=... datamodule=folder datamodule.source.root=...``.
 
-The run itself is ``segscale.inference.checkpoint_evaluation``; this module parses the
+The run itself is ``segscale.inference.evaluation.run``; this module parses the
 command line (did it name the data?), calls it and exits 2 (``EXIT_BAD_INPUT``) on a
 refused config, 74 (``EXIT_DISK_FULL``) when a write met a full disk.
 """
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.checkpoint_evaluation import evaluate, names_data
+from segscale.inference.evaluation.run import evaluate, names_data
 
 log = logging.getLogger(__name__)
 

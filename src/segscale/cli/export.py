@@ -1,6 +1,6 @@
 """``python export.py ckpt=... [format=onnx|torchscript]``: a trained network as one file.
 
-The file (``segscale.inference.export``) takes raw pixel values, normalises them inside
+The file (``segscale.inference.export.run``) takes raw pixel values, normalises them inside
 and returns class scores or the mask, for onnxruntime, TorchScript or any ONNX runtime,
 with no segscale or training config needed. It is checked against PyTorch before it
 is moved into place.
@@ -21,10 +21,9 @@ from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.export import ExportedNetwork, export_network
-from segscale.inference.export_check import ExportMismatchError
-from segscale.inference.export_formats import FORMATS
-from segscale.inference.export_settings import ExportSettings, check_settings, resolve_dtype
+from segscale.inference.export.check import ExportMismatchError
+from segscale.inference.export.formats import FORMATS, ExportSettings, check_settings, resolve_dtype
+from segscale.inference.export.run import ExportedNetwork, export_network
 from segscale.models.checkpoint.trained import load_trained
 
 log = logging.getLogger(__name__)

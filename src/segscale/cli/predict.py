@@ -1,6 +1,6 @@
 """``python predict.py ckpt=... input=...``: label maps of images of any size.
 
-The run itself is ``segscale.inference.prediction``; this module parses the command
+The run itself is ``segscale.inference.prediction.run``; this module parses the command
 line, calls it and maps the outcome to an exit status: 0, every image predicted; 2
 (``EXIT_BAD_INPUT``), refused: a config value or an unreadable input (all listed); 3
 (``EXIT_SKIPPED``), the readable images were predicted and the unreadable ones, listed
@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
-from segscale.inference.prediction import run_prediction
+from segscale.inference.prediction.run import run_prediction
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from segscale.configs import CONFIG_DIR
 from segscale.disk_full import full_disk_ends_command
 from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
 from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
-from segscale.sweeps.objective import objective
+from segscale.sweeps.sweep_summary import objective
 from segscale.training.ranks.launch import QUIET_RANK_OVERRIDES, external_rank
 from segscale.training.ranks.preemption import Preempted
 from segscale.training.reporting.run_times import imports_done

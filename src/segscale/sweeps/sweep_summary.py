@@ -4,7 +4,8 @@ Each job folder of a sweep holds its overrides (``.hydra/overrides.yaml``), its
 ``summary.json`` when it finished, and its ``metrics.csv``. ``write_sweep_summary``
 reads them back into ``sweep_summary.csv``, ``sweep_summary.md`` and
 ``sweep_curves.png`` in the sweep folder. It runs at the end of every multirun and as
-``python -m segscale.cli.summarize <sweep folder>``.
+``python -m segscale.cli.summarize <sweep folder>``. What a sweeper optimizes is one
+number of a finished job's summary (``objective``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig
 
 from segscale.atomic_files import write_csv_atomically, write_text_atomically
 from segscale.figure_files import plt, save_figure
-from segscale.training.run_folder.summary_file import read_summary
+from segscale.runs.folder import read_summary
 
 BOOKKEEPING = ("search_trial.",)
 """Overrides a sweeper gives its jobs for its own use, left out of the table."""
@@ -176,3 +178,13 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.4g}"
     return str(value).replace("|", "\\|")
+
+
+def optimized_metric(cfg: DictConfig) -> str:
+    """The metric a sweeper optimizes: ``optimized_metric``, by default ``val/mIoU``."""
+    return str(cfg.get("optimized_metric") or "val/mIoU")
+
+
+def objective(cfg: DictConfig, summary: dict[str, Any]) -> float | None:
+    """The value a sweeper optimizes: the final ``optimized_metric`` of the run."""
+    return summary.get("metrics", {}).get(optimized_metric(cfg))

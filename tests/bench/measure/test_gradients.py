@@ -9,8 +9,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from segscale.bench.measure.gradients import ddp_buckets, measure_gradients
+from segscale.runs.builders import build, build_datamodule, build_module
 from segscale.training.ranks.launch import free_port
-from segscale.training.run.builders import build, build_datamodule, build_module
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from segscale.bench.measure.overhead import (
     quiet,
     tiny_module,
 )
-from segscale.training.run.builders import instantiate_each
+from segscale.runs.builders import instantiate_each
 
 CPU = torch.device("cpu")
 

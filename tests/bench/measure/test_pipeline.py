@@ -19,8 +19,8 @@ def test_calls_per_second_counts_calls_after_warmup():
 
 
 def test_pipeline_rates_of_the_tiny_config(make_config):
-    from segscale.training.run.builders import build_datamodule
-    from segscale.training.scaling.rules import ScalingRules
+    from segscale.runs.builders import build_datamodule
+    from segscale.runs.scaling.rules import ScalingRules
 
     cfg = make_config()
     datamodule = build_datamodule(cfg, ScalingRules().resolve(4, 0.01, 1))

@@ -15,8 +15,8 @@ from segscale.bench.measure.storage import (
 )
 from segscale.data.rasters import WindowedRaster
 from segscale.data.synthetic import draw_tile
-from segscale.training.run.builders import build_datamodule
-from segscale.training.scaling.rules import ScalingRules
+from segscale.runs.builders import build_datamodule
+from segscale.runs.scaling.rules import ScalingRules
 from tests.conftest import compose_config
 
 SIDE = 96

@@ -14,7 +14,7 @@ from segscale.models.checkpoint.files import DIGEST_KEY, content_digest, save_ch
 from segscale.models.checkpoint.record import CHECKPOINT_FORMAT, mask_label_ids, run_record
 from segscale.models.checkpoint.trained import load_trained
 from segscale.models.module import SegmentationModule
-from segscale.training.run.builders import build, build_datamodule, build_module
+from segscale.runs.builders import build, build_datamodule, build_module
 from tests.conftest import compose_config, folder_dataset, oracle_checkpoint, tiny_overrides
 from tests.helpers.in_process import run_in_process
 

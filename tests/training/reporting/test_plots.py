@@ -11,7 +11,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from segscale.training.reporting.loggers import CSVLogger, MLFlowLogger, WandbLogger, wandb_run_id
 from segscale.training.reporting.plots import (
-    CONFUSION_UNIT,
     IGNORED_COLOUR,
     IGNORED_HATCH,
     IGNORED_LABEL,
@@ -19,7 +18,6 @@ from segscale.training.reporting.plots import (
     SamplePrediction,
     TrainingPosition,
     colour_labels,
-    confusion_matrix_figure,
     image_loggers,
     log_image,
     sample_predictions_figure,
@@ -41,19 +39,6 @@ def test_the_progress_title_and_axis_reach_the_last_iteration_not_the_last_logge
     assert figure.texts[0].get_text() == "Training progress — iteration 184 of 184, epoch 2 of 2"
     assert figure.axes[0].get_xlim()[1] >= 184
     assert TrainingPosition(7).describe() == "iteration 7"  # totals unknown: left out
-
-
-def test_confusion_cells_colour_bar_and_title_share_one_percent_unit():
-    confusion = np.array([[3, 1, 0], [0, 0, 0], [0, 2, 2]])  # rows: true class
-    figure = confusion_matrix_figure(confusion, ["a", "b", "c"], "Validation at iteration 9")
-    axis, bar = figure.axes
-    cells = [t.get_text() for t in axis.texts]
-    assert cells == ["75.0", "25.0", "0.0", "–", "–", "–", "0.0", "50.0", "50.0"]
-    assert axis.images[0].get_clim() == (0, 100)
-    assert bar.get_ylabel() == CONFUSION_UNIT == "% of the true class's pixels"
-    assert axis.get_title().startswith("Validation at iteration 9") and "%" in axis.get_title()
-    assert (axis.get_xlabel(), axis.get_ylabel()) == ("Predicted class", "True class (its pixels)")
-    assert [t.get_text() for t in axis.get_yticklabels()] == ["a (4 px)", "b (0 px)", "c (4 px)"]
 
 
 def test_ignored_pixels_are_grey_hatched_and_named_in_the_legend():

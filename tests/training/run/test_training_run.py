@@ -6,7 +6,7 @@ import torch
 from omegaconf import OmegaConf
 
 from segscale.models.checkpoint.files import save_checkpoint_file
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 from segscale.training.run.training_run import train
 from tests.conftest import full_record
 from tests.helpers.record_dtype import recorded_dtypes

@@ -9,8 +9,8 @@ import pytest
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.record import CHECKPOINT_FORMAT
+from segscale.runs.builders import build, build_datamodule, build_module
 from segscale.training.callbacks.checkpoints import ForgetAbandonedBest
-from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run_folder.resume import (
     check_resumable,
     checkpoint_of_rank_zero,

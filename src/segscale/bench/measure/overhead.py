@@ -53,8 +53,8 @@ from segscale.bench.measure.compute import (
 from segscale.bench.measure.timing import synchronize
 from segscale.models.checkpoint.files import SafeCheckpointIO
 from segscale.models.module import SegmentationModule
+from segscale.runs.builders import build, instantiate_each
 from segscale.training.callbacks.run_summary import RunSummary
-from segscale.training.run.builders import build, instantiate_each
 
 BATCH = 2
 SIDE = 16

@@ -21,7 +21,7 @@ from segscale.bench.measure.compute import BareLoopResult, StepPlan, bare_loop
 from segscale.bench.progress import Progress
 from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
-from segscale.training.run.builders import build_module
+from segscale.runs.builders import build_module
 
 OPTIONS = ("precision", "channels_last", "compile", "cudnn_benchmark")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")

@@ -96,7 +96,7 @@ def _rank(
 ) -> None:
     """One process of ``side_by_side``."""
     # Imported here: the spawned process builds the network the way bench.py does.
-    from segscale.training.run.builders import build, build_datamodule, build_module
+    from segscale.runs.builders import build, build_datamodule, build_module
 
     torch.set_num_threads(threads)
     os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}

@@ -22,7 +22,7 @@ DDP_FIRST_BUCKET_BYTES = 2**20
 """torch DDP's first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB)."""
 
 SYNC_BATCHNORM_COLLECTIVES: dict[str, tuple[int, int, int]] = {
-    "segscale": (1, 1, 0),  # segscale.training.scaling.sync_batchnorm: one all-reduce each way
+    "segscale": (1, 1, 0),  # segscale.runs.scaling.sync_batchnorm: one all-reduce each way
     # nn.SyncBatchNorm of PyTorch 1.6 (the published rows): all_gather of the statistics,
     # one host sync (``if size == 1`` on a device tensor), all_reduce in backward. Today's
     # version syncs the host three times per layer (boolean masks over empty ranks).

@@ -20,10 +20,9 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import ConfigError, RunStopped
 from segscale.natural_order import natural_key
+from segscale.runs.folder import write_launch_record, write_summary
 from segscale.training.callbacks.unreadable_tiles import LeftOutTiles
 from segscale.training.reporting.run_times import RunClock, RunTimes
-from segscale.training.run_folder.launch_record import write_launch_record
-from segscale.training.run_folder.summary_file import write_summary
 
 log = logging.getLogger(__name__)
 

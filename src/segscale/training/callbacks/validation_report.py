@@ -17,7 +17,7 @@ from torch.utils.hooks import RemovableHandle
 from segscale.data.labels import class_colours
 from segscale.data.patches import GridPatchDataset
 from segscale.data.sources import display_rgb
-from segscale.training.reporting.evaluation import write_evaluation
+from segscale.runs.evaluation import write_evaluation
 from segscale.training.reporting.plots import (
     BackgroundFigures,
     SamplePrediction,

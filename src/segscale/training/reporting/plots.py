@@ -1,4 +1,4 @@
-"""Figures a person reads at a glance: training progress, confusion matrix, predictions.
+"""Figures a person reads at a glance: training progress and predictions.
 
 The figures are built with matplotlib's object-oriented API (``Figure``), not pyplot's
 global state, so that they can be drawn on a thread of their own
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import matplotlib
 import matplotlib.axes
 import matplotlib.patches
 import matplotlib.ticker
@@ -32,7 +31,6 @@ IGNORED_COLOUR = (200, 200, 200)
 IGNORED_HATCH = "////"
 """Drawn over ignored pixels too: a class may have the same grey, never the hatch."""
 IGNORED_LABEL = "ignored (not scored)"
-CONFUSION_UNIT = "% of the true class's pixels"
 
 
 @dataclass(frozen=True)
@@ -119,57 +117,6 @@ def plot_training_progress(
 ) -> None:
     """Write ``training_progress_figure`` to ``path``."""
     save_figure(training_progress_figure(train, val, position, batch), path)
-
-
-def confusion_matrix_figure(
-    confusion: np.ndarray, class_names: Sequence[str], title: str = "Confusion matrix"
-) -> Figure:
-    """A heatmap of the confusion matrix (rows: true class), in % of each row's pixels.
-
-    Cells, colour bar and title share the unit; a class with no true pixels has an
-    empty row (its percentages are undefined), and each row names its pixel count.
-    """
-    counts = confusion.astype(float)
-    totals = counts.sum(1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        percent = 100 * counts / totals[:, None]  # NaN rows: no pixels of that class
-    size = max(5.0, 0.9 * len(class_names) + 2)
-    figure = Figure(figsize=(size + 1.5, size))
-    axis = figure.subplots()
-    cmap = matplotlib.colormaps["Blues"].with_extremes(bad="0.9")  # grey: no pixels
-    image = axis.imshow(np.ma.masked_invalid(percent), cmap=cmap, vmin=0, vmax=100)
-    for (i, j), value in np.ndenumerate(percent):
-        text = "–" if np.isnan(value) else f"{value:.1f}"
-        colour = "white" if value > 60 else "black"
-        axis.text(j, i, text, ha="center", va="center", color=colour, fontsize=8)
-    ticks = range(len(class_names))
-    axis.set_xticks(ticks, class_names, rotation=45, ha="right")
-    rows = [f"{name} ({_pixels(total)})" for name, total in zip(class_names, totals, strict=True)]
-    axis.set_yticks(ticks, rows)
-    axis.set_xlabel("Predicted class")
-    axis.set_ylabel("True class (its pixels)")
-    axis.set_title(f"{title}\n(each row: {CONFUSION_UNIT})")
-    bar = figure.colorbar(image, ax=axis, fraction=0.046)
-    bar.set_label(CONFUSION_UNIT)
-    return figure
-
-
-def _pixels(count: float) -> str:
-    """A pixel count in few characters: ``"812 px"``, ``"12.3k px"``, ``"4.1M px"``."""
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if count >= scale:
-            return f"{count / scale:.1f}{suffix} px"
-    return f"{count:.0f} px"
-
-
-def plot_confusion_matrix(
-    confusion: np.ndarray,
-    class_names: Sequence[str],
-    path: Path,
-    title: str = "Confusion matrix",
-) -> None:
-    """Write ``confusion_matrix_figure`` to ``path``."""
-    save_figure(confusion_matrix_figure(confusion, class_names, title), path)
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,18 @@
 
 Each failure names the config key, the value it got and what is allowed, so a user can
 fix the override without reading code.
+
+``prepare`` is the one preparation of a composed training config that train, bench and
+the API share: ``datamodule/classes=auto`` is resolved first (the training masks'
+classes go into the config before anything reads it), then the values are checked, then
+the patch side against the network, so every entry point that builds or starts a
+training refuses the same configs with the same one-line error.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,17 +21,18 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_types import check_types
 from segscale.data.datamodule import checked_start_method
 from segscale.data.samplers import SHUFFLE_MODES
-from segscale.data.split_forms import check_splits
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
+from segscale.models.networks import check_input_side
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
 from segscale.platforms.start_methods import KEY as START_METHOD_KEY
+from segscale.runs.builders import check_data_source, strategy_backend
 from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
 from segscale.training.ranks.threads import check_threads_setting
-from segscale.training.run.builders import strategy_backend
+from segscale.training.run.inferred_classes import InferredClasses, resolve_inferred_classes
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -68,29 +76,6 @@ def check_config(cfg: DictConfig) -> None:
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.
     check_types(cfg, filled_in=("model.in_channels",))
-
-
-def check_data_source(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` for a data source value left unset (``???``) or of the wrong form.
-
-    The splits of a folder dataset are checked by ``check_splits``.
-
-    Hydra would raise ``MissingMandatoryValue`` when the source is built (``datamodule=folder``
-    without ``datamodule.source.root``), naming neither what to give nor how.
-    """
-    source = OmegaConf.select(cfg, "datamodule.source")
-    if not isinstance(source, DictConfig):
-        return
-    for key in source:
-        name = str(key)
-        if OmegaConf.is_missing(source, name):
-            hint = " (the dataset folder, holding train/ and val/)" if name == "root" else ""
-            raise ConfigError(
-                f"datamodule.source.{name} is not set: give it on the command line, e.g. "
-                f"datamodule.source.{name}=/path/to/data{hint}"
-            )
-    if "splits" in source:
-        check_splits(source.splits)
 
 
 def check_loader_options(cfg: DictConfig) -> None:
@@ -159,3 +144,15 @@ def _get(cfg: DictConfig, dotted: str) -> Any:
             raise ConfigError(f"{dotted} is missing from the config")
         node = node[part]
     return node
+
+
+def prepare(cfg: DictConfig, run_folder: str | Path | None = None) -> InferredClasses | None:
+    """Resolve inferred classes into ``cfg`` and check it; ``ConfigError`` if it cannot work.
+
+    ``run_folder`` (rank 0 of a run) receives the found classes as ``classes.yaml``.
+    Returns the classes found for ``datamodule/classes=auto``, else ``None``.
+    """
+    found = resolve_inferred_classes(cfg, run_folder)
+    check_config(cfg)
+    check_input_side(cfg.datamodule.patch_size, "datamodule.patch_size", cfg.model)
+    return found

@@ -21,8 +21,7 @@ from segscale.data.datamodule import SegmentationDataModule
 from segscale.data.dataset_report import SPLIT_WORDS, DatasetReport
 from segscale.data.mask_value_scan import scan_mask_values
 from segscale.errors import integer_at_least, require
-from segscale.training.run.builders import build
-from segscale.training.run.config_checks import check_data_source
+from segscale.runs.builders import build, check_data_source
 from segscale.training.run.inferred_classes import resolve_inferred_classes
 
 log = logging.getLogger(__name__)

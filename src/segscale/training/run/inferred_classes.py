@@ -30,7 +30,7 @@ from segscale.data.mask_value_scan import scan_mask_values
 from segscale.data.nodata import check_nodata
 from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, check_max_image_pixels
 from segscale.errors import ConfigError
-from segscale.training.run.builders import build
+from segscale.runs.builders import build
 
 log = logging.getLogger(__name__)
 

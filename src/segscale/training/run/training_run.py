@@ -19,6 +19,23 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint.files import SafeCheckpointIO
 from segscale.platforms.memory import keep_freed_memory
+from segscale.runs.builders import (
+    build,
+    build_datamodule,
+    build_module,
+    build_strategy,
+    fine_tuning,
+    instantiate_each,
+    trainer_devices,
+)
+from segscale.runs.folder import (
+    RunFolderLock,
+    check_fresh_folder,
+    has_launch_record,
+    launch_record,
+    read_summary,
+    write_launch_record,
+)
 from segscale.training.callbacks.checkpoints import ForgetAbandonedBest, ensure_writable
 from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.learning_rate import ApplyLearningRate
@@ -40,23 +57,7 @@ from segscale.training.reporting.third_party_noise import (
     ThirdPartyNoiseFilter,
     third_party_noise_filtered,
 )
-from segscale.training.run.builders import (
-    build,
-    build_datamodule,
-    build_module,
-    build_strategy,
-    fine_tuning,
-    instantiate_each,
-    trainer_devices,
-)
-from segscale.training.run.prepare import prepare
-from segscale.training.run_folder.fresh_folder import check_fresh_folder
-from segscale.training.run_folder.launch_record import (
-    has_launch_record,
-    launch_record,
-    write_launch_record,
-)
-from segscale.training.run_folder.lock import RunFolderLock
+from segscale.training.run.config_checks import prepare
 from segscale.training.run_folder.relaunch import check_relaunch
 from segscale.training.run_folder.resume import (
     check_resumable,
@@ -64,7 +65,6 @@ from segscale.training.run_folder.resume import (
     read_resumed,
     resolve_checkpoint,
 )
-from segscale.training.run_folder.summary_file import read_summary
 
 log = logging.getLogger(__name__)
 

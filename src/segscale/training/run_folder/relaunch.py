@@ -42,8 +42,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from segscale.configs import compose_config
 from segscale.errors import ConfigError
+from segscale.runs.folder import RECORD_DIR, read_record_config
 from segscale.training.run_folder.frozen_keys import frozen_changes
-from segscale.training.run_folder.launch_record import RECORD_DIR, read_record_config
 from segscale.training.run_folder.recorded_overrides import (
     Restorable,
     restorable_overrides,

@@ -1,0 +1,1 @@
+"""What training and inference share: the run folder, and the objects built from a config."""
