@@ -158,14 +158,10 @@ def build_module(
 
 
 def fine_tuning(cfg: DictConfig) -> dict[str, Any]:
-    """``training.encoder_lr_factor`` and ``training.freeze_encoder_epochs``, as the run uses them.
-
-    Configs from before these keys existed (a checkpoint's launch record) get the defaults:
-    the encoder trains as the rest of the network, from the first step.
-    """
+    """``training.encoder_lr_factor`` and ``training.freeze_encoder_epochs`` of ``cfg``."""
     return {
-        "encoder_lr_factor": OmegaConf.select(cfg, "training.encoder_lr_factor", default=1.0),
-        "freeze_encoder_epochs": OmegaConf.select(cfg, "training.freeze_encoder_epochs", default=0),
+        "encoder_lr_factor": cfg.training.encoder_lr_factor,
+        "freeze_encoder_epochs": cfg.training.freeze_encoder_epochs,
     }
 
 

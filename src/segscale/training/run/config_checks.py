@@ -11,26 +11,25 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from segscale.config_schema import check_schema
 from segscale.config_types import check_types
 from segscale.data.datamodule import checked_start_method
 from segscale.data.samplers import SHUFFLE_MODES
 from segscale.data.split_forms import check_splits
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
-from segscale.models.nonfinite import check_policy
-from segscale.models.optim import SOLVERS, check_encoder_lr_factor
+from segscale.models.optim import SOLVERS
 from segscale.moved_keys import refuse_moved_config_keys
 from segscale.platforms.start_methods import KEY as START_METHOD_KEY
-from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze
-from segscale.training.ranks.threads import check_threads_setting
 from segscale.training.run.builders import strategy_backend
 
 
 def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first value in ``cfg`` that cannot work."""
     refuse_moved_config_keys(cfg)
+    check_schema(cfg)
     check_data_source(cfg)
     devices_count(cfg.trainer.get("devices", "auto"))
     strategy_backend(cfg)
@@ -63,10 +62,7 @@ def check_config(cfg: DictConfig) -> None:
         lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
         "a positive learning rate such as 0.01",
     )
-    check_policy(OmegaConf.select(cfg, "training.on_nonfinite", default="stop"))
-    check_threads_setting(OmegaConf.select(cfg, "training.threads", default="auto"))
     check_fine_tuning(cfg)
-    check_ema(cfg)
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.
     check_types(cfg, filled_in=("model.in_channels",))
@@ -116,9 +112,6 @@ def check_loader_options(cfg: DictConfig) -> None:
     for key, allowed in (
         ("datamodule.persistent_workers", (True, False)),
         ("datamodule.pin_memory", (True, False, None)),
-        ("training.channels_last", (True, False)),
-        ("training.compile", (True, False)),
-        ("training.keep_freed_memory", (True, False)),
     ):
         value = OmegaConf.select(cfg, key, default=False)
         if not any(value is option for option in allowed):
@@ -127,15 +120,13 @@ def check_loader_options(cfg: DictConfig) -> None:
 
 
 def check_fine_tuning(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` for a fine-tuning value that cannot work.
+    """Raise ``ConfigError`` for fine-tuning settings that do not agree with the callbacks.
 
     ``training.freeze_encoder_epochs`` acts through the ``EncoderFreeze`` callback of
     ``callbacks`` (``callbacks=none`` drops it): a run that asks for freezing without it,
     or whose callback was given other epochs, is refused rather than trained otherwise.
     """
-    check_encoder_lr_factor(OmegaConf.select(cfg, "training.encoder_lr_factor", default=1.0))
-    epochs = OmegaConf.select(cfg, FREEZE_KEY, default=0)
-    require(epochs, FREEZE_KEY, integer_at_least(0), "a whole number of epochs >= 0")
+    epochs = cfg.training.freeze_encoder_epochs
     target = f"{EncoderFreeze.__module__}.{EncoderFreeze.__qualname__}"
     callbacks = cfg.get("callbacks") or {}
     found = {
@@ -155,9 +146,10 @@ def check_fine_tuning(cfg: DictConfig) -> None:
 
 
 def _get(cfg: DictConfig, dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if part not in node:
-            raise ConfigError(f"{dotted} is missing from the config")
-        node = node[part]
-    return node
+    value = OmegaConf.select(cfg, dotted, default=_ABSENT)
+    if value is _ABSENT:
+        raise ConfigError(f"{dotted} is missing from the config")
+    return value
+
+
+_ABSENT = object()
