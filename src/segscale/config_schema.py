@@ -52,6 +52,15 @@ BATCH_MODES = ("per_device", "global")
 """``scaling.batch``: ``datamodule.batch_size`` on each device, or split across them."""
 LR_RULES = ("none", "linear", "sqrt")
 """``scaling.lr``: how ``optimizer.lr`` follows the global batch."""
+WEIGHT_METHODS = ("inverse", "median")
+"""``loss.class_weights`` computed from the training set's class frequencies."""
+
+TARGETS = {
+    "scaling": "segscale.training.scaling.rules.ScalingRules",
+    "loss": "segscale.models.losses.SegmentationLoss",
+}
+"""Groups checked only while they build segscale's own object (a user's ``_target_``
+takes keys of its own)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,14 @@ def _name_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(item, str) for item in v)
 
 
+def _term_weight() -> Rule:
+    return number(at_least=0, words="a finite term weight >= 0 (0: off)")
+
+
+def _class_weights(v: Any) -> bool:
+    return isinstance(v, list) and all(_number(w) and math.isfinite(w) and w >= 0 for w in v)
+
+
 def _weights(v: Any) -> bool:
     return (
         isinstance(v, list)
@@ -208,6 +225,30 @@ SCHEMA: Mapping[str, Rule] = {
         words="null or one non-negative weight per device, at least one of them positive, "
         "e.g. [1, 1, 0.5]",
     ),
+    # The loss of segscale.models.losses.SegmentationLoss (conf/loss/).
+    "loss.cross_entropy": _term_weight(),
+    "loss.dice": _term_weight(),
+    "loss.focal": _term_weight(),
+    "loss.lovasz": _term_weight(),
+    "loss.focal_gamma": number(at_least=0, words="a finite number >= 0"),
+    "loss.label_smoothing": number(
+        at_least=0,
+        below=1,
+        words="a number in [0, 1) (0: off; the share of the target spread over all classes)",
+    ),
+    "loss.ohem_thresh": either(
+        null(),
+        number(above=0, below=1),
+        words="a probability in (0, 1), or null (off); pixels whose true class is "
+        "predicted below it count as hard",
+    ),
+    "loss.ohem_min_kept": integer(0, "an integer >= 0 (the fewest hardest pixels kept per batch)"),
+    "loss.class_weights": either(
+        null(),
+        one_of(*WEIGHT_METHODS),
+        Rule(_class_weights, ""),
+        words=f"null, one of {list(WEIGHT_METHODS)} or a list of finite per-class weights >= 0",
+    ),
 }
 """Every key segscale owns that the schema checks, by its full dotted key."""
 
@@ -219,6 +260,9 @@ def check_schema(cfg: DictConfig) -> None:
     ``training.threads='many' is not allowed: expected 'auto' or a positive number ...``.
     """
     for key, rule in SCHEMA.items():
+        group = key.partition(".")[0]
+        if group in TARGETS and OmegaConf.select(cfg, f"{group}._target_") != TARGETS[group]:
+            continue
         value = _value(cfg, key)
         if value is not _ABSENT and not rule.ok(value):
             raise ConfigError(f"{key}={value!r} is not allowed: expected {rule.expected}")
