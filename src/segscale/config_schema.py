@@ -52,12 +52,15 @@ BATCH_MODES = ("per_device", "global")
 """``scaling.batch``: ``datamodule.batch_size`` on each device, or split across them."""
 LR_RULES = ("none", "linear", "sqrt")
 """``scaling.lr``: how ``optimizer.lr`` follows the global batch."""
+SCHEDULES = ("none", "piecewise", "poly", "cosine")
+"""``scheduler.name``: MATLAB's ``LearnRateSchedule`` values, and DeepLab's poly and cosine."""
 WEIGHT_METHODS = ("inverse", "median")
 """``loss.class_weights`` computed from the training set's class frequencies."""
 
 TARGETS = {
     "scaling": "segscale.training.scaling.rules.ScalingRules",
     "loss": "segscale.models.losses.SegmentationLoss",
+    "scheduler": "segscale.models.optim.Schedule",
 }
 """Groups checked only while they build segscale's own object (a user's ``_target_``
 takes keys of its own)."""
@@ -109,6 +112,7 @@ def number(
     above: float | None = None,
     at_least: float | None = None,
     below: float | None = None,
+    at_most: float | None = None,
     finite: bool = True,
     words: str = "",
 ) -> Rule:
@@ -122,6 +126,7 @@ def number(
             and (above is None or v > above)
             and (at_least is None or v >= at_least)
             and (below is None or v < below)
+            and (at_most is None or v <= at_most)
         )
 
     return Rule(ok, words or "a number")
@@ -224,6 +229,18 @@ SCHEMA: Mapping[str, Rule] = {
         Rule(_weights, ""),
         words="null or one non-negative weight per device, at least one of them positive, "
         "e.g. [1, 1, 0.5]",
+    ),
+    # The optimizer and its schedule (conf/optimizer/, conf/scheduler/).
+    "optimizer.lr": number(above=0, words="a positive learning rate such as 0.01"),  # any target
+    "scheduler.name": one_of(*SCHEDULES),
+    "scheduler.drop_period": integer(1, "a whole number of epochs >= 1"),
+    "scheduler.drop_factor": number(above=0, at_most=1, words="a value in (0, 1]"),
+    "scheduler.power": number(),
+    "scheduler.min_factor": number(at_least=0, at_most=1, words="a number in [0, 1]"),
+    "scheduler.warmup_epochs": number(at_least=0, words="a number of epochs >= 0"),
+    "scheduler.warmup_steps": integer(0, "a number of optimizer steps >= 0"),
+    "scheduler.warmup_start_factor": number(
+        at_least=0, at_most=1, words="a number in [0, 1]: the warmup's first share of the rate"
     ),
     # The loss of segscale.models.losses.SegmentationLoss (conf/loss/).
     "loss.cross_entropy": _term_weight(),

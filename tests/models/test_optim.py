@@ -117,18 +117,23 @@ def test_warmup_composes_with_a_schedule():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "key"),
+    ("overrides", "key"),
     [
-        ({"name": "exponential"}, r"scheduler\.name"),
-        ({"name": "piecewise", "drop_period": 0}, r"scheduler\.drop_period"),
-        ({"name": "piecewise", "drop_factor": 0.0}, r"scheduler\.drop_factor"),
-        ({"name": "piecewise", "drop_factor": 1.5}, r"scheduler\.drop_factor"),
-        ({"warmup_epochs": 1, "warmup_steps": 5}, r"scheduler\.warmup_epochs"),
+        (["scheduler.name=exponential"], r"scheduler\.name"),
+        (["scheduler=piecewise", "scheduler.drop_period=0"], r"scheduler\.drop_period"),
+        (["scheduler=piecewise", "scheduler.drop_factor=0.0"], r"scheduler\.drop_factor"),
+        (["scheduler=piecewise", "scheduler.drop_factor=1.5"], r"scheduler\.drop_factor"),
+        (["scheduler.warmup_steps=-1"], r"scheduler\.warmup_steps"),
     ],
 )
-def test_bad_schedules_name_the_key(kwargs, key):
-    with pytest.raises(ConfigError, match=key):
-        Schedule(**kwargs)
+def test_bad_schedules_name_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=key + "=.* is not allowed: expected"):
+        compose_config("train", overrides)
+
+
+def test_warmup_in_epochs_and_in_steps_is_refused():
+    with pytest.raises(ConfigError, match=r"scheduler\.warmup_epochs"):
+        Schedule(warmup_epochs=1, warmup_steps=5)
 
 
 def with_gradients(*gradients: list[float]) -> list[nn.Parameter]:

@@ -120,8 +120,6 @@ class Schedule:
     (whichever is set) and composes with any schedule.
     """
 
-    NAMES = ("none", "piecewise", "poly", "cosine")
-
     def __init__(
         self,
         name: str = "none",
@@ -133,21 +131,7 @@ class Schedule:
         warmup_steps: int = 0,
         warmup_start_factor: float = 0.0,
     ) -> None:
-        if name not in self.NAMES:
-            raise ConfigError(
-                f"scheduler.name={name!r} is unknown: expected one of {list(self.NAMES)}"
-            )
-        if name == "piecewise" and not (isinstance(drop_period, int) and drop_period >= 1):
-            raise ConfigError(
-                f"scheduler.drop_period={drop_period!r} is not allowed: expected a whole number "
-                "of epochs >= 1"
-            )
-        if name == "piecewise" and not 0 < drop_factor <= 1:
-            raise ConfigError(
-                f"scheduler.drop_factor={drop_factor!r} is not allowed: expected a value in (0, 1]"
-            )
-        if warmup_epochs < 0 or warmup_steps < 0:
-            raise ConfigError("scheduler.warmup_epochs and scheduler.warmup_steps must be >= 0")
+        # Each value's kind and range is the schema's (segscale.config_schema).
         if warmup_epochs and warmup_steps:
             raise ConfigError("set scheduler.warmup_epochs or scheduler.warmup_steps, not both")
         self.name = name

@@ -6,7 +6,6 @@ fix the override without reading code.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -55,13 +54,6 @@ def check_config(cfg: DictConfig) -> None:
 
     solver = _get(cfg, "optimizer.solver")
     require(solver, "optimizer.solver", lambda v: v in SOLVERS, f"one of {list(SOLVERS)}")
-    lr = _get(cfg, "optimizer.lr")
-    require(
-        lr,
-        "optimizer.lr",
-        lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
-        "a positive learning rate such as 0.01",
-    )
     check_fine_tuning(cfg)
     # Last, so that the checks above give their more specific messages first.
     # model.in_channels: null means "from the images"; train() fills it in when it builds.
