@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
@@ -75,6 +76,12 @@ class Rule:
 
     ok: Callable[[Any], bool]
     expected: str
+    names: Callable[[], list[str]] | None = None
+    """The allowed names, looked up when checked (``names_in``); ``expected`` then unused."""
+
+    def said(self) -> str:
+        """What the key admits, in words."""
+        return f"one of {self.names()}" if self.names else self.expected
 
 
 def plain(value: Any, resolve: bool = True) -> Any:
@@ -134,7 +141,7 @@ def number(
 
 def either(*rules: Rule, words: str = "") -> Rule:
     """A value any of ``rules`` admits."""
-    shown = words or " or ".join(rule.expected for rule in rules)
+    shown = words or " or ".join(rule.said() for rule in rules)
     return Rule(lambda v: any(rule.ok(v) for rule in rules), shown)
 
 
@@ -145,6 +152,19 @@ def null() -> Rule:
 
 def _name_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(item, str) for item in v)
+
+
+def names_in(path: str, *extra: str) -> Rule:
+    """A name of the mapping at the dotted ``path`` (or one of ``extra``), imported when checked.
+
+    The names stay with the code that implements them (``FORMATS``: a name → its exporter):
+    this module sits below it, so it refers to them by path rather than importing them.
+    """
+
+    def names() -> list[str]:
+        return [*extra, *get_object(path)]
+
+    return Rule(lambda v: isinstance(v, str) and v in names(), "", names)
 
 
 def _term_weight() -> Rule:
@@ -270,19 +290,34 @@ SCHEMA: Mapping[str, Rule] = {
 """Every key segscale owns that the schema checks, by its full dotted key."""
 
 
+TASK_SCHEMA: Mapping[str, Mapping[str, Rule]] = {
+    "export": {
+        "format": names_in("segscale.inference.export_formats.FORMATS"),
+        "dtype": names_in("segscale.inference.export_settings.DTYPES", "auto"),
+        "returns": names_in("segscale.inference.exportable_network.RETURNS"),
+        "verify": boolean(),
+    },
+    "predict": {"check_value_range": boolean(), "skip_unreadable": boolean()},
+    "evaluate": {"check_value_range": boolean(), "other_data": boolean()},
+}
+"""The top-level keys of one primary config (its ``task_name``), by that name."""
+
+
 def check_schema(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first key of ``cfg`` whose value ``SCHEMA`` refuses.
 
     The message names the full key, the value and what is allowed:
     ``training.threads='many' is not allowed: expected 'auto' or a positive number ...``.
     """
-    for key, rule in SCHEMA.items():
+    task = OmegaConf.select(cfg, "task_name", default=None)
+    rules = {**SCHEMA, **TASK_SCHEMA.get(task, {})} if isinstance(task, str) else SCHEMA
+    for key, rule in rules.items():
         group = key.partition(".")[0]
         if group in TARGETS and OmegaConf.select(cfg, f"{group}._target_") != TARGETS[group]:
             continue
         value = _value(cfg, key)
         if value is not _ABSENT and not rule.ok(value):
-            raise ConfigError(f"{key}={value!r} is not allowed: expected {rule.expected}")
+            raise ConfigError(f"{key}={value!r} is not allowed: expected {rule.said()}")
 
 
 def _value(cfg: DictConfig, key: str) -> Any:
