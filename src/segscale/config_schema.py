@@ -250,6 +250,20 @@ SCHEMA: Mapping[str, Rule] = {
         words="null or one non-negative weight per device, at least one of them positive, "
         "e.g. [1, 1, 0.5]",
     ),
+    # The data a run trains on (conf/datamodule/): the keys every datamodule option has.
+    # (num_classes is not here: auto and checkpoint are filled in after composition.)
+    "datamodule.patch_size": integer(1),
+    "datamodule.patches_per_image": integer(1),
+    "datamodule.batch_size": integer(1),
+    "datamodule.shuffle": names_in("segscale.data.samplers.SHUFFLE_MODES"),
+    "datamodule.num_workers": either(
+        one_of("auto"),
+        integer(0),
+        words="an integer >= 0, or 'auto' (the rank's share of the CPU cores)",
+    ),
+    "datamodule.prefetch_factor": integer(1),
+    "datamodule.persistent_workers": boolean(),
+    "datamodule.pin_memory": either(boolean(), null(), words="true, false or null"),
     # The optimizer and its schedule (conf/optimizer/, conf/scheduler/).
     "optimizer.lr": number(above=0, words="a positive learning rate such as 0.01"),  # any target
     "scheduler.name": one_of(*SCHEDULES),

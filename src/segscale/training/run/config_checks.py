@@ -13,7 +13,6 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_schema import check_schema
 from segscale.config_types import check_types
 from segscale.data.datamodule import checked_start_method
-from segscale.data.samplers import SHUFFLE_MODES
 from segscale.data.split_forms import check_splits
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
@@ -32,26 +31,12 @@ def check_config(cfg: DictConfig) -> None:
     check_data_source(cfg)
     devices_count(cfg.trainer.get("devices", "auto"))
     strategy_backend(cfg)
+    for key in REQUIRED:  # their kinds and ranges: the schema's
+        _get(cfg, key)
+    # classes=auto has filled in the count by now (the schema sees auto at composition).
     for key in ("datamodule.num_classes", "model.num_classes"):
-        require(_get(cfg, key), key, lambda v: isinstance(v, int) and v >= 2, "an integer >= 2")
-    for key, minimum in (
-        ("datamodule.patch_size", 1),
-        ("datamodule.patches_per_image", 1),
-        ("datamodule.batch_size", 1),
-    ):
-        value = _get(cfg, key)
-        require(
-            value,
-            key,
-            integer_at_least(minimum),
-            f"an integer >= {minimum}",
-        )
-    check_loader_options(cfg)
-    shuffle = _get(cfg, "datamodule.shuffle")
-    require(
-        shuffle, "datamodule.shuffle", lambda v: v in SHUFFLE_MODES, f"one of {list(SHUFFLE_MODES)}"
-    )
-
+        require(_get(cfg, key), key, integer_at_least(2), "an integer >= 2")
+    checked_start_method(OmegaConf.select(cfg, START_METHOD_KEY, default="auto"))
     solver = _get(cfg, "optimizer.solver")
     require(solver, "optimizer.solver", lambda v: v in SOLVERS, f"one of {list(SOLVERS)}")
     check_fine_tuning(cfg)
@@ -81,34 +66,6 @@ def check_data_source(cfg: DictConfig) -> None:
             )
     if "splits" in source:
         check_splits(source.splits)
-
-
-def check_loader_options(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` for a DataLoader or speed option that cannot work."""
-    workers = _get(cfg, "datamodule.num_workers")
-    if workers != "auto":
-        require(
-            workers,
-            "datamodule.num_workers",
-            lambda v: isinstance(v, int) and v >= 0,
-            "an integer >= 0, or 'auto' (the rank's share of the CPU cores)",
-        )
-    checked_start_method(OmegaConf.select(cfg, START_METHOD_KEY, default="auto"))
-    prefetch = OmegaConf.select(cfg, "datamodule.prefetch_factor", default=2)
-    require(
-        prefetch,
-        "datamodule.prefetch_factor",
-        lambda v: isinstance(v, int) and v >= 1,
-        "an integer >= 1",
-    )
-    for key, allowed in (
-        ("datamodule.persistent_workers", (True, False)),
-        ("datamodule.pin_memory", (True, False, None)),
-    ):
-        value = OmegaConf.select(cfg, key, default=False)
-        if not any(value is option for option in allowed):
-            expected = " or ".join({True: "true", False: "false", None: "null"}[o] for o in allowed)
-            raise ConfigError(f"{key}={value!r} is not allowed: expected {expected}")
 
 
 def check_fine_tuning(cfg: DictConfig) -> None:
@@ -145,3 +102,15 @@ def _get(cfg: DictConfig, dotted: str) -> Any:
 
 
 _ABSENT = object()
+REQUIRED = (
+    "datamodule.num_classes",
+    "model.num_classes",
+    "datamodule.patch_size",
+    "datamodule.patches_per_image",
+    "datamodule.batch_size",
+    "datamodule.num_workers",
+    "datamodule.shuffle",
+    "optimizer.solver",
+    "optimizer.lr",
+)
+"""Keys every training config holds."""
