@@ -31,10 +31,11 @@ from collections.abc import (
 from types import NoneType, UnionType
 from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 
-from hydra._internal.utils import _locate
+from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
+from segscale.config_schema import plain
 from segscale.errors import ConfigError
 
 _LISTS = (list, tuple, Sequence, MutableSequence, ListConfig)
@@ -93,7 +94,7 @@ def check_types(cfg: DictConfig, filled_in: Collection[str] = ()) -> None:
             value = _resolved(node, key)
             if value is not _UNRESOLVED and not admits(parameters[key], value):
                 raise ConfigError(
-                    f"{dotted}={_shown(value)!r} is not allowed: "
+                    f"{dotted}={plain(value, resolve=False)!r} is not allowed: "
                     f"expected {expected(parameters[key])}"
                 )
 
@@ -128,7 +129,7 @@ def target_parameters(node: DictConfig) -> dict[str, Any]:
     if not isinstance(target, str):
         return {}
     try:
-        function = _locate(target)
+        function = get_object(target)
     except (ImportError, ValueError):
         return {}
     parameters = _annotations(function)
@@ -143,7 +144,7 @@ def _receiver(receiver: KwargsReceiver, node: DictConfig) -> Any:
     if not isinstance(name, str):
         return None
     try:
-        choices = _locate(receiver.choices)
+        choices = get_object(receiver.choices)
     except (ImportError, ValueError):
         return None
     return choices.get(name.lower() if receiver.lowercase else name)
@@ -299,9 +300,3 @@ def _resolved(container: Any, key: Any) -> Any:
         return container[key]
     except (InterpolationResolutionError, MissingMandatoryValue):
         return _UNRESOLVED
-
-
-def _shown(value: Any) -> Any:
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=False)
-    return value

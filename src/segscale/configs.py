@@ -10,6 +10,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+from segscale.config_schema import check_schema
+
 
 def _config_dir() -> str:
     """The ``conf/`` that belongs with this segscale code.
@@ -50,15 +52,18 @@ def compose_config(
 
     ``hydra.searchpath=[...]`` among the overrides adds a user's own config folders.
     Works inside a running Hydra app or ``initialize`` context too: that Hydra is set
-    aside while this config is composed, and given back after.
+    aside while this config is composed, and given back after. A value the schema
+    refuses (``segscale.config_schema``) raises ``ConfigError`` naming its key.
     """
     caller = GlobalHydra.instance().hydra
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose(
+            cfg = compose(
                 config_name, overrides=list(overrides), return_hydra_config=return_hydra_config
             )
     finally:
         # initialize_config_dir replaces the GlobalHydra instance on leaving: ask again.
         GlobalHydra.instance().hydra = caller
+    check_schema(cfg)
+    return cfg

@@ -11,11 +11,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from segscale.cli.train import main
+from segscale.configs import compose_config
 from segscale.errors import ConfigError
 from segscale.models.nonfinite import (
     NonFiniteError,
     any_nonfinite,
-    check_policy,
     describe,
     highest,
     highest_rate,
@@ -155,9 +155,9 @@ def test_no_gradients_are_finite():
 
 
 def test_policy_and_message():
-    check_policy("skip")
-    with pytest.raises(ConfigError, match=r"training\.on_nonfinite='ignore' is unknown"):
-        check_policy("ignore")
+    assert compose_config("train", ["training.on_nonfinite=skip"]).training.on_nonfinite == "skip"
+    with pytest.raises(ConfigError, match=r"on_nonfinite='ignore' is not allowed: .*stop"):
+        compose_config("train", ["training.on_nonfinite=ignore"])
     message = describe("gradient", 7, 2, 0.5, "16-mixed")
     assert message.startswith("the gradient is not finite (NaN or inf) at step 7 (epoch 2)")
     assert "float16 overflow under trainer.precision=16-mixed" in message

@@ -19,6 +19,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from segscale.config_schema import check_schema
 from segscale.configs import CONFIG_DIR
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.export.check import ExportMismatchError
@@ -34,9 +35,8 @@ EXIT_MISMATCH = 1
 
 def export(cfg: DictConfig) -> ExportedNetwork:
     """Write the network of ``ckpt`` as ``format`` to ``output``; return what was written."""
+    check_schema(cfg)
     check_settings(cfg.format, cfg.dtype, cfg.returns, cfg.opset)
-    if not isinstance(cfg.verify, bool):
-        raise ConfigError(f"verify={cfg.verify!r} is not allowed: expected true or false")
     if cfg.format != "onnx" and cfg.opset is not None:
         log.warning("opset=%s is ignored: it applies to format=onnx only", cfg.opset)
     path = output_path(cfg)

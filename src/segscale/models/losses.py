@@ -22,11 +22,10 @@ import torch.nn.functional as F
 from segmentation_models_pytorch.losses import DiceLoss, LovaszLoss
 from torch import nn
 
+from segscale.config_schema import WEIGHT_METHODS
 from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-WEIGHT_METHODS = ("inverse", "median")
 
 
 def _is_number(value: Any) -> bool:
@@ -43,11 +42,6 @@ def class_weights_from_frequencies(frequencies: Sequence[float], method: str) ->
     ``frequencies`` may be pixel counts; they are normalised to shares. A class with
     frequency 0 never occurs in the training set and gets weight 0.
     """
-    if method not in WEIGHT_METHODS:
-        raise ConfigError(
-            f"loss.class_weights={method!r} is not a method; expected one of "
-            f"{list(WEIGHT_METHODS)}, a list of per-class weights, or null"
-        )
     values = list(frequencies)
     if not values or not all(_is_number(f) and f >= 0 for f in values) or sum(values) <= 0:
         raise ConfigError(
@@ -92,7 +86,7 @@ def _resolve_class_weights(
             )
         return weights
     weights = list(class_weights)
-    if len(weights) != num_classes or not all(_is_number(w) and w >= 0 for w in weights):
+    if len(weights) != num_classes:  # each weight's kind and range: the schema's
         raise ConfigError(
             f"loss.class_weights={weights} must list {num_classes} finite weights >= 0, "
             "one per class"
@@ -177,20 +171,14 @@ class SegmentationLoss(nn.Module):
         ohem_min_kept: int = 100_000,
     ) -> None:
         super().__init__()
+        # Each value's kind and range is the schema's (segscale.config_schema); here the
+        # rules across keys.
         terms = {"cross_entropy": cross_entropy, "dice": dice, "focal": focal, "lovasz": lovasz}
-        for name, weight in terms.items():
-            if not _is_number(weight) or weight < 0:
-                raise ConfigError(
-                    f"loss.{name}={weight!r}: expected a finite term weight >= 0 (0: off)"
-                )
         if not any(weight > 0 for weight in terms.values()):
             raise ConfigError(
                 "loss.cross_entropy, loss.dice, loss.focal and loss.lovasz are all 0; "
                 "at least one term weight must be > 0"
             )
-        if not _is_number(focal_gamma) or focal_gamma < 0:
-            raise ConfigError(f"loss.focal_gamma={focal_gamma!r}: expected a finite number >= 0")
-        _check_cross_entropy_options(label_smoothing, ohem_thresh, ohem_min_kept)
         weights = _resolve_class_weights(class_weights, class_frequencies, num_classes)
         if weights is not None and cross_entropy == 0:
             # Silently training unweighted would hide the mistake.
@@ -319,25 +307,4 @@ class SegmentationLoss(nn.Module):
             focal=self.focal,
             dice=self.dice,
             lovasz=self.lovasz,
-        )
-
-
-def _check_cross_entropy_options(
-    label_smoothing: Any, ohem_thresh: Any, ohem_min_kept: Any
-) -> None:
-    """Refuse label smoothing outside [0, 1), an OHEM threshold outside (0, 1)."""
-    if not _is_number(label_smoothing) or not 0 <= label_smoothing < 1:
-        raise ConfigError(
-            f"loss.label_smoothing={label_smoothing!r}: expected a number in [0, 1) "
-            "(0: off; the share of the target spread over all classes)"
-        )
-    if ohem_thresh is not None and (not _is_number(ohem_thresh) or not 0 < ohem_thresh < 1):
-        raise ConfigError(
-            f"loss.ohem_thresh={ohem_thresh!r}: expected a probability in (0, 1), or null "
-            "(off); pixels whose true class is predicted below it count as hard"
-        )
-    if isinstance(ohem_min_kept, bool) or not isinstance(ohem_min_kept, int) or ohem_min_kept < 0:
-        raise ConfigError(
-            f"loss.ohem_min_kept={ohem_min_kept!r}: expected an integer >= 0 (the fewest "
-            "hardest pixels kept per batch)"
         )

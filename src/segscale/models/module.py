@@ -26,7 +26,6 @@ from segscale.models.nonfinite import NonFiniteError
 from segscale.models.nonfinite_steps import NonFiniteSteps
 from segscale.models.optim import (
     Schedule,
-    check_gradient_threshold,
     clip_gradients,
     lr_scheduler,
 )
@@ -108,7 +107,6 @@ class SegmentationModule(NonFiniteSteps):
         on_nonfinite: str = "stop",
     ) -> None:
         super().__init__(on_nonfinite)
-        check_gradient_threshold(gradient_threshold, gradient_threshold_method)
         self.network = network
         self.optimizer_factory = optimizer
         self.schedule = schedule or Schedule("none")

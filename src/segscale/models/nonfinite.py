@@ -13,25 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
-from segscale.errors import ConfigError
-
-POLICIES = ("stop", "skip")
-"""The values of ``training.on_nonfinite``."""
 EXIT_NONFINITE = 3
 """Exit status of a run stopped by a non-finite loss or gradient."""
 
 
 class NonFiniteError(RuntimeError):
     """Training met a non-finite loss or gradient; the message says where and why."""
-
-
-def check_policy(policy: str) -> None:
-    """Raise ``ConfigError`` unless ``policy`` is one of ``POLICIES``."""
-    if policy not in POLICIES:
-        raise ConfigError(
-            f"training.on_nonfinite={policy!r} is unknown: expected stop (end the run "
-            "with an error) or skip (skip the step and go on)"
-        )
 
 
 def any_nonfinite(tensors: list[torch.Tensor]) -> torch.Tensor:

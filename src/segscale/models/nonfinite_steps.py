@@ -19,7 +19,6 @@ from segscale.models.nonfinite import (
     NonFiniteError,
     PendingVerdict,
     any_nonfinite,
-    check_policy,
     describe,
     highest,
     highest_rate,
@@ -40,7 +39,6 @@ class NonFiniteSteps(L.LightningModule):
 
     def __init__(self, on_nonfinite: str = "stop") -> None:
         super().__init__()
-        check_policy(on_nonfinite)
         self.on_nonfinite = on_nonfinite
         self.skipped_steps = 0
         self._nonfinite: torch.Tensor | None = None  # this step's loss verdict, on the device

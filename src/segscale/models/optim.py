@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from segscale.errors import ConfigError, require
+from segscale.errors import ConfigError
 
 SOLVERS: dict[str, type[torch.optim.Optimizer]] = {
     "sgdm": torch.optim.SGD,
@@ -53,7 +53,6 @@ def build_optimizer(
         raise ConfigError(
             f"optimizer.solver={solver!r} is unknown: expected one of {list(SOLVERS)}"
         )
-    check_encoder_lr_factor(encoder_lr_factor)
     encoder: set[int] = set()
     if encoder_lr_factor != 1:
         parts = encoder_of(network, "training.encoder_lr_factor", encoder_lr_factor)
@@ -94,16 +93,6 @@ def build_optimizer(
     return optimizer(groups, lr=lr, **solver_kwargs)
 
 
-def check_encoder_lr_factor(factor: Any) -> None:
-    """Raise ``ConfigError`` unless ``factor`` is a number >= 0 (a bool is not)."""
-    require(
-        factor,
-        "training.encoder_lr_factor",
-        lambda v: isinstance(v, (int, float)) and 0 <= v < math.inf,
-        "a number >= 0 (the encoder's learning rate over the decoder's; 0: not updated)",
-    )
-
-
 def encoder_of(network: nn.Module, key: str, value: Any) -> nn.Module:
     """``network.encoder``, which the setting ``key`` (set to ``value``) acts on.
 
@@ -131,8 +120,6 @@ class Schedule:
     (whichever is set) and composes with any schedule.
     """
 
-    NAMES = ("none", "piecewise", "poly", "cosine")
-
     def __init__(
         self,
         name: str = "none",
@@ -144,21 +131,7 @@ class Schedule:
         warmup_steps: int = 0,
         warmup_start_factor: float = 0.0,
     ) -> None:
-        if name not in self.NAMES:
-            raise ConfigError(
-                f"scheduler.name={name!r} is unknown: expected one of {list(self.NAMES)}"
-            )
-        if name == "piecewise" and not (isinstance(drop_period, int) and drop_period >= 1):
-            raise ConfigError(
-                f"scheduler.drop_period={drop_period!r} is not allowed: expected a whole number "
-                "of epochs >= 1"
-            )
-        if name == "piecewise" and not 0 < drop_factor <= 1:
-            raise ConfigError(
-                f"scheduler.drop_factor={drop_factor!r} is not allowed: expected a value in (0, 1]"
-            )
-        if warmup_epochs < 0 or warmup_steps < 0:
-            raise ConfigError("scheduler.warmup_epochs and scheduler.warmup_steps must be >= 0")
+        # Each value's kind and range is the schema's (segscale.config_schema).
         if warmup_epochs and warmup_steps:
             raise ConfigError("set scheduler.warmup_epochs or scheduler.warmup_steps, not both")
         self.name = name
@@ -200,23 +173,6 @@ def lr_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: schedule.factor(step, steps_per_epoch, total_steps)
     )
-
-
-CLIP_METHODS = ("l2norm", "global-l2norm", "absolute-value")
-
-
-def check_gradient_threshold(threshold: float, method: str) -> None:
-    """Raise ``ConfigError`` unless ``threshold``/``method`` are MATLAB-valid values."""
-    if method not in CLIP_METHODS:
-        raise ConfigError(
-            f"training.gradient_threshold_method={method!r} is unknown: "
-            f"expected one of {list(CLIP_METHODS)}"
-        )
-    if not threshold > 0:
-        raise ConfigError(
-            f"training.gradient_threshold={threshold!r} is not allowed: expected a positive "
-            "number, or .inf for no clipping"
-        )
 
 
 def clip_gradients(parameters: list[nn.Parameter], threshold: float, method: str) -> None:

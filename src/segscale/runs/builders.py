@@ -159,7 +159,7 @@ def build_module(
 
 
 def fine_tuning(cfg: DictConfig) -> dict[str, Any]:
-    """``training.encoder_lr_factor`` and ``training.freeze_encoder_epochs`` as the run uses."""
+    """``training.encoder_lr_factor`` and ``training.freeze_encoder_epochs`` of ``cfg``."""
     return {
         "encoder_lr_factor": cfg.training.encoder_lr_factor,
         "freeze_encoder_epochs": cfg.training.freeze_encoder_epochs,

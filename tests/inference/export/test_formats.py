@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
+from segscale.configs import compose_config
 from segscale.errors import ConfigError
 from segscale.inference.export.formats import (
     check_settings,
@@ -70,11 +71,21 @@ def test_an_opset_the_exporter_cannot_reach_is_refused_and_nothing_written(tmp_p
 
 
 @pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("format=tflite", r"format='tflite' is not allowed: expected one of \['onnx'"),
+        ("dtype=int8", r"dtype='int8' is not allowed: expected one of \['auto', 'uint8'"),
+        ("returns=probabilities", r"returns='probabilities' is not allowed: .*'scores'"),
+    ],
+)
+def test_bad_values_are_refused_as_the_config_is_composed(override: str, message: str):
+    with pytest.raises(ConfigError, match=message):
+        compose_config("export", [override])
+
+
+@pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (("tflite", "auto", "scores", None), "format='tflite' is not allowed"),
-        (("onnx", "int8", "scores", None), "dtype='int8' is not allowed"),
-        (("onnx", "auto", "probabilities", None), "returns='probabilities' is not allowed"),
         (("onnx", "auto", "scores", 5), "opset=5 is not allowed"),
         (("onnx", "auto", "scores", True), "opset=True is not allowed"),
         (("onnx", "auto", "scores", "18"), "opset='18' is not allowed"),

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from segscale.configs import compose_config
 from segscale.errors import ConfigError
 from segscale.runs.scaling.rules import ScalingRules
 from segscale.training.run.training_run import train
@@ -44,20 +45,20 @@ def test_no_rule_keeps_the_rate_and_adds_no_warmup():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "key"),
+    ("override", "key"),
     [
-        ({"batch": "total"}, "scaling.batch"),
-        ({"lr": "cubic"}, "scaling.lr"),
-        ({"base_batch_size": 0}, "scaling.base_batch_size"),
-        ({"warmup_epochs": -1}, "scaling.warmup"),
-        ({"worker_load": [1, -1]}, "scaling.worker_load"),
-        ({"worker_load": [0, 0]}, "scaling.worker_load"),
-        ({"worker_load": ["fast", 1]}, "scaling.worker_load"),
+        ("scaling.batch=total", "scaling.batch"),
+        ("scaling.lr=cubic", "scaling.lr"),
+        ("scaling.base_batch_size=0", "scaling.base_batch_size"),
+        ("scaling.warmup_epochs=-1", "scaling.warmup"),
+        ("scaling.worker_load=[1,-1]", "scaling.worker_load"),
+        ("scaling.worker_load=[0,0]", "scaling.worker_load"),
+        ("scaling.worker_load=[fast,1]", "scaling.worker_load"),
     ],
 )
-def test_bad_rules_name_the_key(kwargs, key):
+def test_bad_rules_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        ScalingRules(**kwargs)
+        compose_config("train", [override])
 
 
 def test_worker_load_must_match_the_devices_and_give_each_a_patch():

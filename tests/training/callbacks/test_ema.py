@@ -226,7 +226,9 @@ def test_a_bad_ema_setting_is_refused_naming_its_key(make_config, override):
 
 def test_a_run_with_a_bad_decay_stops_before_it_builds_anything(make_config):
     # ConfigError: the command line's exit status 2.
-    with pytest.raises(ConfigError, match=r"training\.ema\.decay=1: expected a number between"):
+    with pytest.raises(
+        ConfigError, match=r"training\.ema\.decay=1 is not allowed: expected a number between"
+    ):
         train(make_config("training.ema.decay=1"))
     assert not (Path(make_config().output_dir) / "checkpoints").exists()
 

@@ -10,7 +10,7 @@ from tests.helpers.distributed import on_two_ranks
 
 def _stop_steps_on_rank(rank: int) -> int:
     """Steps until PreemptionStop's agreement says stop, when rank 1 notes a signal at 2."""
-    signals = PreemptionSignals([])
+    signals = PreemptionSignals([], 25)
     stop = PreemptionStop(signals, "unused")
     stop.on_train_start(SimpleNamespace(world_size=2), None)
     for step in range(1, 10):

@@ -11,6 +11,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 
+from segscale.configs import compose_config
 from segscale.data.loader_workers import init_worker
 from segscale.errors import ConfigError
 from segscale.platforms.processes import PR_SET_PDEATHSIG
@@ -25,31 +26,31 @@ from segscale.training.ranks.preemption import (
 
 
 def test_signal_names_and_the_deadline_are_checked():
-    assert PreemptionSignals(["SIGTERM", "usr2"]).signals == [signal.SIGTERM, signal.SIGUSR2]
-    assert PreemptionSignals("auto").signals == [signal.SIGTERM, signal.SIGUSR2]  # Linux's
+    assert PreemptionSignals(["SIGTERM", "usr2"], 25).signals == [signal.SIGTERM, signal.SIGUSR2]
+    assert PreemptionSignals("auto", 25).signals == [signal.SIGTERM, signal.SIGUSR2]  # Linux's
     with pytest.raises(
         ConfigError, match=r"training.preemption_signals: 'SIGKILL' cannot stop a run on Linux"
     ):
-        PreemptionSignals(["SIGKILL"])
+        PreemptionSignals(["SIGKILL"], 25)
     with pytest.raises(ConfigError, match=r"'SIGNOPE' does not exist on Linux; it has SIGTERM"):
-        PreemptionSignals(["SIGNOPE"])
-    for bad in ("SIGTERM", "automatic", None, 15, {"a": "SIGTERM"}):  # auto or a list
+        PreemptionSignals(["SIGNOPE"], 25)
+    for bad in ("SIGTERM", "automatic", "null", "15", "{a:SIGTERM}"):  # auto or a list
         with pytest.raises(ConfigError, match=r"training.preemption_signals=.* expected auto"):
-            PreemptionSignals(bad)
-    for bad in (0, -1, float("inf"), "25"):
+            compose_config("train", [f"training.preemption_signals={bad}"])
+    for bad in ("0", "-1", "inf", "'25'"):
         with pytest.raises(ConfigError, match=r"training.preemption_deadline_s="):
-            PreemptionSignals(["SIGTERM"], deadline_s=bad)
+            compose_config("train", [f"training.preemption_deadline_s={bad}"])
 
 
 def test_a_signal_windows_lacks_is_refused_there_naming_windows_and_what_it_has(monkeypatch):
     monkeypatch.setattr(sys, "platform", "win32")  # only the names differ: refused before lookup
     with pytest.raises(ConfigError) as refused:
-        PreemptionSignals(["SIGTERM", "SIGUSR2"])
+        PreemptionSignals(["SIGTERM", "SIGUSR2"], 25)
     assert str(refused.value) == (
         "training.preemption_signals: 'SIGUSR2' does not exist on Windows; it has SIGINT, "
         "SIGBREAK, SIGTERM to stop a run"
     )
-    assert PreemptionSignals(["SIGINT"]).signals == [signal.SIGINT]  # Ctrl-C
+    assert PreemptionSignals(["SIGINT"], 25).signals == [signal.SIGINT]  # Ctrl-C
 
 
 def test_while_training_the_first_signal_is_noted_and_the_handlers_from_before_come_back():

@@ -27,6 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.fabric import Fabric
 from omegaconf import DictConfig, OmegaConf
 
+from segscale.config_schema import check_schema
 from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
 from segscale.data.grids import Grid
@@ -80,6 +81,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
     filled_in = [f"datamodule.{key}" for key in CLASS_KEYS]
     if cfg.inference.get("tile_size") == "checkpoint":
         filled_in.append("inference.tile_size")
+    check_schema(cfg)
     check_types(cfg, filled_in=filled_in)
     backend = inference_backend(cfg)
     trained = range_checked(load_trained(cfg.ckpt), cfg.check_value_range)
@@ -87,9 +89,7 @@ def evaluate(cfg: DictConfig, data_given: bool = True) -> dict:
         cfg.inference, trained, use_validation_tiles(cfg.inference, trained, str(cfg.ckpt))
     )
     use_checkpoint_classes(cfg.datamodule, trained, str(cfg.ckpt))
-    other_data = cfg.get("other_data", False)
-    if not isinstance(other_data, bool):
-        raise ConfigError(f"other_data={other_data!r} is not allowed: expected true or false")
+    other_data = cfg.other_data
     if data_given:
         check_data_source(cfg)  # datamodule=folder without its root, named as train.py does
     use_checkpoint_data(cfg.datamodule, trained, str(cfg.ckpt), data_given, other_data)

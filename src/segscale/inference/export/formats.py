@@ -262,12 +262,7 @@ class ExportSettings:
 
 def check_settings(format: str, dtype: str, returns: str, opset: Any) -> None:
     """Raise ``ConfigError`` naming the key of a value refused before any file is read."""
-    if format not in FORMATS:
-        raise ConfigError(f"format={format!r} is not allowed: expected one of {list(FORMATS)}")
-    if dtype != "auto" and dtype not in DTYPES:
-        raise ConfigError(f"dtype={dtype!r} is not allowed: expected auto or one of {list(DTYPES)}")
-    if returns not in RETURNS:
-        raise ConfigError(f"returns={returns!r} is not allowed: expected one of {list(RETURNS)}")
+    # format, dtype and returns: the schema's (segscale.config_schema).
     if opset is not None and (
         isinstance(opset, bool) or not isinstance(opset, int) or opset < LEGACY_OPSETS.start
     ):

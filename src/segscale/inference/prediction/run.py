@@ -29,6 +29,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric import Fabric
 from omegaconf import DictConfig, OmegaConf
 
+from segscale.config_schema import check_schema
 from segscale.config_types import check_types
 from segscale.data.image_headers import check_image_headers
 from segscale.data.rasters import Pixels
@@ -107,11 +108,8 @@ def _predict_in_folder(cfg: DictConfig) -> PredictionRun:
     naming it. With ``skip_unreadable`` such files are logged and left out instead.
     With several devices every rank writes its share into the same folder.
     """
+    check_schema(cfg)
     check_max_image_pixels(cfg.max_image_pixels, "max_image_pixels")
-    if not isinstance(cfg.skip_unreadable, bool):
-        raise ConfigError(
-            f"skip_unreadable={cfg.skip_unreadable!r} is not allowed: expected true or false"
-        )
     extras = ProbabilityOutputs(cfg.probabilities, cfg.confidence)  # refused before any work
     backend = inference_backend(cfg)
     check_types(cfg)

@@ -26,8 +26,9 @@ import logging
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
+from segscale.config_schema import plain
 from segscale.data.class_discovery import is_inferred
 from segscale.data.labels import LabelId, LabelMap, code_of, label_values, shown_value
 from segscale.errors import ConfigError
@@ -82,14 +83,12 @@ def _given(datamodule: DictConfig) -> dict[str, Any]:
         ignore_ids = datamodule.get("ignore_ids", FROM_CHECKPOINT)
         if _is(ignore_ids, FROM_CHECKPOINT):
             return {}
-        return {"ignore_ids": OmegaConf.to_container(ignore_ids, resolve=True)}
+        return {"ignore_ids": plain(ignore_ids)}
     given: dict[str, Any] = {}
     for key in CLASS_KEYS:
         value = datamodule.get(key, FROM_CHECKPOINT)
         if not _is(value, FROM_CHECKPOINT):
-            # resolved: potsdam_rgb's label_ids is ${.class_colors}
-            is_node = OmegaConf.is_config(value)
-            given[key] = OmegaConf.to_container(value, resolve=True) if is_node else value
+            given[key] = plain(value)  # resolved: potsdam_rgb's label_ids is ${.class_colors}
     names = given.get("class_names")
     if isinstance(names, list):  # names as training stored them: [1, 2] are "1", "2"
         given["class_names"] = [str(name) for name in names]

@@ -17,9 +17,6 @@ from typing import Any
 from segscale.data.samplers import split_in_proportion
 from segscale.errors import ConfigError
 
-BATCH_MODES = ("per_device", "global")
-LR_RULES = ("none", "linear", "sqrt")
-
 
 @dataclass(frozen=True)
 class Effective:
@@ -67,30 +64,9 @@ class ScalingRules:
         warmup_epochs: float | None = None,
         worker_load: Sequence[float] | None = None,
     ) -> None:
-        if batch not in BATCH_MODES:
-            raise ConfigError(
-                f"scaling.batch={batch!r} is unknown: expected one of {list(BATCH_MODES)}"
-            )
-        if lr not in LR_RULES:
-            raise ConfigError(f"scaling.lr={lr!r} is unknown: expected one of {list(LR_RULES)}")
-        if not (isinstance(base_batch_size, int) and base_batch_size >= 1):
-            raise ConfigError(
-                f"scaling.base_batch_size={base_batch_size!r} is not allowed: expected the "
-                "global batch size optimizer.lr was chosen for (an integer >= 1)"
-            )
-        if warmup_epochs is not None and warmup_epochs < 0:
-            raise ConfigError(
-                f"scaling.warmup_epochs={warmup_epochs!r} is not allowed: expected >= 0"
-            )
+        # Each value's kind and range is the schema's (segscale.config_schema) to check.
         if worker_load is not None:
-            weights = list(worker_load)
-            numeric = all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights)
-            if not (numeric and weights and min(weights) >= 0 and max(weights) > 0):
-                raise ConfigError(
-                    f"scaling.worker_load={weights!r} is not allowed: expected one non-negative "
-                    "weight per device, at least one of them positive, e.g. [1, 1, 0.5]"
-                )
-            worker_load = [float(w) for w in weights]
+            worker_load = [float(w) for w in worker_load]
         self.batch = batch
         self.lr = lr
         self.base_batch_size = base_batch_size

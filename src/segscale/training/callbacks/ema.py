@@ -27,8 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
-from segscale.errors import ConfigError
-
 KEY = "training.ema"
 
 log = logging.getLogger(__name__)
@@ -141,36 +139,16 @@ class TrainedWeightsOnResume(L.Callback):
             pl_module.load_state_dict(trained)
 
 
-def check_ema(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` for a ``training.ema`` that cannot work (null or no decay: off)."""
-    ema_settings(cfg)
-
-
 def ema_settings(cfg: DictConfig) -> tuple[float, int] | None:
-    """``(decay, start_step)`` of ``training.ema``, or ``None`` when it is off."""
+    """``(decay, start_step)`` of ``training.ema``, or ``None`` when it is off.
+
+    The schema (``segscale.config_schema``) checks the values: null or a mapping, a
+    decay between 0 and 1, a start step >= 0.
+    """
     node = OmegaConf.select(cfg, KEY)
-    if node is None:
+    if node is None or node.get("decay") is None:
         return None
-    if not isinstance(node, DictConfig) or set(node) - {"decay", "start_step"}:
-        shown = OmegaConf.to_container(node) if isinstance(node, DictConfig) else node
-        raise ConfigError(
-            f"{KEY}={shown!r}: expected null or the keys decay (0 < decay < 1) and "
-            f"start_step, e.g. {KEY}.decay=0.999"
-        )
-    decay, start_step = node.get("decay"), node.get("start_step", 0)
-    if decay is None:
-        return None
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay < 1:
-        raise ConfigError(
-            f"{KEY}.decay={decay!r}: expected a number between 0 and 1 (exclusive), such as "
-            "0.999 (the average's weight at each step), or null (no averaging)"
-        )
-    if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
-        raise ConfigError(
-            f"{KEY}.start_step={start_step!r}: expected an integer >= 0, the optimizer step "
-            "the average starts from"
-        )
-    return float(decay), start_step
+    return float(node.decay), node.get("start_step", 0)
 
 
 def ema_callback(cfg: DictConfig, resuming: bool) -> L.Callback | None:

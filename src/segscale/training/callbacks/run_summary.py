@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, Timer
 from lightning.pytorch.utilities import rank_zero_only
 
-from segscale.errors import ConfigError, RunStopped
+from segscale.errors import RunStopped
 from segscale.natural_order import natural_key
 from segscale.runs.folder import write_launch_record, write_summary
 from segscale.training.callbacks.unreadable_tiles import LeftOutTiles
@@ -66,11 +66,6 @@ class RunSummary(Timer):
         clock: RunClock | None = None,
         nodata: dict[str, Any] | None = None,
     ) -> None:
-        if output_network not in ("last-iteration", "best-validation"):
-            raise ConfigError(
-                f"training.output_network={output_network!r} is unknown: expected "
-                "last-iteration or best-validation"
-            )
         super().__init__(duration=None, verbose=False)
         self.output_dir = Path(output_dir)
         self.output_network = output_network

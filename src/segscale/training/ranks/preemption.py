@@ -115,17 +115,8 @@ class PreemptionSignals:
     none are.
     """
 
-    def __init__(self, names: Sequence[str] | str, deadline_s: float = 25.0) -> None:
+    def __init__(self, names: Sequence[str] | str, deadline_s: float) -> None:
         self.signals = _signals(names)
-        if not (
-            isinstance(deadline_s, int | float)
-            and not isinstance(deadline_s, bool)
-            and 0 < deadline_s < float("inf")
-        ):
-            raise ConfigError(
-                f"{DEADLINE_KEY}={deadline_s!r} is not allowed: expected seconds > 0 (the time "
-                "a rank has from the start of its stop to its exit)"
-            )
         self.deadline_s = float(deadline_s)
         self.phase = Phase.SETUP
         self.received: signal.Signals | None = None
@@ -301,15 +292,11 @@ def _signals(names: Sequence[str] | str) -> list[signal.Signals]:
     """The signals ``training.preemption_signals`` names (``auto``: the platform's defaults).
 
     A name the platform lacks, or one that cannot stop a run (``SIGKILL``), is refused,
-    naming the platform and the signals it has.
+    naming the platform and the signals it has; the form (``auto`` or a list) is the
+    schema's to check.
     """
-    if isinstance(names, str) and names == "auto":
+    if names == "auto":
         names = default_preemption_signals()
-    elif isinstance(names, str | bytes) or not isinstance(names, Sequence):
-        raise ConfigError(
-            f"{SIGNALS_KEY}={names!r} is not allowed: expected auto (this platform's: "
-            f"{', '.join(default_preemption_signals())}) or a list of signal names"
-        )
     try:
         return stop_signals(names)
     except StopSignalError as error:

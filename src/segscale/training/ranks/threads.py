@@ -52,7 +52,6 @@ from typing import Any
 import torch
 
 from segscale.devices import CoreShare, affinity_cores, core_share, within_quota
-from segscale.errors import ConfigError
 from segscale.platforms import cores as platform_cores
 from segscale.training.ranks.launch import started_by_launcher
 
@@ -129,17 +128,6 @@ class Threads:
         return f"threads: {self.count} per training process ({self.reason})"
 
 
-def check_threads_setting(setting: Any) -> None:
-    """Raise ``ConfigError`` unless ``setting`` is ``auto`` or a positive count."""
-    if setting == "auto":
-        return
-    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
-        raise ConfigError(
-            f"{KEY}={setting!r} is not allowed: expected 'auto' or a positive number of "
-            "threads per training process"
-        )
-
-
 def resolve_threads(
     setting: Any,
     ranks_per_node: int,
@@ -149,15 +137,14 @@ def resolve_threads(
 ) -> Threads:
     """The threads of each training process that ``training.threads`` asks for.
 
-    ``setting`` is ``auto`` or a positive count. Under ``auto`` (without
-    ``OMP_NUM_THREADS``) this rank takes its share (``core_share(ranks_per_node)``) of the
-    ``cpus`` of its affinity mask (default: read) that are not ``busy`` with other
+    ``setting`` is ``auto`` or a positive count (checked by the schema). Under ``auto``
+    (without ``OMP_NUM_THREADS``) this rank takes its share (``core_share(ranks_per_node)``)
+    of the ``cpus`` of its affinity mask (default: read) that are not ``busy`` with other
     processes, within its cgroup's CPU quota. ``busy`` defaults to ``busy_cores()``
     measured now, by a process that no launcher started as a rank; a rank that torchrun
     or SLURM started measures nothing. ``workers_per_rank`` (DataLoader workers) only
     appear in the reason.
     """
-    check_threads_setting(setting)
     if setting != "auto":
         return Threads(int(setting), f"{KEY}={setting}")
     from_environment = _environment_threads()

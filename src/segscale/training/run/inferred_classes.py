@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
 from segscale.atomic_files import write_text_atomically
+from segscale.config_schema import plain
 from segscale.data.class_discovery import (
     CLASSES_FILE,
     OPTION,
@@ -68,9 +68,9 @@ def resolve_inferred_classes(
     found = infer_classes(
         census,
         ignore_index=int(data.ignore_index),
-        ignore_ids=_plain(data.get("ignore_ids")) or [],
-        class_names=_plain(data.get("class_names")),
-        class_colors=_plain(data.get("class_colors")),
+        ignore_ids=plain(data.get("ignore_ids")) or [],
+        class_names=plain(data.get("class_names")),
+        class_colors=plain(data.get("class_colors")),
         num_classes=data.num_classes,
     )
     with open_dict(data):
@@ -97,8 +97,3 @@ def _write(found: InferredClasses, folder: Path, where: str, resumed: bool) -> N
         return
     write_text_atomically(path, found.yaml(where))
     log.info("%s: written to %s, ready to copy as a classes file of your own", OPTION, path)
-
-
-def _plain(node: Any) -> Any:
-    """A config value as plain Python (lists, not ``ListConfig``); ``None`` stays."""
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node

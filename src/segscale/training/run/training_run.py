@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from segscale.config_schema import check_schema
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint.files import SafeCheckpointIO
 from segscale.platforms.memory import keep_freed_memory
@@ -81,11 +82,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     clock = RunClock()
     # Preemption signals are handled for the whole run: before training starts one ends
     # it at once (exit 75, nothing to save), while training at the next safe point.
-    training = cfg.get("training") or {}
-    signals = PreemptionSignals(
-        training.get("preemption_signals", "auto"),
-        training.get("preemption_deadline_s", 25.0),
-    )
+    check_schema(cfg)  # before the signals' settings are read
+    signals = PreemptionSignals(cfg.training.preemption_signals, cfg.training.preemption_deadline_s)
     with signals, RunFolderLock(cfg.output_dir) if leader else nullcontext():
         return _train_in_folder(cfg, leader, clock, signals)
 
@@ -129,8 +127,7 @@ def _train_in_folder(
     # Each rank's threads: its share of the cores that nothing else keeps busy now,
     # measured before any rank or DataLoader worker of this run starts.
     workers = datamodule.workers_per_rank(num_processes)
-    thread_setting = OmegaConf.select(cfg, "training.threads", default="auto")
-    threads = resolve_threads(thread_setting, num_processes, workers)
+    threads = resolve_threads(cfg.training.threads, num_processes, workers)
     module = build_module(
         cfg,
         datamodule,

@@ -33,6 +33,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from segscale.config_schema import plain
 from segscale.devices import available_devices, devices_count
 from segscale.errors import ConfigError
 
@@ -125,9 +126,7 @@ def _value(cfg: DictConfig, key: str) -> Any:
         value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=True)
     except OmegaConfBaseException:
         return _raw(cfg, key)
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
+    return plain(value)
 
 
 def _raw(cfg: DictConfig, key: str) -> Any:
@@ -138,7 +137,7 @@ def _raw(cfg: DictConfig, key: str) -> Any:
         return _ABSENT
     child = node._get_node(name)  # the node itself, not its resolved value
     if isinstance(child, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(child, resolve=False)
+        return plain(child, resolve=False)
     return child._value() if child is not None else _ABSENT
 
 
