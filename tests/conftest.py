@@ -24,7 +24,7 @@ from PIL import Image
 from torch import nn
 
 from segscale.configs import CONFIG_DIR
-from segscale.data.synthetic import SyntheticTiles, draw_tile
+from segscale.data.datasets.synthetic import SyntheticTiles, draw_tile
 from segscale.devices import cpus_available
 from segscale.models.checkpoint import network as checkpoint_network
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file

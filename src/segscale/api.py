@@ -28,8 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from segscale.command_line import TRAIN_COMMAND, quoted_override
 from segscale.configs import compose_config
-from segscale.data.rasters import Pixels
-from segscale.data.sources import (
+from segscale.data.storage.rasters import Pixels
+from segscale.data.storage.sources import (
     check_max_image_pixels,
 )
 from segscale.errors import ConfigError

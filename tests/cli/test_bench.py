@@ -16,7 +16,7 @@ from segscale.bench.pipeline import rank_data_rate
 from segscale.bench.storage import ROUNDS
 from segscale.cli import bench as bench_command
 from segscale.cli.bench import EXIT_FAILED_MEASUREMENT, main
-from segscale.data import loader_workers
+from segscale.data.sampling import loader_workers
 from segscale.errors import ConfigError
 from segscale.training.ranks.threads import Threads, resolve_threads
 from segscale.training.run.builders import build, build_datamodule

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from segscale.data.loader_workers import MAX_AUTO_WORKERS, auto_num_workers
-from segscale.data.samplers import EpochShardSampler
+from segscale.data.sampling.loader_workers import MAX_AUTO_WORKERS, auto_num_workers
+from segscale.data.sampling.samplers import EpochShardSampler
 from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 
@@ -184,7 +184,7 @@ def test_the_config_keys_reach_the_datamodule_as_its_grouped_settings(tmp_path):
         Normalization,
         PatchSettings,
     )
-    from segscale.data.synthetic import SyntheticTiles
+    from segscale.data.datasets.synthetic import SyntheticTiles
 
     source = SyntheticTiles(root=str(tmp_path), num_train=2, num_val=1, image_size=96)
     flat = segmentation_datamodule(

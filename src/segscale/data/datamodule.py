@@ -12,29 +12,29 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from segscale.data.augment import Augmentation
+from segscale.data.checks.dataset_report import DatasetReport
+from segscale.data.checks.validation import validate_dataset
+from segscale.data.checks.value_range import ValueRange
+from segscale.data.classes.labels import LabelMap
+from segscale.data.classes.palette import warn_indistinct
 from segscale.data.datamodule_settings import (
     ClassSettings,
     LoaderSettings,
     Normalization,
     PatchSettings,
 )
-from segscale.data.dataset_report import DatasetReport
-from segscale.data.decode_cache import DecodeCache
-from segscale.data.deferred_loader import DeferredStartLoader
-from segscale.data.grids import check_mask_alignment
-from segscale.data.labels import LabelMap
-from segscale.data.loader_workers import auto_num_workers, init_worker
-from segscale.data.palette import warn_indistinct
-from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
-from segscale.data.samplers import EpochShardSampler
-from segscale.data.sources import (
+from segscale.data.sampling.deferred_loader import DeferredStartLoader
+from segscale.data.sampling.loader_workers import auto_num_workers, init_worker
+from segscale.data.sampling.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
+from segscale.data.sampling.samplers import EpochShardSampler
+from segscale.data.storage.decode_cache import DecodeCache
+from segscale.data.storage.grids import check_mask_alignment
+from segscale.data.storage.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TileSource,
     check_max_image_pixels,
 )
-from segscale.data.tiles import SKIP_KEY, UnreadableTiles, open_tiles
-from segscale.data.validation import validate_dataset
-from segscale.data.value_range import ValueRange
+from segscale.data.storage.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.errors import ConfigError
 from segscale.platforms.start_methods import StartMethodError, worker_start_method
 
@@ -58,11 +58,11 @@ class SegmentationDataModule(L.LightningDataModule):
 
     ``decode_cache`` holds the PNG and JPEG files decoded once per machine
     (``DecodeCache``; ``None``: each rank decodes them into its memory); TIFFs are read
-    where they lie (``segscale.data.tiles``). A tile found unreadable mid-run stops it
+    where they lie (``segscale.data.storage.tiles``). A tile found unreadable mid-run stops it
     (``UnreadableTileError``), or with ``skip_unreadable`` is left out with a warning.
 
     ``mask_alignment``: what the validation pass does with a GeoTIFF mask on another grid
-    than its image's (``segscale.data.grids``): ``refuse`` it, or ``warp`` it onto the
+    than its image's (``segscale.data.storage.grids``): ``refuse`` it, or ``warp`` it onto the
     image's grid, which the tiles are then read on.
     """
 

@@ -26,9 +26,9 @@ from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
 from segscale.config_types import check_types
-from segscale.data.image_headers import check_image_headers
-from segscale.data.rasters import Pixels
-from segscale.data.sources import (
+from segscale.data.storage.image_headers import check_image_headers
+from segscale.data.storage.rasters import Pixels
+from segscale.data.storage.sources import (
     FileProblem,
     check_max_image_pixels,
     describe_read_error,

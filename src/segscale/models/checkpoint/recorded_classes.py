@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from segscale.data.class_discovery import is_inferred
-from segscale.data.labels import LabelId, LabelMap, code_of, label_values, shown_value
+from segscale.data.classes.class_discovery import is_inferred
+from segscale.data.classes.labels import LabelId, LabelMap, code_of, label_values, shown_value
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.trained import TrainedModel
 

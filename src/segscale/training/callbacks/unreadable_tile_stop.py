@@ -18,7 +18,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from segscale.data.tiles import UnreadableTileError
+from segscale.data.storage.tiles import UnreadableTileError
 from segscale.training.callbacks.preemption_stop import rerun_validation
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""Mask values and classes: label maps, palettes, the classes found in the masks."""

@@ -1,0 +1,1 @@
+"""What a training step draws: where patches may lie, patches, samplers, loaders."""
