@@ -34,8 +34,8 @@ from PIL import Image
 
 from segscale.atomic_files import write_text_atomically
 from segscale.data.storage import decode_cache
+from segscale.data.storage.caches import content_digest, source_identity
 from segscale.data.storage.decode_cache import DecodeCache
-from segscale.data.storage.source_identity import content_digest, source_identity
 
 SIDE = 2048
 

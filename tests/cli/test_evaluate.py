@@ -582,8 +582,7 @@ def test_a_bf_tolerance_other_than_a_fraction_is_refused_naming_the_key(tmp_path
 
 
 def test_a_mask_on_another_grid_is_refused_or_warped_onto_its_image(tmp_path: Path):
-    from segscale.data.storage.grids import read_grid
-    from segscale.data.storage.warped_masks import WarpedLabels
+    from segscale.data.storage.grids import WarpedLabels, read_grid
     from tests.data.storage.test_grids import UTM, class_map, in_wgs84, write_geotiff
 
     classes = class_map()

@@ -26,7 +26,7 @@ from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
 from segscale.config_types import check_types
-from segscale.data.storage.image_headers import check_image_headers
+from segscale.data.storage.pixel_types import check_image_headers
 from segscale.data.storage.rasters import Pixels
 from segscale.data.storage.sources import (
     FileProblem,

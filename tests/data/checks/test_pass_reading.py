@@ -14,7 +14,7 @@ from segscale.data.checks.dataset_problems import InvalidDatasetError
 from segscale.data.checks.validation import validate_dataset
 from segscale.data.classes.labels import LabelMap
 from segscale.data.datasets.folder import FolderTiles
-from segscale.data.storage.user_cache import cache_file
+from segscale.data.storage.caches import cache_file
 from tests.conftest import write_pair
 from tests.data.valid_maps import geotiff_dataset
 

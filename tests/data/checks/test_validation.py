@@ -14,10 +14,9 @@ from segscale.data.checks.validation import validate_dataset
 from segscale.data.classes import mask_values
 from segscale.data.classes.labels import LabelMap
 from segscale.data.datasets.folder import FolderTiles
-from segscale.data.storage.image_headers import check_image_headers
-from segscale.data.storage.pixel_types import MAX_VALUES
+from segscale.data.storage.caches import cache_file
+from segscale.data.storage.pixel_types import MAX_VALUES, check_image_headers
 from segscale.data.storage.sources import DEFAULT_MAX_IMAGE_PIXELS
-from segscale.data.storage.user_cache import cache_file
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build
 from tests.conftest import REPO, compose_config, write_pair

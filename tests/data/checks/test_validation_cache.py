@@ -15,8 +15,8 @@ from segscale.data.checks import validation_cache
 from segscale.data.checks.validation import validate_dataset
 from segscale.data.classes.labels import LabelMap
 from segscale.data.datasets.folder import FolderTiles
-from segscale.data.storage import source_identity
-from segscale.data.storage.user_cache import cache_file
+from segscale.data.storage import caches
+from segscale.data.storage.caches import cache_file
 from segscale.errors import ConfigError
 from tests.conftest import write_pair
 from tests.data.valid_maps import geotiff_dataset
@@ -104,7 +104,7 @@ def test_a_mask_replaced_with_the_same_size_and_mtime_is_counted_again(
     tmp_path, reads, monkeypatch, change_time
 ):
     # Without a change time (Windows), the identity holds a digest of the content.
-    monkeypatch.setattr(source_identity, "has_change_time", lambda: change_time)
+    monkeypatch.setattr(caches, "has_change_time", lambda: change_time)
     root, replacement = tmp_path / "data", tmp_path / "new.png"
     image = np.zeros((32, 32, 3), np.uint8)
     for split, name in (("train", "t1"), ("val", "v1")):

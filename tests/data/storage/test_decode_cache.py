@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segscale.data.storage import decode_cache, source_identity
+from segscale.data.storage import caches, decode_cache
 from segscale.data.storage.decode_cache import STORE, DecodeCache
 from segscale.errors import ConfigError
 from tests.conftest import REPO
@@ -302,7 +302,7 @@ def test_a_file_replaced_with_the_same_size_and_mtime_is_decoded_again(
     tmp_path, monkeypatch, change_time
 ):
     # Without a change time (Windows), the identity holds a digest of the content.
-    monkeypatch.setattr(source_identity, "has_change_time", lambda: change_time)
+    monkeypatch.setattr(caches, "has_change_time", lambda: change_time)
     rng = np.random.default_rng(0)
     old, new = (rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(2))
     path, replacement = tmp_path / "t.png", tmp_path / "new/t.png"

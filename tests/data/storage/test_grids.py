@@ -17,9 +17,9 @@ from segscale.data.checks.dataset_problems import InvalidDatasetError
 from segscale.data.checks.validation import validate_dataset
 from segscale.data.classes.labels import LabelMap
 from segscale.data.datasets.folder import FolderTiles
+from segscale.data.storage.caches import cache_file
 from segscale.data.storage.grids import Grid, read_grid
 from segscale.data.storage.tiles import open_tiles
-from segscale.data.storage.user_cache import cache_file
 from segscale.errors import ConfigError
 from segscale.training.run.builders import build
 from tests.conftest import compose_config
@@ -297,7 +297,7 @@ def test_the_key_takes_refuse_or_warp_only():
 
 def test_a_run_s_tiles_read_warped_masks_on_the_image_grid(tmp_path):
     from segscale.data.datamodule import segmentation_datamodule
-    from segscale.data.storage.warped_masks import WarpedLabels
+    from segscale.data.storage.grids import WarpedLabels
 
     root = dataset(tmp_path, "wgs84")
     datamodule = segmentation_datamodule(

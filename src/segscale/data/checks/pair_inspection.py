@@ -24,7 +24,7 @@ from segscale.data.classes.labels import LabelMap, palette_codes
 from segscale.data.classes.palette_masks import PALETTE, channels_as_read
 from segscale.data.sampling.class_locations import LocationSampler
 from segscale.data.sampling.valid_cells import CELL, Validity, ValidPixels
-from segscale.data.storage.grids import Grid, pair_grids
+from segscale.data.storage.grids import Grid, pair_grids, warped_mask
 from segscale.data.storage.nodata import NODATA_KEY, nodata_pixels
 from segscale.data.storage.rasters import Pixels, WindowedRaster
 from segscale.data.storage.sources import (
@@ -36,7 +36,6 @@ from segscale.data.storage.sources import (
     read_image,
     read_mask,
 )
-from segscale.data.storage.warped_masks import warped_mask
 
 ROWS_PER_CHUNK = 1024
 """Rows read at a time, so a memory-mapped tile is never loaded whole."""

@@ -1,6 +1,6 @@
 """What the validation pass learnt of each file, kept in the user's cache folder.
 
-``<the user's cache folder>/validation/<dataset>.json`` (``segscale.data.storage.user_cache``: a
+``<the user's cache folder>/validation/<dataset>.json`` (``segscale.data.storage.caches``: a
 folder of the user's alone, refused where others can write it, since its class counts
 are reported as they are), keyed by the image's and mask's path and identity
 (``source_identity``: size, mtime, inode and change time), so a second run re-reads
@@ -23,10 +23,9 @@ from segscale.data.checks.pair_inspection import inspect_pair, labels_key, valid
 from segscale.data.classes.labels import LabelMap
 from segscale.data.classes.palette_masks import channels_as_read
 from segscale.data.sampling.valid_cells import CELL, Validity
+from segscale.data.storage.caches import app_folder, cache_file, source_identity
 from segscale.data.storage.grids import pair_grids
-from segscale.data.storage.source_identity import source_identity
 from segscale.data.storage.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource
-from segscale.data.storage.user_cache import app_folder, cache_file
 
 log = logging.getLogger(__name__)
 

@@ -58,10 +58,9 @@ from segscale.atomic_files import (
     write_atomically,
     write_text_atomically,
 )
+from segscale.data.storage.caches import cache_folder, private_folder, source_identity
 from segscale.data.storage.mapped_arrays import mapped_array
 from segscale.data.storage.rasters import UnreadableWindowError
-from segscale.data.storage.source_identity import source_identity
-from segscale.data.storage.user_cache import cache_folder, private_folder
 from segscale.disk_full import FULL
 from segscale.errors import ConfigError, require
 

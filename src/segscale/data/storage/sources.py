@@ -50,7 +50,7 @@ class TileSource(Protocol):
         """What names this dataset's files (its resolved root, its split settings).
 
         The validation pass keeps what it read under this key, in the user's cache
-        (``segscale.data.storage.user_cache``).
+        (``segscale.data.storage.caches``).
         """
 
     def prepare(self) -> None:

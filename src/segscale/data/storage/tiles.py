@@ -7,7 +7,7 @@ whose values are not already class indices (grey levels, colours, label IDs, a p
 mask's colours) is decoded window by window as it is read (``LabelledMask``), except a
 PNG's, whose class indices the decode cache keeps, and a mask on another grid than its
 image's, read on the image's grid (``datamodule.mask_alignment=warp``:
-``segscale.data.storage.warped_masks``). So no rank holds the decoded dataset: what a rank holds
+``segscale.data.storage.grids``). So no rank holds the decoded dataset: what a rank holds
 grows with the patches it cuts, not with the images, and the pixels it reads sit in the
 page cache, which the ranks and workers of a machine share.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from segscale.data.classes.labels import LabelMap
 from segscale.data.storage.decode_cache import CachedFile, DecodeCache
-from segscale.data.storage.grids import Grid
+from segscale.data.storage.grids import Grid, WarpedLabels
 from segscale.data.storage.rasters import Pixels, UnreadableWindowError
 from segscale.data.storage.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -36,7 +36,6 @@ from segscale.data.storage.sources import (
     read_image_header,
     read_mask,
 )
-from segscale.data.storage.warped_masks import WarpedLabels
 from segscale.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,6 @@
-r"""Where segscale keeps what it caches for the user: a folder of the platform's, theirs alone.
+r"""What the caches share: the user's cache folder (the platform's, private), a file's identity.
+
+Where segscale keeps what it caches for the user: a folder of the platform's, theirs alone.
 
 ``$XDG_CACHE_HOME/segscale`` where ``XDG_CACHE_HOME`` is set to an absolute path, on any
 platform; else the platform's own place for a user's caches, as platformdirs knows it:
@@ -13,6 +15,26 @@ that another user owns or that others can write is refused (``private_folder``).
 Windows there are no owner and mode bits to check (access lists are another model, and
 ``os.stat`` reports only the read-only attribute): the folders are created and used
 as they are.
+
+A source file's identity for the caches: what a replacement with the same size and times changes.
+
+The decode cache and the dataset check's cache keep what they learnt of a file while
+its identity is unchanged. Size and modification time are not enough: ``cp -p``,
+``rsync -t``, an archive extracted with its stored times or ``touch -d`` give another
+file of the same size the old mtime. Where the system has them (Linux, macOS, every
+POSIX system) the identity adds the inode number and the inode's change time
+(``st_ctime_ns``): writing to a file or setting its times changes the change time, and
+no call sets it back; a file put in place by a rename (``rsync``, an atomic save) is
+another inode. A ``chmod``, ``chown``, a new hard link or a rename changes it too, and
+costs one more read of the file, never a wrong one. The device number is left out:
+it is assigned when a file system is mounted (NFS, btrfs, overlayfs), so it changes
+across remounts and differs between the nodes that share a dataset, and the path
+already names the file system.
+
+On Windows ``st_ctime`` is the creation time, which a file overwritten in place keeps,
+and ``os.stat`` has no change time; there the identity adds a digest of the file's
+content instead (xxHash's XXH3-128, read in chunks). That reads every file once per
+run, at the disk's speed, but decodes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +46,7 @@ import sys
 from pathlib import Path
 
 import platformdirs
+import xxhash
 
 from segscale.errors import ConfigError
 
@@ -94,3 +117,34 @@ def _shared(folder: Path) -> str:
     if info.st_mode & _WRITABLE_BY_OTHERS:
         return f"can be written by others (mode {stat.S_IMODE(info.st_mode):o})"
     return ""
+
+
+_CHUNK = 1 << 20
+
+
+def source_identity(path: Path) -> list[int | str]:
+    """What tells ``path``'s content apart from any other (see the module's docstring).
+
+    Raises ``OSError`` where ``path`` cannot be read (missing, a permission).
+    """
+    info = path.stat()
+    identity: list[int | str] = [info.st_size, info.st_mtime_ns, info.st_ino]
+    if has_change_time():
+        identity.append(info.st_ctime_ns)
+    else:
+        identity.append(content_digest(path))
+    return identity
+
+
+def has_change_time() -> bool:
+    """Whether ``os.stat``'s ``st_ctime`` is the inode's change time (not Windows' creation)."""
+    return sys.platform != "win32"
+
+
+def content_digest(path: Path) -> str:
+    """The XXH3-128 digest of ``path``'s bytes, in hex, read a chunk at a time."""
+    digest = xxhash.xxh3_128()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,5 +1,11 @@
-"""The user's cache folder is the platform's own place, or $XDG_CACHE_HOME where given."""
+"""The user's cache folder is the platform's own place, or $XDG_CACHE_HOME where given.
 
+A file's identity changes with its content, whatever size and times a copy keeps.
+"""
+
+import os
+import shutil
+import time
 from pathlib import Path, PureWindowsPath
 
 import platformdirs
@@ -8,8 +14,9 @@ from platformdirs.macos import MacOS
 from platformdirs.unix import Unix
 from platformdirs.windows import Windows
 
+from segscale.data.storage import caches
+from segscale.data.storage.caches import cache_file, cache_folder, content_digest
 from segscale.data.storage.decode_cache import DecodeCache
-from segscale.data.storage.user_cache import cache_file, cache_folder
 
 
 @pytest.fixture
@@ -59,3 +66,56 @@ def test_the_validation_cache_and_the_decode_cache_share_it(no_xdg, monkeypatch)
     folder = no_xdg / "Library" / "Caches" / "segscale"
     assert Path(cache_file("validation", "x")).parent == folder / "validation"
     assert DecodeCache().store == folder / "segscale-decoded"
+
+
+@pytest.fixture(params=[True, False], ids=["change time", "content digest"])
+def change_time(request, monkeypatch) -> bool:
+    """Each test runs as on POSIX (inode change time) and as on Windows (a digest)."""
+    monkeypatch.setattr(caches, "has_change_time", lambda: request.param)
+    return request.param
+
+
+def test_an_untouched_file_keeps_its_identity(tmp_path, change_time):
+    path = tmp_path / "t.png"
+    path.write_bytes(b"pixels")
+    assert caches.source_identity(path) == caches.source_identity(path)
+    assert len(caches.source_identity(path)) == 4
+
+
+def test_content_replaced_with_the_same_size_and_mtime_changes_the_identity(tmp_path, change_time):
+    path, other = tmp_path / "t.png", tmp_path / "other.png"
+    path.write_bytes(b"old pixels")
+    other.write_bytes(b"new pixels")
+    before = path.stat()
+    identity = caches.source_identity(path)
+    time.sleep(0.02)  # past a tick of the kernel's coarse clock, which stamps the change time
+    shutil.copy2(other, path)  # in place: the same inode
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size,
+        before.st_mtime_ns,
+        before.st_ino,
+    )
+    assert caches.source_identity(path) != identity
+
+
+def test_a_file_renamed_into_place_is_another(tmp_path, change_time):
+    # rsync -t: a new file, renamed over the old, with the old times given to it.
+    path, temporary = tmp_path / "t.png", tmp_path / ".t.png.tmp"
+    path.write_bytes(b"old pixels")
+    before = path.stat()
+    identity = caches.source_identity(path)
+    temporary.write_bytes(b"new pixels")
+    os.utime(temporary, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(temporary, path)
+    assert caches.source_identity(path) != identity
+
+
+def test_the_digest_reads_the_whole_file_in_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(caches, "_CHUNK", 7)
+    path = tmp_path / "t.png"
+    path.write_bytes(bytes(range(100)))
+    first = content_digest(path)
+    path.write_bytes(bytes(range(99)) + b"\xff")  # only the last byte differs
+    assert content_digest(path) != first
