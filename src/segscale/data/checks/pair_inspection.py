@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from segscale.data.checks.mask_counts import MaskCounts
+from segscale.data.checks.pixel_counts import MaskCounts
 from segscale.data.checks.value_range import ValueHistogram
 from segscale.data.classes.labels import LabelMap, palette_codes
 from segscale.data.classes.palette_masks import PALETTE, channels_as_read

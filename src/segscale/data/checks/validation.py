@@ -8,7 +8,7 @@ re-reads only files that changed. Every problem is listed at once
 keeps a few pixel locations of each class in each tile, and (``min_valid``) counts each
 training tile's valid pixels per cell, to find its windows that hold enough of them.
 The images' no-data pixels (``segscale.data.storage.nodata``) are counted in every split and
-left out of the training images' statistics (``segscale.data.checks.nodata_report``).
+left out of the training images' statistics (``segscale.data.checks.dataset_report``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from segscale.data.checks.dataset_problems import InvalidDatasetError, problem_message
-from segscale.data.checks.dataset_report import SPLIT_WORDS, DatasetReport
-from segscale.data.checks.nodata_report import NodataReport
+from segscale.data.checks.dataset_report import SPLIT_WORDS, DatasetReport, NodataReport
 from segscale.data.checks.pair_inspection import mask_holds_an_image, too_many_values
 from segscale.data.checks.pass_reading import PairRequest, read_pairs
 from segscale.data.checks.validation_cache import ValidationCache

@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 
-from segscale.data.checks.histograms import value_counts
+from segscale.data.checks.pixel_counts import value_counts
 from segscale.data.storage.rasters import Pixels
 
 LOW_PERCENTILE = 0.1
@@ -61,7 +61,7 @@ class ValueHistogram:
     def add(self, chunk: np.ndarray) -> None:
         """Count the values of ``chunk`` (rows × width × channels of the image)."""
         for channel, counts in enumerate(self.counts):
-            if self.integer:  # OpenCV counts a channel in place (segscale.data.checks.histograms)
+            if self.integer:  # OpenCV counts a channel in place (segscale.data.checks.pixel_counts)
                 counts += value_counts(chunk, channel)
                 continue
             # A float32's bits, whose top ones order it by magnitude.
