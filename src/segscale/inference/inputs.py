@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from segscale.data.checks.value_range import ValueRange, value_range_problem
-from segscale.data.datasets.list_files import (
+from segscale.data.datasets.lists import (
     read_list_text,
     resolve_listed,
     windows_form,

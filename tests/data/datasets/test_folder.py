@@ -271,10 +271,10 @@ def test_a_list_of_names_with_its_own_folders_pairs_like_pascal_voc(tmp_path: Pa
 def test_names_pair_in_any_case_where_the_file_system_finds_them_so(tmp_path, monkeypatch, folds):
     # A camera's IMG_0001.JPG beside a labelling tool's img_0001.png: one file on NTFS
     # and APFS (which open either name), two on Linux's file systems.
-    from segscale.data.datasets import list_pairing, name_pairing
+    from segscale.data.datasets import lists, name_pairing
 
     monkeypatch.setattr(name_pairing, "folds_case", lambda folder: folds)
-    monkeypatch.setattr(list_pairing, "folds_case", lambda folder: folds)
+    monkeypatch.setattr(lists, "folds_case", lambda folder: folds)
     write_pair(tmp_path, "train", "IMG_0001", *_blank(), image_suffix=".jpg")
     (tmp_path / "train/masks/IMG_0001.png").rename(tmp_path / "train/masks/img_0001.png")
     write_pair(tmp_path, "train", "b", *_blank())

@@ -15,7 +15,7 @@ from segscale.data.checks.pair_inspection import mask_holds_an_image, too_many_v
 from segscale.data.checks.pass_reading import PairRequest, read_pairs
 from segscale.data.checks.validation_cache import ValidationCache
 from segscale.data.classes.mask_values import MaskValueCensus
-from segscale.data.classes.palette_masks import (
+from segscale.data.classes.palette import (
     channels_as_read,
     is_palette,
     one_palette,

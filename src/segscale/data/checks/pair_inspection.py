@@ -21,7 +21,7 @@ import numpy as np
 from segscale.data.checks.pixel_counts import MaskCounts
 from segscale.data.checks.value_range import ValueHistogram
 from segscale.data.classes.labels import LabelMap, palette_codes
-from segscale.data.classes.palette_masks import PALETTE, channels_as_read
+from segscale.data.classes.palette import PALETTE, channels_as_read
 from segscale.data.sampling.class_locations import LocationSampler
 from segscale.data.sampling.valid_cells import CELL, Validity, ValidPixels
 from segscale.data.storage.grids import Grid, pair_grids, warped_mask

@@ -28,7 +28,7 @@ from segscale.data.checks.validation_cache import ValidationCache
 from segscale.data.checks.value_range import ValueRange
 from segscale.data.classes.labels import LabelMap
 from segscale.data.classes.mask_values import MaskValueCensus
-from segscale.data.classes.palette_masks import (
+from segscale.data.classes.palette import (
     beyond_palette,
     channels_as_read,
     is_palette,

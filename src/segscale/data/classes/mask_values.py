@@ -26,7 +26,7 @@ class MaskValueCensus:
 
     ``colour``: the values are RGB colours (else grey levels or class indices).
     ``palette_files``: the files counted that are palette masks (their colours counted
-    for ``colour``, else their indices; ``segscale.data.classes.palette_masks``).
+    for ``colour``, else their indices; ``segscale.data.classes.palette``).
     """
 
     colour: bool

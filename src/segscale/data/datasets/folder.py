@@ -8,12 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from segscale.data.datasets.list_pairing import pair_listed
-from segscale.data.datasets.name_pairing import Naming, pair_folders
-from segscale.data.datasets.repeated_files import file_identity, repeated_files
+from segscale.data.datasets.lists import pair_listed
+from segscale.data.datasets.name_pairing import Naming, file_identity, pair_folders, repeated_files
 from segscale.data.datasets.split_forms import SPLIT_KEYS, check_splits, forms, is_folder_name
-from segscale.data.datasets.tree_pairing import tree_pairs
-from segscale.data.datasets.tree_selection import listed_pairs, shared_pairs
+from segscale.data.datasets.trees import listed_pairs, shared_pairs, tree_pairs
 from segscale.data.storage.sources import IMAGE_SUFFIXES, MASK_SUFFIXES, FileProblem, ImageMaskPair
 from segscale.errors import ConfigError, require
 
@@ -43,15 +41,15 @@ class FolderTiles:
       the folders that its one-name lines are looked up in);
     - ``{tree: <folder>}``: every ``images`` folder with a ``masks`` folder beside it, at
       any depth under ``root/<folder>`` (``.``: the root), each pair keyed by its path
-      without that folder (``Tile 3/image_part_004``, ``segscale.data.datasets.tree_pairing``);
+      without that folder (``Tile 3/image_part_004``, ``segscale.data.datasets.trees``);
       ``images``/``masks`` rename the folders looked for, and one of ``list: <file>``
       (keys or folders of the tree, one a line), ``share: <0 to 1>`` and ``except:
       <split>`` (the pairs that split does not have) takes a part of them
-      (``segscale.data.datasets.tree_selection``).
+      (``segscale.data.datasets.trees``).
 
     A list holds per line an image name, looked up under the ``images`` folder (``root/
     images`` unless the split says otherwise) and paired with the ``masks`` folder by
-    name, or an image path and its mask path (``segscale.data.datasets.list_files``); blank lines
+    name, or an image path and its mask path (``segscale.data.datasets.lists``); blank lines
     and ``#`` comments are skipped. A split is looked for only when it is read (training
     reads ``train`` and ``val``; ``evaluate.py split=test`` reads ``test``).
 

@@ -2,9 +2,9 @@
 
 A split is a name (a folder with ``images/`` and ``masks/``, else a list), a mapping of
 an image folder and a mask folder, a list file, or a tree: every ``images`` folder with
-a ``masks`` folder beside it, at any depth (``segscale.data.datasets.tree_pairing``), all of its
+a ``masks`` folder beside it, at any depth (``segscale.data.datasets.trees``), all of its
 pairs or a part chosen by a list, a share, or as the rest of another split
-(``segscale.data.datasets.tree_selection``). A form the checks do not know is refused.
+(``segscale.data.datasets.trees``). A form the checks do not know is refused.
 """
 
 from __future__ import annotations

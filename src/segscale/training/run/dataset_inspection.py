@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_types import check_types
 from segscale.data.checks.dataset_report import SPLIT_WORDS, DatasetReport
 from segscale.data.checks.mask_value_scan import scan_mask_values
-from segscale.data.classes.class_table import class_rows, class_table
+from segscale.data.classes.class_discovery import class_rows, class_table
 from segscale.data.datamodule import SegmentationDataModule
 from segscale.errors import integer_at_least, require
 from segscale.training.run.builders import build

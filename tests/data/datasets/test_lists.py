@@ -8,7 +8,7 @@ from PIL import Image
 from segscale.configs import compose_config
 from segscale.data.checks.dataset_problems import InvalidDatasetError
 from segscale.data.datasets.folder import FolderTiles
-from segscale.data.datasets.list_files import read_list, resolve_listed, split_fields
+from segscale.data.datasets.lists import read_list, resolve_listed, split_fields
 from segscale.errors import ConfigError
 from segscale.training.run.inferred_classes import resolve_inferred_classes
 
