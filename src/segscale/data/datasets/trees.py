@@ -9,8 +9,8 @@ named ``images`` with a folder named ``masks`` beside it pairs as a split's two
 folders do (``segscale.data.datasets.name_pairing``); a pair's key is its path in the
 tree without the ``images``/``masks`` folder and without its extension:
 ``Tile 1/image_part_001``. The same key from two places (``a/images/b/c.jpg`` and
-``a/b/images/c.jpg``) is a problem naming both. The folders found are not searched for more: what lies below an
-``images`` folder is its images.
+``a/b/images/c.jpg``) is a problem naming both. The folders found are
+not searched for more: what lies below an ``images`` folder is its images.
 
 A split's part of a tree's pairs: the keys or folders a list names, or a share.
 
