@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from segscale.data.sampling.loader_workers import MAX_AUTO_WORKERS, auto_num_workers
+from segscale.data.sampling.loaders import MAX_AUTO_WORKERS, auto_num_workers
 from segscale.data.sampling.samplers import EpochShardSampler
 from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
@@ -177,12 +177,13 @@ def test_a_bad_sampling_config_names_its_key(make_config, override, message):
 
 
 def test_the_config_keys_reach_the_datamodule_as_its_grouped_settings(tmp_path):
-    from segscale.data.datamodule import SegmentationDataModule, segmentation_datamodule
-    from segscale.data.datamodule_settings import (
+    from segscale.data.datamodule import (
         ClassSettings,
         LoaderSettings,
         Normalization,
         PatchSettings,
+        SegmentationDataModule,
+        segmentation_datamodule,
     )
     from segscale.data.datasets.synthetic import SyntheticTiles
 

@@ -11,7 +11,7 @@ from rasterio.errors import NotGeoreferencedWarning
 
 from segscale.data.augment import PatchPose, cut_patch
 from segscale.data.datasets.synthetic import draw_tile
-from segscale.data.sampling.valid_cells import TileValidCells, ValidCellCounter
+from segscale.data.sampling.valid_windows import TileValidCells, ValidCellCounter
 from segscale.data.storage.tiles import Tile
 
 

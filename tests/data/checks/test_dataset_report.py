@@ -7,7 +7,7 @@ from segscale.data.checks.dataset_problems import InvalidDatasetError
 from segscale.data.checks.validation import validate_dataset
 from segscale.data.classes.labels import LabelMap
 from segscale.data.datasets.folder import FolderTiles
-from segscale.data.sampling.valid_cells import CELL
+from segscale.data.sampling.valid_windows import CELL
 from tests.conftest import write_pair
 from tests.data.valid_maps import tagged_border_dataset
 

@@ -3,7 +3,7 @@
 What it finds does not depend on the label settings, so the validation cache keeps it
 for any classes; asked for, it also keeps a few pixel locations of each class
 (``segscale.data.sampling.class_locations``) and the valid pixels per cell
-(``segscale.data.sampling.valid_cells``), marked with the settings they were found with. The
+(``segscale.data.sampling.valid_windows``), marked with the settings they were found with. The
 image's no-data pixels (``segscale.data.storage.nodata``: its GeoTIFF tag's value, or
 ``datamodule.sampling.nodata``, in every band) are counted, and left out of its sums
 and value range: they depend on that setting, which the facts are marked with.
@@ -23,7 +23,7 @@ from segscale.data.checks.value_range import ValueHistogram
 from segscale.data.classes.labels import LabelMap, palette_codes
 from segscale.data.classes.palette import PALETTE, channels_as_read
 from segscale.data.sampling.class_locations import LocationSampler
-from segscale.data.sampling.valid_cells import CELL, Validity, ValidPixels
+from segscale.data.sampling.valid_windows import CELL, Validity, ValidPixels
 from segscale.data.storage.grids import Grid, pair_grids, warped_mask
 from segscale.data.storage.nodata import NODATA_KEY, nodata_pixels
 from segscale.data.storage.rasters import Pixels, WindowedRaster

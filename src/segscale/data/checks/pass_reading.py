@@ -29,7 +29,7 @@ from typing import Any
 
 from segscale.data.checks.validation_cache import ValidationCache
 from segscale.data.classes.labels import LabelMap
-from segscale.data.sampling.valid_cells import Validity
+from segscale.data.sampling.valid_windows import Validity
 from segscale.data.storage.sources import ImageMaskPair
 from segscale.devices import cpus_available
 from segscale.progress import Progress

@@ -35,8 +35,13 @@ from segscale.data.classes.palette import (
     values_as_read,
 )
 from segscale.data.sampling.class_locations import TileClassLocations
-from segscale.data.sampling.valid_cells import TileValidCells, Validity
-from segscale.data.sampling.valid_windows import TileWindows, lattice_windows, qualifying_tiles
+from segscale.data.sampling.valid_windows import (
+    TileValidCells,
+    TileWindows,
+    Validity,
+    lattice_windows,
+    qualifying_tiles,
+)
 from segscale.data.storage.grids import Grid, check_mask_alignment, grid_problem
 from segscale.data.storage.pixel_types import MAX_VALUES
 from segscale.data.storage.sources import (

@@ -22,7 +22,7 @@ from segscale.atomic_files import write_text_atomically
 from segscale.data.checks.pair_inspection import inspect_pair, labels_key, validity_key
 from segscale.data.classes.labels import LabelMap
 from segscale.data.classes.palette import channels_as_read
-from segscale.data.sampling.valid_cells import CELL, Validity
+from segscale.data.sampling.valid_windows import CELL, Validity
 from segscale.data.storage.caches import app_folder, cache_file, source_identity
 from segscale.data.storage.grids import pair_grids
 from segscale.data.storage.sources import DEFAULT_MAX_IMAGE_PIXELS, ImageMaskPair, TileSource

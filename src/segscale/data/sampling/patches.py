@@ -1,4 +1,7 @@
-"""Patch datasets: random patches for training, a fixed grid for validation."""
+"""Patch datasets: random patches for training, a fixed grid for validation; their samples.
+
+A patch as the DataLoader collates it: image, mask, key, and the tile it left out if any.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +10,22 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
+import torch
 from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
 from segscale.data.augment import Augmentation, PatchPose, cut_patch, patch_rng
 from segscale.data.sampling.class_locations import (
+    CLASS_RATIO_TRIES,
     WEIGHT_RULES,
     ClassCentres,
     TileClassLocations,
     centre_on_pixel,
     centre_rng,
-    class_probabilities,
-)
-from segscale.data.sampling.class_ratio import (
-    CLASS_RATIO_TRIES,
     check_max_class_ratio,
+    class_probabilities,
     within_class_ratio,
 )
-from segscale.data.sampling.samples import as_sample
 from segscale.data.sampling.valid_windows import MIN_VALID_KEY, TileWindows, centrable, valid_rng
 from segscale.data.storage.nodata import check_nodata
 from segscale.data.storage.rasters import UnreadableWindowError
@@ -395,3 +396,33 @@ def _grid(length: int, size: int) -> list[tuple[int, int]]:
     if covered < length:
         starts.append((length - size, covered - (length - size)))
     return starts
+
+
+LEFT_OUT = "left_out"
+"""A sample's field: the file of a tile it left out (``skip_unreadable``), or ``""``."""
+LEFT_OUT_REASON = "left_out_reason"
+"""A sample's field: why that file was left out (what could not be read), or ``""``."""
+
+
+def as_sample(
+    image: np.ndarray,
+    mask: np.ndarray,
+    key: tuple[int, ...],
+    left_out: UnreadableWindowError | None = None,
+) -> dict[str, Any]:
+    """A sample as the DataLoader collates it: tensors, and the tile it left out if any.
+
+    The left-out tile travels with the sample because a DataLoader worker's own record
+    of it never reaches the training process, which lists it in ``summary.json``
+    (``LeftOutTiles``); two strings a sample, empty almost always.
+    """
+    # Images and masks stay in their file's types (uint8 masks, uint8/uint16 images) on
+    # their way through the DataLoader: 4× (images) and 8× (masks) less to copy between
+    # processes than float32 and int64. The LightningModule converts them on the device.
+    return {
+        "image": torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))),
+        "mask": torch.from_numpy(np.ascontiguousarray(mask)),
+        "key": torch.tensor(key, dtype=torch.long),
+        LEFT_OUT: "" if left_out is None else str(left_out.path),
+        LEFT_OUT_REASON: "" if left_out is None else str(left_out),
+    }

@@ -18,7 +18,7 @@ from typing import Any
 import lightning as L
 import torch.distributed as dist
 
-from segscale.data.sampling.samples import LEFT_OUT, LEFT_OUT_REASON
+from segscale.data.sampling.patches import LEFT_OUT, LEFT_OUT_REASON
 
 
 class LeftOutTiles(L.Callback):
