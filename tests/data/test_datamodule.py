@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from segscale.data.sampling.loaders import MAX_AUTO_WORKERS, auto_num_workers
-from segscale.data.sampling.samplers import EpochShardSampler
+from segscale.data.sampling.loaders import MAX_AUTO_WORKERS, EpochShardSampler, auto_num_workers
 from tests.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 

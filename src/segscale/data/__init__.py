@@ -4,7 +4,7 @@
 ``segscale.data.datasets``: a dataset's pairs (split folders, lists, trees; the synthetic set).
 ``segscale.data.classes``: mask values and classes (label maps, palettes, classes found).
 ``segscale.data.checks``: the validation pass, its cache, the dataset's report.
-``segscale.data.sampling``: where patches may lie, patches, samplers, loaders.
+``segscale.data.sampling``: where patches may lie, patches, each rank's loaders.
 ``segscale.data.augment`` (the patch window and albumentations) and
 ``segscale.data.datamodule`` (the LightningDataModule) use them.
 
@@ -56,14 +56,13 @@ if TYPE_CHECKING:
         LocationSampler,
         TileClassLocations,
     )
-    from segscale.data.sampling.loaders import DeferredStartLoader
+    from segscale.data.sampling.loaders import DeferredStartLoader, EpochShardSampler
     from segscale.data.sampling.patches import (
         GridPatchDataset,
         PatchDraw,
         PatchSampling,
         RandomPatchDataset,
     )
-    from segscale.data.sampling.samplers import EpochShardSampler
     from segscale.data.sampling.valid_windows import (
         TileValidCells,
         TileWindows,
@@ -125,7 +124,7 @@ _WHERE = {
     "DatasetReport": "checks.dataset_report",
     "DecodeCache": "storage.decode_cache",
     "DeferredStartLoader": "sampling.loaders",
-    "EpochShardSampler": "sampling.samplers",
+    "EpochShardSampler": "sampling.loaders",
     "FileProblem": "storage.sources",
     "FolderTiles": "datasets.folder",
     "Grid": "storage.grids",

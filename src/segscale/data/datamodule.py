@@ -25,9 +25,13 @@ from segscale.data.checks.validation import validate_dataset
 from segscale.data.checks.value_range import ValueRange
 from segscale.data.classes.labels import LabelMap
 from segscale.data.classes.palette import warn_indistinct
-from segscale.data.sampling.loaders import DeferredStartLoader, auto_num_workers, init_worker
+from segscale.data.sampling.loaders import (
+    DeferredStartLoader,
+    EpochShardSampler,
+    auto_num_workers,
+    init_worker,
+)
 from segscale.data.sampling.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
-from segscale.data.sampling.samplers import EpochShardSampler
 from segscale.data.storage.decode_cache import DecodeCache
 from segscale.data.storage.grids import check_mask_alignment
 from segscale.data.storage.sources import (

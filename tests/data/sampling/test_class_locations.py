@@ -1,4 +1,4 @@
-""" """
+"""Class-balanced patches: each class's kept pixels, centres drawn on a class, the ratio cap."""
 
 import json
 

@@ -12,8 +12,8 @@ from segscale.data.sampling.class_locations import (
     TileClassLocations,
     centre_on_pixel,
 )
+from segscale.data.sampling.loaders import EpochShardSampler
 from segscale.data.sampling.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
-from segscale.data.sampling.samplers import EpochShardSampler
 from segscale.data.sampling.valid_windows import TileWindows
 from segscale.data.storage.tiles import Tile
 from segscale.errors import ConfigError

@@ -1,4 +1,4 @@
-"""What a training step draws: where patches may lie, patches, samplers, loaders."""
+"""What a training step draws: where patches may lie, patches, each rank's loaders."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ if TYPE_CHECKING:
         LocationSampler,
         TileClassLocations,
     )
-    from segscale.data.sampling.loaders import DeferredStartLoader
+    from segscale.data.sampling.loaders import DeferredStartLoader, EpochShardSampler
     from segscale.data.sampling.patches import (
         GridPatchDataset,
         PatchDraw,
         PatchSampling,
         RandomPatchDataset,
     )
-    from segscale.data.sampling.samplers import EpochShardSampler
     from segscale.data.sampling.valid_windows import (
         TileValidCells,
         TileWindows,
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "ClassCentres": "class_locations",
     "DeferredStartLoader": "loaders",
-    "EpochShardSampler": "samplers",
+    "EpochShardSampler": "loaders",
     "GridPatchDataset": "patches",
     "LocationSampler": "class_locations",
     "PatchDraw": "patches",

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_types import check_types
 from segscale.data.datamodule import checked_start_method
 from segscale.data.datasets.split_forms import check_splits
-from segscale.data.sampling.samplers import SHUFFLE_MODES
+from segscale.data.sampling.loaders import SHUFFLE_MODES
 from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
