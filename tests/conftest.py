@@ -27,8 +27,8 @@ from torch import nn
 
 import segscale
 from segscale.configs import CONFIG_DIR
-from segscale.data.patches import grid_inference
-from segscale.data.synthetic import SyntheticTiles, draw_tile
+from segscale.data.datasets.synthetic import SyntheticTiles, draw_tile
+from segscale.data.sampling.patches import grid_inference
 from segscale.devices import cpus_available
 from segscale.models.checkpoint import network as checkpoint_network
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file

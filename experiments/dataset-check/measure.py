@@ -130,9 +130,9 @@ def dataset_check(
 
     ``colours``: the classes are given as colours (``COLOURS``), as palette masks' are.
     """
-    from segscale.data.folder import FolderTiles
-    from segscale.data.labels import LabelMap
-    from segscale.data.validation import validate_dataset
+    from segscale.data.checks.validation import validate_dataset
+    from segscale.data.classes.labels import LabelMap
+    from segscale.data.datasets.folder import FolderTiles
 
     with tempfile.TemporaryDirectory(dir="/tmp") as cache:
         os.environ["XDG_CACHE_HOME"] = cache
@@ -173,7 +173,7 @@ def actions_on(root: Path, colours: bool) -> dict[str, Callable[[], None]]:
 
 def measure(work: Path, kinds: list[str], tiles: int, side: int, repeats: int) -> dict:
     """Per kind: each measure's seconds over ``repeats`` alternating rounds."""
-    import segscale.data.validation  # noqa: F401 (imported before any timing: a run has it)
+    import segscale.data.checks.validation  # noqa: F401 (imported before any timing: a run has it)
 
     results = {}
     for kind in kinds:

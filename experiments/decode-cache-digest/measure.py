@@ -33,9 +33,9 @@ import numpy as np
 from PIL import Image
 
 from segscale.atomic_files import write_text_atomically
-from segscale.data import decode_cache
-from segscale.data.decode_cache import DecodeCache
-from segscale.data.source_identity import content_digest, source_identity
+from segscale.data.storage import decode_cache
+from segscale.data.storage.caches import content_digest, source_identity
+from segscale.data.storage.decode_cache import DecodeCache
 
 SIDE = 2048
 

@@ -34,7 +34,7 @@ from omegaconf import OmegaConf
 
 import segscale
 from segscale.configs import compose_config
-from segscale.data.patches import grid_inference
+from segscale.data.sampling.patches import grid_inference
 from segscale.inference.export.formats import load_exported
 from segscale.models.checkpoint.files import save_checkpoint_file
 from segscale.models.checkpoint.record import CHECKPOINT_FORMAT

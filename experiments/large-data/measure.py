@@ -132,7 +132,7 @@ def rates_step(work: Path, repeats: int, seconds: float) -> dict[str, Any]:
     """bench.py's comparison (tiles as stored against in memory) for TIFFs and PNGs at 512².
 
     The TIFFs are measured a second time with a window's bands interleaved as before the
-    fix in ``segscale.data.rasters`` (NumPy's strided ``moveaxis`` copy), in this process
+    fix in ``segscale.data.storage.rasters`` (NumPy's strided ``moveaxis`` copy), in this process
     only: what the ratio was, and what the fix changed.
     """
     from segscale.bench.measure.storage import measure_storage
@@ -173,7 +173,7 @@ MOVEAXIS = "bands interleaved by np.moveaxis (before the fix)"
 @contextmanager
 def strided_interleave(active: bool) -> Iterator[None]:
     """A window's bands interleaved as before the fix: ``np.moveaxis``, a strided copy."""
-    from segscale.data import rasters
+    from segscale.data.storage import rasters
 
     fixed = rasters.interleaved
 

@@ -17,7 +17,7 @@ import time
 
 from segscale.bench.measure.storage import decoded_copy
 from segscale.configs import compose_config
-from segscale.data.patches import RandomPatchDataset
+from segscale.data.sampling.patches import RandomPatchDataset
 from segscale.runs.builders import build, build_datamodule
 
 

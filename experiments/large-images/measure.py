@@ -32,10 +32,10 @@ import torch
 from PIL import Image
 
 from segscale.data.augment import Augmentation, PatchPose, cut_patch
-from segscale.data.folder import FolderTiles
-from segscale.data.labels import LabelMap
-from segscale.data.patches import RandomPatchDataset
-from segscale.data.tiles import open_tiles
+from segscale.data.classes.labels import LabelMap
+from segscale.data.datasets.folder import FolderTiles
+from segscale.data.sampling.patches import RandomPatchDataset
+from segscale.data.storage.tiles import open_tiles
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -39,7 +39,7 @@ def train_until_signal(out: Path, repo: Path, extra: list[str]) -> dict[str, Any
     sys.path.insert(0, str(repo))
     from tests.conftest import tiny_overrides
 
-    from segscale.data.synthetic import SyntheticTiles
+    from segscale.data.datasets.synthetic import SyntheticTiles
 
     data = out / "data"
     if not data.exists():

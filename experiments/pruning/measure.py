@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 
 from segscale.atomic_files import write_text_atomically
-from segscale.data.synthetic import SyntheticTiles
+from segscale.data.datasets.synthetic import SyntheticTiles
 
 REPO = Path(__file__).resolve().parents[2]
 PRUNERS = {

@@ -28,11 +28,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from segscale.command_line import TRAIN_COMMAND, quoted_override
 from segscale.configs import compose_config
-from segscale.data.rasters import Pixels
-from segscale.data.sources import (
+from segscale.data.checks.value_range import ValueRange
+from segscale.data.storage.rasters import Pixels
+from segscale.data.storage.sources import (
     check_max_image_pixels,
 )
-from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
 from segscale.inference.evaluation.image_metrics import read_image_metrics
 from segscale.inference.evaluation.run import evaluate as evaluate_checkpoint

@@ -59,7 +59,7 @@ WEIGHT_METHODS = ("inverse", "median")
 """``loss.class_weights`` computed from the training set's class frequencies."""
 
 TARGETS = {
-    "scaling": "segscale.training.scaling.rules.ScalingRules",
+    "scaling": "segscale.runs.scaling.rules.ScalingRules",
     "loss": "segscale.models.losses.SegmentationLoss",
     "scheduler": "segscale.models.optim.Schedule",
 }

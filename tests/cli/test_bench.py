@@ -15,7 +15,7 @@ from segscale.bench.measure.pipeline import rank_data_rate
 from segscale.bench.measure.storage import ROUNDS
 from segscale.cli import bench as bench_command
 from segscale.cli.bench import EXIT_FAILED_MEASUREMENT, main
-from segscale.data import loader_workers
+from segscale.data.sampling import loaders
 from segscale.errors import ConfigError
 from segscale.runs.builders import build, build_datamodule
 from segscale.training.ranks.threads import Threads, resolve_threads
@@ -199,9 +199,9 @@ def test_each_rank_gets_the_workers_train_py_gives_it(make_config, monkeypatch):
     effective = build(cfg.scaling).resolve(cfg.datamodule.batch_size, cfg.optimizer.lr, 1)
     datamodule = build_datamodule(cfg, effective)
     datamodule.num_workers = "auto"
-    monkeypatch.setattr(loader_workers, "cpus_available", lambda: 16)
+    monkeypatch.setattr(loaders, "cpus_available", lambda: 16)
     assert datamodule.workers_per_rank(1) == 8  # MAX_AUTO_WORKERS
-    monkeypatch.setattr(loader_workers, "cpus_available", lambda: 2)
+    monkeypatch.setattr(loaders, "cpus_available", lambda: 2)
     assert datamodule.workers_per_rank(2) == 1  # one core each: at least one worker
     datamodule.num_workers = 3
     assert datamodule.workers_per_rank(8) == 3  # a configured count is a configured count

@@ -11,9 +11,9 @@ from PIL import Image
 from segscale import progress
 from segscale.cli.evaluate import main as evaluate_main
 from segscale.cli.train import main as train_main
-from segscale.data.dataset_problems import InvalidDatasetError
-from segscale.data.labels import LabelMap
-from segscale.data.sources import ImageMaskPair
+from segscale.data.checks.dataset_problems import InvalidDatasetError
+from segscale.data.classes.labels import LabelMap
+from segscale.data.storage.sources import ImageMaskPair
 from segscale.errors import EXIT_BAD_INPUT, ConfigError
 from segscale.inference.evaluation.run import evaluate, image_confusion
 from segscale.inference.sliding_window import SlidingWindow
@@ -217,7 +217,7 @@ def _trained_on(ckpt: Path, source: dict, path: Path) -> Path:
 def _folder_source(root: Path) -> dict:
     """``datamodule=folder datamodule.source.root=root`` as a checkpoint records it."""
     return {
-        "_target_": "segscale.data.folder.FolderTiles",
+        "_target_": "segscale.data.datasets.folder.FolderTiles",
         "root": str(root),
         "images": "images",
         "masks": "masks",
@@ -464,7 +464,7 @@ def test_ignore_ids_given_add_to_the_checkpoint_s_and_may_not_take_a_class_s_val
 def test_a_tiled_tiff_is_evaluated_band_by_band_never_decoded_whole(tmp_path, monkeypatch):
     import tifffile
 
-    from segscale.data.rasters import WindowedRaster
+    from segscale.data.storage.rasters import WindowedRaster
 
     mask = np.random.default_rng(3).integers(0, 3, (300, 200)).astype(np.uint8)
     tiled = {"tile": (64, 64), "compression": "zlib"}
@@ -582,9 +582,8 @@ def test_a_bf_tolerance_other_than_a_fraction_is_refused_naming_the_key(tmp_path
 
 
 def test_a_mask_on_another_grid_is_refused_or_warped_onto_its_image(tmp_path: Path):
-    from segscale.data.grids import read_grid
-    from segscale.data.warped_masks import WarpedLabels
-    from tests.data.test_grids import UTM, class_map, in_wgs84, write_geotiff
+    from segscale.data.storage.grids import WarpedLabels, read_grid
+    from tests.data.storage.test_grids import UTM, class_map, in_wgs84, write_geotiff
 
     classes = class_map()
     root = tmp_path / "data"

@@ -24,7 +24,7 @@ from rasterio.transform import Affine
 from segscale.cli.data import main as data_main
 from segscale.cli.predict import main as predict_main
 from segscale.cli.train import main as train_main
-from segscale.data.synthetic import draw_tile
+from segscale.data.datasets.synthetic import draw_tile
 from segscale.errors import EXIT_BAD_INPUT
 from segscale.inference.evaluation.run import evaluate
 from tests.conftest import REPO, compose_config, oracle_checkpoint, oracle_image

@@ -13,8 +13,8 @@ from PIL import Image
 
 from segscale.cli.train import main
 from segscale.configs import CONFIG_DIR
-from segscale.data.sources import read_mask
-from segscale.data.synthetic import draw_tile
+from segscale.data.datasets.synthetic import draw_tile
+from segscale.data.storage.sources import read_mask
 from segscale.errors import ConfigError
 from segscale.inference.prediction.run import predict
 from segscale.runs.builders import instantiate_each

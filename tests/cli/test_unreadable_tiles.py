@@ -10,9 +10,9 @@ from torch.utils.data import DataLoader
 
 from segscale.cli.train import main
 from segscale.data.augment import Augmentation
-from segscale.data.patches import RandomPatchDataset
-from segscale.data.synthetic import draw_tile
-from segscale.data.tiles import Tile, UnreadableTileError, UnreadableTiles
+from segscale.data.datasets.synthetic import draw_tile
+from segscale.data.sampling.patches import RandomPatchDataset
+from segscale.data.storage.tiles import Tile, UnreadableTileError, UnreadableTiles
 from tests.conftest import tiny_overrides
 from tests.helpers.failing import BrokenRaster
 from tests.helpers.in_process import run_in_process
@@ -127,7 +127,7 @@ def test_a_workers_error_comes_back_as_its_own_line():
 
 
 def test_a_skipped_validation_tile_counts_for_nothing():
-    from segscale.data.patches import GridPatchDataset
+    from segscale.data.sampling.patches import GridPatchDataset
 
     image, mask = draw_tile(64, seed=0, index=0)
     tiles = [Tile(BrokenRaster(image.shape, image.dtype), mask), Tile(image, mask)]

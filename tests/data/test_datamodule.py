@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from segscale.data.loader_workers import MAX_AUTO_WORKERS, auto_num_workers
-from segscale.data.samplers import EpochShardSampler
+from segscale.data.sampling.loaders import MAX_AUTO_WORKERS, EpochShardSampler, auto_num_workers
 from tests.helpers.fake_cpus import fake_cgroups, fake_mask, no_launcher, slurm_task
 
 
@@ -177,14 +176,15 @@ def test_a_bad_sampling_config_names_its_key(make_config, override, message):
 
 
 def test_the_config_keys_reach_the_datamodule_as_its_grouped_settings(tmp_path):
-    from segscale.data.datamodule import SegmentationDataModule, segmentation_datamodule
-    from segscale.data.datamodule_settings import (
+    from segscale.data.datamodule import (
         ClassSettings,
         LoaderSettings,
         Normalization,
         PatchSettings,
+        SegmentationDataModule,
+        segmentation_datamodule,
     )
-    from segscale.data.synthetic import SyntheticTiles
+    from segscale.data.datasets.synthetic import SyntheticTiles
 
     source = SyntheticTiles(root=str(tmp_path), num_train=2, num_val=1, image_size=96)
     flat = segmentation_datamodule(

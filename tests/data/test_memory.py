@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     from pathlib import Path
     import numpy as np, tifffile
     from segscale.data.datamodule import segmentation_datamodule
-    from segscale.data.folder import FolderTiles
+    from segscale.data.datasets.folder import FolderTiles
 
     root, count = Path(sys.argv[1]), int(sys.argv[2])
     y, x = np.mgrid[0:2048, 0:2048]

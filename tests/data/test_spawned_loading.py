@@ -2,7 +2,7 @@
 
 Spawned workers (Windows', macOS', or ``datamodule.worker_start_method=spawn``) receive
 the dataset pickled: mapped TIFFs and decode-cache entries by path
-(``segscale.data.mapped_arrays``), windowed TIFFs by path (``WindowedRaster``).
+(``segscale.data.storage.mapped_arrays``), windowed TIFFs by path (``WindowedRaster``).
 """
 
 from pathlib import Path
@@ -13,8 +13,8 @@ import tifffile
 import torch
 
 from segscale.data.datamodule import segmentation_datamodule
-from segscale.data.decode_cache import DecodeCache
-from segscale.data.folder import FolderTiles
+from segscale.data.datasets.folder import FolderTiles
+from segscale.data.storage.decode_cache import DecodeCache
 from tests.conftest import write_pair
 
 pytestmark = [pytest.mark.slow, pytest.mark.spawn]

@@ -16,9 +16,9 @@ import pytest
 import tifffile
 from torch.utils.data import DataLoader, Dataset
 
-from segscale.data.labels import LabelMap
-from segscale.data.sources import ImageMaskPair
-from segscale.data.tiles import Tile, open_tiles
+from segscale.data.classes.labels import LabelMap
+from segscale.data.storage.sources import ImageMaskPair
+from segscale.data.storage.tiles import Tile, open_tiles
 
 WORKERS = 4
 

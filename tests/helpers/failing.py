@@ -56,7 +56,7 @@ class BrokenRaster:
         return self.shape[0]
 
     def __getitem__(self, index):
-        from segscale.data.rasters import UnreadableWindowError
+        from segscale.data.storage.rasters import UnreadableWindowError
 
         raise UnreadableWindowError(f"{self.path}: rows 0-1 cannot be read (injected)", self.path)
 
@@ -72,7 +72,7 @@ class BreakTileAt(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
-            from segscale.data.tiles import Tile
+            from segscale.data.storage.tiles import Tile
 
             tiles = trainer.datamodule.train_set.tiles
             image = tiles[self.tile].image

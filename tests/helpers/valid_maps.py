@@ -10,9 +10,9 @@ from PIL import Image
 from rasterio.errors import NotGeoreferencedWarning
 
 from segscale.data.augment import PatchPose, cut_patch
-from segscale.data.synthetic import draw_tile
-from segscale.data.tiles import Tile
-from segscale.data.valid_cells import TileValidCells, ValidCellCounter
+from segscale.data.datasets.synthetic import draw_tile
+from segscale.data.sampling.valid_windows import TileValidCells, ValidCellCounter
+from segscale.data.storage.tiles import Tile
 
 
 def cells_of(valid: np.ndarray) -> TileValidCells:

@@ -191,8 +191,8 @@ def test_default_config_instantiates() -> None:
 @pytest.mark.parametrize("shape", [(64, 64), (70, 45), (33, 100)])
 def test_blend_none_without_overlap_predicts_as_the_validation_grid(shape) -> None:
     """evaluate.py's default inference is training's validation: pixel for pixel."""
-    from segscale.data.patches import GridPatchDataset, grid_inference
-    from segscale.data.tiles import Tile
+    from segscale.data.sampling.patches import GridPatchDataset, grid_inference
+    from segscale.data.storage.tiles import Tile
     from segscale.training.reporting.whole_tile_prediction import predict_whole_tile
 
     model = context_model()  # tile borders matter: the tiling must be the same one

@@ -14,7 +14,7 @@ import albumentations as A
 import cv2
 import numpy as np
 
-from segscale.data.rasters import Pixels
+from segscale.data.storage.rasters import Pixels
 from segscale.errors import ConfigError
 
 

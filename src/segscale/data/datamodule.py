@@ -1,8 +1,16 @@
-"""The LightningDataModule: tiles read where they lie, random patches, a validation grid."""
+"""The LightningDataModule and its settings: tiles read where they lie, patches, a validation grid.
+
+The settings ``SegmentationDataModule`` takes: the few groups its config keys form.
+
+The ``datamodule`` config group keeps its flat keys (``datamodule.batch_size=4``);
+``segscale.data.datamodule.segmentation_datamodule``, its ``_target_``, gathers them
+into these (the classes, the patches of an epoch, the loaders, the normalization).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -12,29 +20,26 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from segscale.data.augment import Augmentation
-from segscale.data.datamodule_settings import (
-    ClassSettings,
-    LoaderSettings,
-    Normalization,
-    PatchSettings,
+from segscale.data.checks.dataset_report import DatasetReport
+from segscale.data.checks.validation import validate_dataset
+from segscale.data.checks.value_range import ValueRange
+from segscale.data.classes.labels import LabelMap
+from segscale.data.classes.palette import warn_indistinct
+from segscale.data.sampling.loaders import (
+    DeferredStartLoader,
+    EpochShardSampler,
+    auto_num_workers,
+    init_worker,
 )
-from segscale.data.dataset_report import DatasetReport
-from segscale.data.decode_cache import DecodeCache
-from segscale.data.deferred_loader import DeferredStartLoader
-from segscale.data.grids import check_mask_alignment
-from segscale.data.labels import LabelMap
-from segscale.data.loader_workers import auto_num_workers, init_worker
-from segscale.data.palette import warn_indistinct
-from segscale.data.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
-from segscale.data.samplers import EpochShardSampler
-from segscale.data.sources import (
+from segscale.data.sampling.patches import GridPatchDataset, PatchSampling, RandomPatchDataset
+from segscale.data.storage.decode_cache import DecodeCache
+from segscale.data.storage.grids import check_mask_alignment
+from segscale.data.storage.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TileSource,
     check_max_image_pixels,
 )
-from segscale.data.tiles import SKIP_KEY, UnreadableTiles, open_tiles
-from segscale.data.validation import validate_dataset
-from segscale.data.value_range import ValueRange
+from segscale.data.storage.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.errors import ConfigError
 from segscale.platforms.start_methods import StartMethodError, worker_start_method
 
@@ -45,7 +50,7 @@ class SegmentationDataModule(L.LightningDataModule):
     Under DDP each rank reads its rank and the world size from the trainer and draws
     only its own shard (``EpochShardSampler``); the trainer must therefore be built with
     ``use_distributed_sampler=False``, which ``segscale.training.run.training_run`` does.
-    It takes the settings its config keys form (``segscale.data.datamodule_settings``:
+    It takes the settings its config keys form (the settings classes here:
     the classes, the patches of an epoch, the loaders, the normalization); the
     ``datamodule`` group builds it from its flat keys through ``segmentation_datamodule``.
 
@@ -58,11 +63,11 @@ class SegmentationDataModule(L.LightningDataModule):
 
     ``decode_cache`` holds the PNG and JPEG files decoded once per machine
     (``DecodeCache``; ``None``: each rank decodes them into its memory); TIFFs are read
-    where they lie (``segscale.data.tiles``). A tile found unreadable mid-run stops it
+    where they lie (``segscale.data.storage.tiles``). A tile found unreadable mid-run stops it
     (``UnreadableTileError``), or with ``skip_unreadable`` is left out with a warning.
 
     ``mask_alignment``: what the validation pass does with a GeoTIFF mask on another grid
-    than its image's (``segscale.data.grids``): ``refuse`` it, or ``warp`` it onto the
+    than its image's (``segscale.data.storage.grids``): ``refuse`` it, or ``warp`` it onto the
     image's grid, which the tiles are then read on.
     """
 
@@ -390,3 +395,66 @@ def checked_start_method(value: object) -> str:
         return worker_start_method(value)
     except StartMethodError as error:
         raise ConfigError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class ClassSettings:
+    """The classes: how many, their names and colours, and the mask values that make them.
+
+    ``label_ids`` maps mask values to classes (``None``: a value is its class index);
+    ``ignore_ids`` are mask values left out of loss and metrics, like ``ignore_index``.
+    """
+
+    num_classes: int
+    class_names: Sequence[str]
+    class_colors: Sequence[Sequence[int]] | None = None
+    label_ids: Sequence[Any] | None = None
+    ignore_ids: Sequence[Any] = ()
+    ignore_index: int = 255
+
+
+@dataclass(frozen=True)
+class PatchSettings:
+    """What an epoch draws: the patch side, patches per image, their seed and order."""
+
+    patch_size: int = 128
+    patches_per_image: int = 64
+    seed: int = 0
+    shuffle: str = "every-epoch"
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """How batches are loaded.
+
+    ``batch_size`` is the training batch of every device, unless ``rank_batch_sizes``
+    gives one per rank (uneven devices, ``scaling.worker_load``); ``val_batch_size``
+    (``None``: ``batch_size``). ``num_workers`` per rank (``"auto"``:
+    ``auto_num_workers``), ``pin_memory`` (``None``: on when training on a GPU),
+    ``persistent_workers`` (keep workers across epochs), ``prefetch_factor``
+    (batches each worker keeps ready) and ``worker_start_method`` (how workers start:
+    ``fork``, ``spawn``, ``forkserver``, or ``auto``, the platform's default:
+    ``segscale.platforms.start_methods``).
+    """
+
+    batch_size: int = 8
+    val_batch_size: int | None = None
+    rank_batch_sizes: Sequence[int] | None = None
+    num_workers: int | str = "auto"
+    pin_memory: bool | None = None
+    persistent_workers: bool = True
+    prefetch_factor: int = 2
+    worker_start_method: str = "auto"
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """The images' channels and the mean and std they are normalized with.
+
+    Fractions of full intensity; ``None``: the training images' own, from the
+    validation pass (and ``in_channels`` ``None``: theirs too).
+    """
+
+    mean: Sequence[float] | None = (0.485, 0.456, 0.406)
+    std: Sequence[float] | None = (0.229, 0.224, 0.225)
+    in_channels: int | None = 3

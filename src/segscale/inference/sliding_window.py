@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from segscale.data.rasters import Pixels
+from segscale.data.storage.rasters import Pixels
 from segscale.errors import ConfigError
 from segscale.inference.test_time_augmentation import augmented_probabilities, check_tta
 from segscale.models.networks import network_input_multiple

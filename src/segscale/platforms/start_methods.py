@@ -3,7 +3,7 @@
 - ``fork``: the worker is a copy of its rank's process, made at once; POSIX only, and
   Python's default on Linux up to 3.13.
 - ``spawn``: a fresh interpreter that imports segscale and receives the dataset
-  pickled (its tiles by path: ``segscale.data.mapped_arrays``); the only method Windows
+  pickled (its tiles by path: ``segscale.data.storage.mapped_arrays``); the only method Windows
   has, and the default on Windows and macOS (fork is unsafe there: system libraries
   may hold locks across it).
 - ``forkserver``: workers forked from a clean server process; POSIX only, Python's

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from segscale.data.datamodule import SegmentationDataModule
-from segscale.data.split_forms import check_splits
+from segscale.data.datasets.split_forms import check_splits
 from segscale.devices import included_devices, process_group_backend
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.init_from import (

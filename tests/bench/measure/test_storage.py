@@ -13,8 +13,8 @@ from segscale.bench.measure.storage import (
     tile_bytes,
     training_set,
 )
-from segscale.data.rasters import WindowedRaster
-from segscale.data.synthetic import draw_tile
+from segscale.data.datasets.synthetic import draw_tile
+from segscale.data.storage.rasters import WindowedRaster
 from segscale.runs.builders import build_datamodule
 from segscale.runs.scaling.rules import ScalingRules
 from tests.conftest import compose_config
@@ -127,7 +127,7 @@ def test_storage_kinds(tmp_path, make_config):
 
 
 def test_tile_bytes_counts_image_and_mask_in_their_types():
-    from segscale.data.tiles import Tile
+    from segscale.data.storage.tiles import Tile
 
     tile = Tile(np.zeros((4, 5, 3), np.uint16), np.zeros((4, 5), np.uint8))
     assert tile_bytes(tile) == 4 * 5 * 3 * 2 + 4 * 5

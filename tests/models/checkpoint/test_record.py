@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 import segscale
 from segscale.cli.predict import main as predict_main
-from segscale.data.labels import LabelMap
+from segscale.data.classes.labels import LabelMap
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import DIGEST_KEY, content_digest, save_checkpoint_file
 from segscale.models.checkpoint.record import CHECKPOINT_FORMAT, mask_label_ids, run_record
@@ -296,6 +296,6 @@ def test_a_checkpoint_never_fetches():
         patch_size=64,
         value_range=None,
     )
-    source = OmegaConf.create({"_target_": "segscale.data.synthetic.SyntheticTiles"})
+    source = OmegaConf.create({"_target_": "segscale.data.datasets.synthetic.SyntheticTiles"})
     metadata = run_record({"encoder_weights": "imagenet"}, datamodule, source)
     assert metadata["model"]["encoder_weights"] is None

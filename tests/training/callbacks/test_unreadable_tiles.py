@@ -10,9 +10,9 @@ import pytest
 from torch.utils.data import DataLoader
 
 from segscale.data.augment import Augmentation
-from segscale.data.patches import GridPatchDataset, RandomPatchDataset
-from segscale.data.synthetic import draw_tile
-from segscale.data.tiles import Tile, UnreadableTiles
+from segscale.data.datasets.synthetic import draw_tile
+from segscale.data.sampling.patches import GridPatchDataset, RandomPatchDataset
+from segscale.data.storage.tiles import Tile, UnreadableTiles
 from segscale.training.callbacks.run_summary import left_out_tiles
 from segscale.training.callbacks.unreadable_tiles import LeftOutTiles
 from tests.helpers.distributed import on_two_ranks

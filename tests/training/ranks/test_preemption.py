@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 
 from segscale.configs import compose_config
-from segscale.data.loader_workers import init_worker
+from segscale.data.sampling.loaders import init_worker
 from segscale.errors import ConfigError
 from segscale.platforms.processes import PR_SET_PDEATHSIG
 from segscale.platforms.signals import stop_signal_names
@@ -257,7 +257,7 @@ def test_dataloader_workers_end_with_their_process(tmp_path):
         """
         import multiprocessing, os, time
         from torch.utils.data import DataLoader, Dataset
-        from segscale.data.loader_workers import init_worker
+        from segscale.data.sampling.loaders import init_worker
 
         class Slow(Dataset):
             def __len__(self):

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from segscale.data.patches import GridPatchDataset
-from segscale.data.tiles import Tile
+from segscale.data.sampling.patches import GridPatchDataset
+from segscale.data.storage.tiles import Tile
 from segscale.training.reporting.whole_tile_prediction import display_stride, predict_whole_tile
 
 # A 10×13 tile on a grid of 4×4 patches: the last row and column of patches overlap

@@ -7,7 +7,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from segscale.data.synthetic import SyntheticTiles
+from segscale.data.datasets.synthetic import SyntheticTiles
 from segscale.errors import ConfigError
 from segscale.training.run_folder import relaunch
 from segscale.training.run_folder.relaunch import check_relaunch, restore_overrides

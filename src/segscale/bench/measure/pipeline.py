@@ -21,8 +21,8 @@ import torch
 
 from segscale.data.augment import PatchPose, cut_patch
 from segscale.data.datamodule import SegmentationDataModule
-from segscale.data.patches import RandomPatchDataset
-from segscale.data.tiles import open_now
+from segscale.data.sampling.patches import RandomPatchDataset
+from segscale.data.storage.tiles import open_now
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The training tiles as stored against the same tiles decoded into memory: patches/s.
 
-Training reads each tile where it lies (``segscale.data.tiles``): a compressed TIFF a
+Training reads each tile where it lies (``segscale.data.storage.tiles``): a compressed TIFF a
 window at a time, a PNG or JPEG through the machine's decode cache, an uncompressed
 TIFF memory-mapped. The in-memory path it replaced held every tile decoded in every
 rank. Both are measured here through the same training DataLoader, with the same
@@ -26,10 +26,10 @@ import numpy as np
 
 from segscale.bench.measure.pipeline import loader_rate
 from segscale.data.datamodule import SegmentationDataModule
-from segscale.data.decode_cache import CachedFile
-from segscale.data.patches import RandomPatchDataset
-from segscale.data.rasters import WindowedRaster
-from segscale.data.tiles import Tile
+from segscale.data.sampling.patches import RandomPatchDataset
+from segscale.data.storage.decode_cache import CachedFile
+from segscale.data.storage.rasters import WindowedRaster
+from segscale.data.storage.tiles import Tile
 
 ROUNDS = 3
 """Rounds of each measurement, taken in turn: stored, in memory, stored, ..."""

@@ -30,17 +30,16 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_schema import check_schema
 from segscale.config_types import check_types
 from segscale.configs import CONFIG_DIR
-from segscale.data.grids import Grid
-from segscale.data.labels import LabelMap
-from segscale.data.pixel_types import pixel_type_mismatch
-from segscale.data.sources import (
+from segscale.data.checks.validation import validate_dataset
+from segscale.data.classes.labels import LabelMap
+from segscale.data.storage.grids import Grid, WarpedLabels
+from segscale.data.storage.pixel_types import pixel_type_mismatch
+from segscale.data.storage.sources import (
     DEFAULT_MAX_IMAGE_PIXELS,
     ImageMaskPair,
     read_image,
     read_mask,
 )
-from segscale.data.validation import validate_dataset
-from segscale.data.warped_masks import WarpedLabels
 from segscale.errors import ConfigError
 from segscale.inference.devices import inference_backend, run_on_devices
 from segscale.inference.evaluation.image_metrics import (
@@ -351,7 +350,7 @@ def image_confusion(
     ``maps``: a list that receives the true and the predicted class maps (the ignore
     index and unknown values as ``num_classes``), where the caller needs them whole.
     ``mask_grid``: the mask read on this grid, its image's (``datamodule.mask_alignment=
-    warp``, ``segscale.data.warped_masks``). ``on_tiles``: told of each batch of tiles.
+    warp``, ``segscale.data.storage.grids``). ``on_tiles``: told of each batch of tiles.
     """
     if mask_grid is None:
         mask = read_mask(pair.mask, max_image_pixels)

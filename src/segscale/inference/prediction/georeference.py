@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tifffile
 
-from segscale.data.sources import TIFF_SUFFIXES
+from segscale.data.storage.sources import TIFF_SUFFIXES
 
 GEOTIFF_TAGS = {
     33550: "ModelPixelScaleTag",

@@ -8,11 +8,21 @@ from pathlib import Path
 
 import numpy as np
 
-from segscale.data.list_files import read_list_text, resolve_listed, windows_form, windows_hint
-from segscale.data.pixel_types import pixel_type_mismatch
-from segscale.data.rasters import Pixels
-from segscale.data.sources import IMAGE_SUFFIXES, READ_ERRORS, describe_read_error, read_image
-from segscale.data.value_range import ValueRange, value_range_problem
+from segscale.data.checks.value_range import ValueRange, value_range_problem
+from segscale.data.datasets.lists import (
+    read_list_text,
+    resolve_listed,
+    windows_form,
+    windows_hint,
+)
+from segscale.data.storage.pixel_types import pixel_type_mismatch
+from segscale.data.storage.rasters import Pixels
+from segscale.data.storage.sources import (
+    IMAGE_SUFFIXES,
+    READ_ERRORS,
+    describe_read_error,
+    read_image,
+)
 from segscale.errors import ConfigError
 from segscale.inference.prediction.georeference import Georeference, read_georeference
 from segscale.models.checkpoint.trained import TrainedModel

@@ -11,7 +11,7 @@ import tifffile
 from PIL import Image
 
 from segscale.atomic_files import move_into_place, temporary_beside, write_text_atomically
-from segscale.data.sources import display_rgb
+from segscale.data.storage.sources import display_rgb
 from segscale.errors import ConfigError
 from segscale.inference.prediction.georeference import Georeference
 

@@ -31,9 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_schema import check_schema
 from segscale.config_types import check_types
-from segscale.data.image_headers import check_image_headers
-from segscale.data.rasters import Pixels
-from segscale.data.sources import (
+from segscale.data.storage.pixel_types import check_image_headers
+from segscale.data.storage.rasters import Pixels
+from segscale.data.storage.sources import (
     FileProblem,
     check_max_image_pixels,
     describe_read_error,

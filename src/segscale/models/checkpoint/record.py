@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from segscale.data.labels import LabelMap
-from segscale.data.patches import grid_inference
-from segscale.data.value_range import ValueRange
+from segscale.data.checks.value_range import ValueRange
+from segscale.data.classes.labels import LabelMap
+from segscale.data.sampling.patches import grid_inference
 from segscale.errors import ConfigError
 from segscale.version import __version__
 
@@ -85,8 +85,8 @@ def run_record(
     """The ``segscale`` entry ``train.py`` writes: network config, classes, normalization.
 
     And the training images' value range (``value_range``: ``[low, high]`` raw values per
-    channel, see ``segscale.data.value_range``; null when the data gave none), and the data it
-    was trained on (``data_source``, ``source`` as ``data_source_record`` stores it).
+    channel, see ``segscale.data.checks.value_range``; null when the data gave none), and the
+    data it was trained on (``data_source``, ``source`` as ``data_source_record`` stores it).
 
     With the classes go the mask values that mean them (``label_ids``, ``ignore_ids``,
     as ``mask_label_ids`` gives them), so that ``evaluate.py`` reads labelled images as

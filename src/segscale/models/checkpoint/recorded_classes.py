@@ -29,8 +29,8 @@ import numpy as np
 from omegaconf import DictConfig, open_dict
 
 from segscale.config_schema import plain
-from segscale.data.class_discovery import is_inferred
-from segscale.data.labels import LabelId, LabelMap, code_of, label_values, shown_value
+from segscale.data.classes.class_discovery import is_inferred
+from segscale.data.classes.labels import LabelId, LabelMap, code_of, label_values, shown_value
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.trained import TrainedModel
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from segscale.data.folder import FolderTiles
-from segscale.data.synthetic import SyntheticTiles
+from segscale.data.datasets.folder import FolderTiles
+from segscale.data.datasets.synthetic import SyntheticTiles
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.record import data_source_record
 from segscale.models.checkpoint.trained import TrainedModel

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from segscale.data.labels import class_colours
-from segscale.data.value_range import ValueRange
+from segscale.data.checks.value_range import ValueRange
+from segscale.data.classes.labels import class_colours
 from segscale.models.checkpoint.reading import read_trained_network
 from segscale.models.checkpoint.record import CheckpointRecord
 from segscale.models.module import SegmentationModule

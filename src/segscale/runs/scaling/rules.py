@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from segscale.data.samplers import split_in_proportion
+from segscale.data.sampling.loaders import split_in_proportion
 from segscale.errors import ConfigError
 
 

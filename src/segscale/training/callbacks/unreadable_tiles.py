@@ -25,8 +25,8 @@ import lightning as L
 import torch.distributed as dist
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from segscale.data.samples import LEFT_OUT, LEFT_OUT_REASON
-from segscale.data.tiles import UnreadableTileError
+from segscale.data.sampling.patches import LEFT_OUT, LEFT_OUT_REASON
+from segscale.data.storage.tiles import UnreadableTileError
 from segscale.training.callbacks.preemption_stop import rerun_validation
 
 

@@ -14,9 +14,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.hooks import RemovableHandle
 
-from segscale.data.labels import class_colours
-from segscale.data.patches import GridPatchDataset
-from segscale.data.sources import display_rgb
+from segscale.data.classes.labels import class_colours
+from segscale.data.sampling.patches import GridPatchDataset
+from segscale.data.storage.sources import display_rgb
 from segscale.runs.evaluation import write_evaluation
 from segscale.training.reporting.plots import (
     BackgroundFigures,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from segscale.data.patches import GridPatchDataset
+from segscale.data.sampling.patches import GridPatchDataset
 
 Classify = Callable[[torch.Tensor], torch.Tensor]
 """Images (N×C×P×P, raw pixel values, on the CPU) to class indices (N×P×P)."""

@@ -16,10 +16,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.config_types import check_types
-from segscale.data.class_table import class_rows, class_table
+from segscale.data.checks.dataset_report import SPLIT_WORDS, DatasetReport
+from segscale.data.checks.mask_value_scan import scan_mask_values
+from segscale.data.classes.class_discovery import class_rows, class_table
 from segscale.data.datamodule import SegmentationDataModule
-from segscale.data.dataset_report import SPLIT_WORDS, DatasetReport
-from segscale.data.mask_value_scan import scan_mask_values
 from segscale.errors import integer_at_least, require
 from segscale.runs.builders import build, check_data_source
 from segscale.training.run.inferred_classes import resolve_inferred_classes

@@ -1,7 +1,7 @@
 """``datamodule/classes=auto`` in a run: the training masks' classes, put into the config.
 
 ``resolve_inferred_classes`` replaces the ``auto`` keys of ``cfg.datamodule`` with the
-classes the training masks hold (``segscale.data.class_discovery``), in place, before
+classes the training masks hold (``segscale.data.classes.class_discovery``), in place, before
 anything reads them: the network's outputs (``model.num_classes`` refers to
 ``datamodule.num_classes``), the loss, the checkpoint's metadata, the launch record and
 the keys a relaunch may not change all see the classes found, as if a classes file had
@@ -19,16 +19,16 @@ from omegaconf.errors import MissingMandatoryValue
 
 from segscale.atomic_files import write_text_atomically
 from segscale.config_schema import plain
-from segscale.data.class_discovery import (
+from segscale.data.checks.mask_value_scan import scan_mask_values
+from segscale.data.classes.class_discovery import (
     CLASSES_FILE,
     OPTION,
     InferredClasses,
     infer_classes,
     is_inferred,
 )
-from segscale.data.mask_value_scan import scan_mask_values
-from segscale.data.nodata import check_nodata
-from segscale.data.sources import DEFAULT_MAX_IMAGE_PIXELS, check_max_image_pixels
+from segscale.data.storage.nodata import check_nodata
+from segscale.data.storage.sources import DEFAULT_MAX_IMAGE_PIXELS, check_max_image_pixels
 from segscale.errors import ConfigError
 from segscale.runs.builders import build
 

@@ -30,7 +30,7 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from segscale.data.synthetic import SyntheticTiles
+from segscale.data.datasets.synthetic import SyntheticTiles
 from segscale.training.run_folder.recorded_overrides import Restorable, refusal
 
 RUN_FOLDER_REFERENCE = re.compile(r"\$\{(output_dir|hydra:runtime\.output_dir)\}")
