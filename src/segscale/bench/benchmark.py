@@ -50,13 +50,13 @@ from segscale.bench.overhead import measure_overhead
 from segscale.bench.performance_options import measure_options, option_variants
 from segscale.bench.pipeline import measure_pipeline, rank_data_rate, worker_counts
 from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
-from segscale.bench.progress import Progress
 from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import cpus_available, resolve_accelerator
 from segscale.platforms.memory import keep_freed_memory
 from segscale.platforms.processes import process_age
+from segscale.progress import Progress
 from segscale.training.ranks.threads import resolve_threads
 from segscale.training.run.builders import build, build_datamodule, build_module
 from segscale.training.run.prepare import prepare
@@ -110,9 +110,8 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
     side_by_side_runs = 2 if threads and max(counts) > 1 else 0
     staged = on_gpu and backend.name == "gloo"  # GPU ranks all-reduce through host memory
-    progress = Progress(
-        2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + staged + 1
-    )
+    measurements = 2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs
+    progress = Progress(measurements + staged + 1, "bench", log)
     # The train.py runs: each device count, and the largest again with sync batch norm
     # flipped; on CPUs their ranks (and the side-by-side processes) compute with
     # `threads` threads each, where the one device had the run's.
