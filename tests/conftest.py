@@ -25,9 +25,9 @@ from torch import nn
 
 from segscale.configs import CONFIG_DIR
 from segscale.data.synthetic import SyntheticTiles, draw_tile
-from segscale.devices import cpus_available
 from segscale.models.checkpoint import network as checkpoint_network
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
+from segscale.platforms.cores import cpus_available
 
 REPO = Path(__file__).resolve().parents[1]
 

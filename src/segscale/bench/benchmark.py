@@ -53,7 +53,8 @@ from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
 from segscale.bench.sharing import batchnorm_layers, sharing, side_by_side
 from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
-from segscale.devices import cpus_available, resolve_accelerator
+from segscale.devices import resolve_accelerator
+from segscale.platforms.cores import cpus_available
 from segscale.platforms.memory import keep_freed_memory
 from segscale.platforms.processes import process_age
 from segscale.progress import Progress

@@ -31,7 +31,7 @@ from segscale.data.labels import LabelMap
 from segscale.data.sources import ImageMaskPair
 from segscale.data.valid_cells import Validity
 from segscale.data.validation_cache import ValidationCache
-from segscale.devices import cpus_available
+from segscale.platforms.cores import cpus_available
 from segscale.progress import Progress
 from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
 
