@@ -12,8 +12,8 @@ import torch
 from omegaconf import ListConfig
 
 from segscale.errors import ConfigError, require
-from segscale.platforms.process_groups import BackendError
-from segscale.platforms.process_groups import process_group_backend as platform_backend
+from segscale.platforms.parallel import BackendError
+from segscale.platforms.parallel import process_group_backend as platform_backend
 
 
 def slurm_task_rank() -> bool:
@@ -106,7 +106,7 @@ def process_group_backend(
 ) -> str:
     """The process-group backend of ranks on ``accelerator``: ``value`` (``key``'s), or null's.
 
-    Null is this platform's choice for the device (``segscale.platforms.process_groups``:
+    Null is this platform's choice for the device (``segscale.platforms.parallel``:
     NCCL between CUDA GPUs on Linux, gloo elsewhere). A backend the platform or the device
     lacks, or anything but the names ``nccl`` and ``gloo``, raises ``ConfigError`` naming
     ``key``, the platform and what it has, before any rank starts. ``platform``:

@@ -55,8 +55,7 @@ from segscale.bench.storage import measure_storage
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
 from segscale.devices import resolve_accelerator
 from segscale.platforms.cores import cpus_available
-from segscale.platforms.memory import keep_freed_memory
-from segscale.platforms.processes import process_age
+from segscale.platforms.processes import keep_freed_memory, process_age
 from segscale.progress import Progress
 from segscale.training.ranks.threads import resolve_threads
 from segscale.training.run.builders import build, build_datamodule, build_module

@@ -70,8 +70,7 @@ def run(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from segscale.disk_full import full_disk_ends_command
-    from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped
+    from segscale.errors import EXIT_BAD_INPUT, ConfigError, RunStopped, full_disk_ends_command
     from segscale.models.nonfinite import EXIT_NONFINITE, NonFiniteError
     from segscale.sweeps.objective import objective
     from segscale.training.ranks.preemption import Preempted

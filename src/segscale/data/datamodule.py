@@ -36,7 +36,7 @@ from segscale.data.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.data.validation import validate_dataset
 from segscale.data.value_range import ValueRange
 from segscale.errors import ConfigError
-from segscale.platforms.start_methods import StartMethodError, worker_start_method
+from segscale.platforms.parallel import StartMethodError, worker_start_method
 
 
 class SegmentationDataModule(L.LightningDataModule):

@@ -49,7 +49,7 @@ class LoaderSettings:
     ``persistent_workers`` (keep workers across epochs), ``prefetch_factor``
     (batches each worker keeps ready) and ``worker_start_method`` (how workers start:
     ``fork``, ``spawn``, ``forkserver``, or ``auto``, the platform's default:
-    ``segscale.platforms.start_methods``).
+    ``segscale.platforms.parallel``).
     """
 
     batch_size: int = 8

@@ -62,8 +62,7 @@ from segscale.data.mapped_arrays import mapped_array
 from segscale.data.rasters import UnreadableWindowError
 from segscale.data.source_identity import source_identity
 from segscale.data.user_cache import cache_folder, private_folder
-from segscale.disk_full import FULL
-from segscale.errors import ConfigError, require
+from segscale.errors import FULL, ConfigError, require
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.nonfinite import check_policy
 from segscale.models.optim import SOLVERS, check_encoder_lr_factor
 from segscale.moved_keys import refuse_moved_config_keys
-from segscale.platforms.start_methods import KEY as START_METHOD_KEY
+from segscale.platforms.parallel import KEY as START_METHOD_KEY
 from segscale.training.callbacks.ema import check_ema
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint.files import SafeCheckpointIO
-from segscale.platforms.memory import keep_freed_memory
+from segscale.platforms.processes import keep_freed_memory
 from segscale.training.callbacks.apply_learning_rate import ApplyLearningRate
 from segscale.training.callbacks.ema import ema_callback
 from segscale.training.callbacks.forget_abandoned_best import ForgetAbandonedBest
@@ -31,8 +31,7 @@ from segscale.training.callbacks.third_party_noise_filter import ThirdPartyNoise
 from segscale.training.callbacks.threads_follow_machine import ThreadsFollowMachine
 from segscale.training.callbacks.trial_pruning import trial_pruning
 from segscale.training.callbacks.unreadable_tile_stop import UnreadableTileStop
-from segscale.training.ranks.dataloader_workers import WorkersEndWithRun
-from segscale.training.ranks.launch import job_ranks
+from segscale.training.ranks.launch import WorkersEndWithRun, job_ranks
 from segscale.training.ranks.preemption import (
     PreemptionSignals,
     without_lightning_signal_handlers,
