@@ -29,10 +29,10 @@ import segscale
 from segscale.configs import CONFIG_DIR
 from segscale.data.datasets.synthetic import SyntheticTiles, draw_tile
 from segscale.data.sampling.patches import grid_inference
-from segscale.devices import cpus_available
 from segscale.models.checkpoint import network as checkpoint_network
 from segscale.models.checkpoint.files import load_checkpoint_file, save_checkpoint_file
 from segscale.models.checkpoint.record import CHECKPOINT_FORMAT
+from segscale.platforms.cores import cpus_available
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -87,3 +87,15 @@ def test_on_a_terminal_it_is_a_bar_not_log_lines_and_without_a_log_neither(
     bar.close()
     assert _lines(caplog) == []
     assert ("images evaluated" in terminal.getvalue()) is (logger is not None)
+
+
+def test_items_named_as_they_are_done_name_the_latest_in_the_lines(caplog):
+    # bench's measurements: each named when done, a line per tenth names the latest.
+    caplog.set_level("INFO")
+    clock = _Clock()
+    bar = Progress(10, "bench", log, io.StringIO(), clock)
+    for item in ("pipeline", "compute", "gradients"):
+        clock.now += 10.0
+        bar(item)
+    assert bar.done == 3 and bar.detail == "gradients"
+    assert _lines(caplog)[-1] == "bench: 3/10 (30%), gradients, 00:30 so far, about 01:10 left"

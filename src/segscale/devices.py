@@ -1,8 +1,7 @@
-"""Devices: what ``trainer.devices`` asks for, what this machine has, its cores, ranks' backend."""
+"""Devices: what ``trainer.devices`` asks for, what this machine has, ranks' cores and backend."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Sequence
@@ -13,31 +12,8 @@ import torch
 from omegaconf import ListConfig
 
 from segscale.errors import ConfigError, require
-from segscale.platforms import cores as platform_cores
-from segscale.platforms.process_groups import BackendError
-from segscale.platforms.process_groups import process_group_backend as platform_backend
-
-
-def cpus_available() -> int:
-    """CPU cores this process may use: its affinity mask within its cgroup's CPU quota.
-
-    The affinity mask is what SLURM, cpusets and ``taskset`` narrow; a CPU quota (docker
-    ``--cpus``, Kubernetes CPU limits) leaves the mask whole and caps the CPU time instead
-    (``segscale.platforms.cores.cpu_quota``). A fractional quota counts rounded up (as
-    loky's ``cpu_count`` and the JVM count it), and never below one core.
-    """
-    return within_quota(affinity_cores(), platform_cores.cpu_quota())
-
-
-def within_quota(cores: int, quota: float | None) -> int:
-    """The ``cores`` that a CPU ``quota`` (in cores; ``None``: none) leaves, at least 1."""
-    # Rounded up: the fraction of a core is time a thread still gets.
-    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
-
-
-def affinity_cores() -> int:
-    """CPU cores in this process's affinity mask (all the machine's where there is none)."""
-    return len(platform_cores.affinity())
+from segscale.platforms.parallel import BackendError
+from segscale.platforms.parallel import process_group_backend as platform_backend
 
 
 def slurm_task_rank() -> bool:
@@ -130,7 +106,7 @@ def process_group_backend(
 ) -> str:
     """The process-group backend of ranks on ``accelerator``: ``value`` (``key``'s), or null's.
 
-    Null is this platform's choice for the device (``segscale.platforms.process_groups``:
+    Null is this platform's choice for the device (``segscale.platforms.parallel``:
     NCCL between CUDA GPUs on Linux, gloo elsewhere). A backend the platform or the device
     lacks, or anything but the names ``nccl`` and ``gloo``, raises ``ConfigError`` naming
     ``key``, the platform and what it has, before any rank starts. ``platform``:

@@ -1,4 +1,4 @@
-"""Progress of a long pass (images evaluated, files checked, validation batches).
+"""Progress of a long pass (images evaluated, files checked, batches, bench's measurements).
 
 On a terminal it is tqdm's bar. Written to a file or a pipe (a cluster's job log,
 ``> run.log 2>&1``) a bar's redraws would land between the log lines, so there it is a
@@ -9,7 +9,8 @@ shows nothing (a small data set's checks would only add lines).
 
 An item may be done in parts (``update(0.25)``: a quarter of a large image), and the
 caller may say where the pass is inside the current item (``detail``: its row of tiles,
-the rate), in the bar's postfix and in the lines.
+the rate), in the bar's postfix and in the lines; or name each item as it is done
+(``progress("compute")``: bench's measurements).
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ class Progress:
             self.log.info("%s", self.line(now))
             self.last_line = now
             self.next_step = int(self.done * LOG_STEPS // max(self.total, 1)) + 1
+
+    def __call__(self, done: str) -> None:
+        """One more item is done, named ``done`` (the ``detail`` until the next)."""
+        self.detail = done
+        self.update(1)
 
     def line(self, now: float) -> str:
         """``"images evaluated: 3/10 (30%), 0:12 so far, about 0:28 left"``.

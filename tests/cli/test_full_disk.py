@@ -16,7 +16,7 @@ from segscale import atomic_files
 from segscale.cli.evaluate import main as evaluate_main
 from segscale.cli.predict import main as predict_main
 from segscale.cli.train import main as train_main
-from segscale.disk_full import EXIT_DISK_FULL
+from segscale.errors import EXIT_DISK_FULL
 from tests.cli.test_predict import _images
 from tests.conftest import oracle_checkpoint, tiny_overrides
 from tests.helpers.in_process import run_in_process

@@ -479,3 +479,17 @@ def test_importing_a_command_does_no_work(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["False", "None"]
+
+
+def test_importing_train_py_leaves_the_run_modules_to_main(tmp_path):
+    # A spawned DataLoader worker imports train.py's module again: torch, Lightning and
+    # the run's modules are not its to import (they come with what its work unpickles).
+    code = (
+        "import sys, segscale.cli.train; "
+        "print(sorted(m for m in ('torch', 'lightning', 'segscale.training') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"

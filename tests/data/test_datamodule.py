@@ -57,7 +57,7 @@ def test_loader_options_reach_the_dataloader(make_config, tmp_path):
 
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver", "auto"])
 def test_the_start_method_reaches_the_dataloaders_with_workers(make_config, method):
-    from segscale.platforms.start_methods import default_start_method
+    from segscale.platforms.parallel import default_start_method
     from segscale.runs.builders import build_datamodule
     from segscale.runs.scaling.rules import ScalingRules
 

@@ -1,7 +1,10 @@
 import os
 from collections import namedtuple
 
+import pytest
+
 from segscale.platforms import cores
+from tests.helpers.fake_cpus import fake_cgroups, fake_mask
 
 LINUX_TIMES = namedtuple(
     "scputimes", "user nice system idle iowait irq softirq steal guest guest_nice"
@@ -37,3 +40,86 @@ def test_the_affinity_mask_is_psutils_and_all_cores_where_there_is_none(monkeypa
     monkeypatch.delattr(cores.psutil.Process, "cpu_affinity")  # as on macOS
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     assert cores.affinity() == set(range(64))
+
+
+@pytest.fixture
+def cgroups(monkeypatch, tmp_path):
+    """``fake_cgroups`` with its mount under this test's folder."""
+    return lambda membership, files: fake_cgroups(monkeypatch, tmp_path / "cg", membership, files)
+
+
+def test_a_cgroup_v2_quota_limits_the_cores_of_the_mask(cgroups, monkeypatch):
+    # docker --cpus=4 on a 64-core host: the mask holds all 64.
+    fake_mask(monkeypatch, 64)
+    cgroups("0::/\n", {"cpu.max": "400000 100000\n"})
+    assert cores.cpus_available() == 4  # for the parallel launcher, bench, the test workers
+    assert cores.cpu_quota() == 4.0
+    cgroups("0::/\n", {"cpu.max": "max 100000\n"})  # no quota
+    assert cores.cpu_quota() is None
+    assert cores.cpus_available() == 64
+
+
+def test_a_cgroup_v1_quota_counts_and_minus_one_is_none(cgroups, monkeypatch):
+    fake_mask(monkeypatch, 16)
+    # Docker on cgroup v1 mounts the container's own cgroup at the mount's root, where
+    # /docker/<id> of /proc/self/cgroup is not a folder: its quota is found there.
+    membership = "5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/docker/abc\n"
+    cgroups(membership, {"cpu/cpu.cfs_quota_us": "150000", "cpu/cpu.cfs_period_us": "100000"})
+    assert cores.cpu_quota() == 1.5
+    assert cores.cpus_available() == 2  # rounded up: the half core is time a thread gets
+    cgroups(membership, {"cpu/cpu.cfs_quota_us": "-1"})
+    assert cores.cpu_quota() is None and cores.cpus_available() == 16
+
+
+def test_the_smallest_quota_of_the_cgroup_and_its_ancestors_counts(cgroups, monkeypatch):
+    fake_mask(monkeypatch, 64)
+    files = {
+        "kubepods/cpu.max": "max 100000",
+        "kubepods/pod1/cpu.max": "300000 100000",  # the pod's limit
+        "kubepods/pod1/c1/cpu.max": "max 100000",  # the container sets none of its own
+    }
+    cgroups("0::/kubepods/pod1/c1\n", files)
+    assert cores.cpu_quota() == 3.0
+    cgroups("0::/kubepods/pod1/c1\n", files | {"kubepods/pod1/c1/cpu.max": "800000 100000"})
+    assert cores.cpu_quota() == 3.0
+    cgroups("0::/kubepods/pod1/c1\n", files | {"kubepods/pod1/c1/cpu.max": "150000 100000"})
+    assert cores.cpu_quota() == 1.5
+
+
+def test_a_quota_below_one_core_still_leaves_one(cgroups, monkeypatch):
+    fake_mask(monkeypatch, 8)
+    cgroups("0::/\n", {"cpu.max": "20000 100000"})
+    assert cores.cpu_quota() == pytest.approx(0.2)
+    assert cores.cpus_available() == 1
+
+
+@pytest.mark.parametrize(
+    ("membership", "files"),
+    [
+        ("0::/../outside\n", {"outside/cpu.max": "100000 100000"}),  # not in this namespace
+        ("0::/a\n", {"a/cpu.max": "-100000 100000"}),  # not the kernel's form
+        ("0::/a\n", {"a/cpu.max": "100000"}),
+        ("0::/a\n", {"a/cpu.max": "1e5 100000"}),
+        ("0::/a\n", {"a/cpu.max": "0 100000"}),
+        ("0::/a\n", {"a/cpu.max": "100000 0"}),
+        ("0::a\n", {"a/cpu.max": "100000 100000"}),  # a path not from the root
+        ("1:cpuacct:/a\n", {"cpu/a/cpu.cfs_quota_us": "1", "cpu/a/cpu.cfs_period_us": "1"}),
+        ("1:name=cpu:/\n", {"cpu/cpu.cfs_quota_us": "1", "cpu/cpu.cfs_period_us": "1"}),
+        ("x:cpu:/\n", {"cpu/cpu.cfs_quota_us": "1", "cpu/cpu.cfs_period_us": "1"}),
+        ("1::/a\n", {"a/cpu.max": "100000 100000"}),  # v2 is hierarchy 0
+        ("0::/a\n", {"a/cpu.max/x": "a folder, not a file"}),
+    ],
+)
+def test_what_is_not_a_quota_of_this_process_limits_nothing(
+    cgroups, monkeypatch, membership, files
+):
+    fake_mask(monkeypatch, 8)
+    cgroups(membership, files)
+    assert cores.cpu_quota() is None
+    assert cores.cpus_available() == 8
+
+
+def test_without_cgroups_the_mask_is_all(monkeypatch, tmp_path):
+    fake_mask(monkeypatch, 6)
+    monkeypatch.setattr(cores, "CGROUP_MEMBERSHIP", tmp_path / "absent")  # not Linux
+    assert cores.cpu_quota() is None and cores.cpus_available() == 6

@@ -21,7 +21,7 @@ from hydra.core.utils import JobReturn
 from omegaconf import OmegaConf
 
 from hydra_plugins.segscale_plugins.sweep_folder import sweep_folder_held
-from segscale.disk_full import disk_full_error
+from segscale.errors import disk_full_error
 from segscale.sweeps.failed_jobs import FailedJob, end_with_failures, failed_jobs
 from segscale.sweeps.sweep_summary import write_sweep_summary
 

@@ -30,8 +30,9 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from segscale.command_line import UTF8_OUTPUT, config_options, program_command, quoted_override
-from segscale.devices import cpus_available, devices_count, is_device_list, resolve_accelerator
+from segscale.devices import devices_count, is_device_list, resolve_accelerator
 from segscale.errors import ConfigError
+from segscale.platforms.cores import cpus_available
 from segscale.runs.folder import read_summary
 from segscale.sweeps.failed_jobs import JobFailedError
 from segscale.sweeps.sweep_summary import objective

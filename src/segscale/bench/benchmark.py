@@ -54,12 +54,12 @@ from segscale.bench.measure.storage import measure_storage
 from segscale.bench.predict.host_staged_link import HostStagedLink, gpu_backend, measure_copies
 from segscale.bench.predict.interconnects import Link
 from segscale.bench.predicted_scaling import ModelInputs, prediction_rows
-from segscale.bench.progress import Progress
 from segscale.bench.verdict import failed_measurements, findings_from, verdict
-from segscale.devices import cpus_available, resolve_accelerator
+from segscale.devices import resolve_accelerator
 from segscale.errors import ConfigError, integer_at_least, require
-from segscale.platforms.memory import keep_freed_memory
-from segscale.platforms.processes import process_age
+from segscale.platforms.cores import cpus_available
+from segscale.platforms.processes import keep_freed_memory, process_age
+from segscale.progress import Progress
 from segscale.runs.builders import build, build_datamodule, build_module
 from segscale.training.ranks.threads import resolve_threads
 from segscale.training.run.config_checks import prepare
@@ -113,9 +113,8 @@ def bench(cfg: DictConfig, overrides: list[str], config: Sequence[str] = ()) -> 
     scaling_runs = len(counts) + (max(counts) > 1)  # and sync batch norm flipped
     side_by_side_runs = 2 if threads and max(counts) > 1 else 0
     staged = on_gpu and backend.name == "gloo"  # GPU ranks all-reduce through host memory
-    progress = Progress(
-        2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs + staged + 1
-    )
+    measurements = 2 + len(workers) + 3 + len(variants) + scaling_runs + side_by_side_runs
+    progress = Progress(measurements + staged + 1, "bench", log)
     # The train.py runs: each device count, and the largest again with sync batch norm
     # flipped; on CPUs their ranks (and the side-by-side processes) compute with
     # `threads` threads each, where the one device had the run's.

@@ -15,8 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
-from segscale.disk_full import full_disk_ends_command
-from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.errors import EXIT_BAD_INPUT, ConfigError, full_disk_ends_command
 from segscale.inference.evaluation.run import evaluate, names_data
 
 log = logging.getLogger(__name__)

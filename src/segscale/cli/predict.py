@@ -17,8 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from segscale.configs import CONFIG_DIR
-from segscale.disk_full import full_disk_ends_command
-from segscale.errors import EXIT_BAD_INPUT, ConfigError
+from segscale.errors import EXIT_BAD_INPUT, ConfigError, full_disk_ends_command
 from segscale.inference.prediction.run import run_prediction
 
 log = logging.getLogger(__name__)

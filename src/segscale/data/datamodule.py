@@ -41,7 +41,7 @@ from segscale.data.storage.sources import (
 )
 from segscale.data.storage.tiles import SKIP_KEY, UnreadableTiles, open_tiles
 from segscale.errors import ConfigError
-from segscale.platforms.start_methods import StartMethodError, worker_start_method
+from segscale.platforms.parallel import StartMethodError, worker_start_method
 
 
 class SegmentationDataModule(L.LightningDataModule):
@@ -434,7 +434,7 @@ class LoaderSettings:
     ``persistent_workers`` (keep workers across epochs), ``prefetch_factor``
     (batches each worker keeps ready) and ``worker_start_method`` (how workers start:
     ``fork``, ``spawn``, ``forkserver``, or ``auto``, the platform's default:
-    ``segscale.platforms.start_methods``).
+    ``segscale.platforms.parallel``).
     """
 
     batch_size: int = 8

@@ -9,10 +9,11 @@ per-core times, a process's start and ending processes.
 
 - ``signals``: the signals that can stop a run on each platform, and its defaults;
 - ``files``: locks on descriptors, links not followed, folders opened, reads at an offset;
-- ``processes``: this process's age and peak memory, ending it, interrupting a child;
+- ``processes``: this process's age and memory (peak, freed memory kept for reuse: glibc's
+  allocator), ending it, interrupting a child;
 - ``cores``: the cores this process may use, how busy they are, its cgroups' CPU quota.
-- ``start_methods``: how DataLoader workers may start (fork, spawn, forkserver), and the default.
-- ``memory``: glibc's allocator kept from handing freed memory back after every step.
+- ``parallel``: how DataLoader workers may start (fork, spawn, forkserver), which backends
+  ranks' process groups may use (NCCL, gloo), and the defaults.
 
 Each takes the platform from ``sys.platform`` when it runs, so a test can simulate
 another one where only a branch differs.

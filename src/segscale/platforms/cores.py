@@ -1,5 +1,8 @@
 """What differs in CPU cores: those this process may use, their times, its cgroups' quota.
 
+``cpus_available`` is the one count of the cores this process may use (its mask within
+its quota), for the thread and worker counts, the parallel launcher and bench.
+
 - The affinity mask (what SLURM, cpusets, ``taskset`` and Windows' ``start /affinity``
   narrow): psutil's, on Linux and Windows; macOS has none, so every core counts.
 - Per-core times (how busy the cores are): psutil's, from ``/proc/stat`` on Linux, the
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -40,6 +44,23 @@ def affinity() -> set[int]:
     if hasattr(process, "cpu_affinity"):  # not on macOS
         return set(process.cpu_affinity() or ())
     return set(range(os.cpu_count() or 1))
+
+
+def cpus_available() -> int:
+    """CPU cores this process may use: its affinity mask within its cgroup's CPU quota.
+
+    The affinity mask is what SLURM, cpusets and ``taskset`` narrow; a CPU quota (docker
+    ``--cpus``, Kubernetes CPU limits) leaves the mask whole and caps the CPU time instead
+    (``cpu_quota``). A fractional quota counts rounded up (as loky's ``cpu_count`` and the
+    JVM count it), and never below one core.
+    """
+    return within_quota(len(affinity()), cpu_quota())
+
+
+def within_quota(cores: int, quota: float | None) -> int:
+    """The ``cores`` that a CPU ``quota`` (in cores; ``None``: none) leaves, at least 1."""
+    # Rounded up: the fraction of a core is time a thread still gets.
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
 def core_seconds(cores: set[int]) -> tuple[float, float] | None:

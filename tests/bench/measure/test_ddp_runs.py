@@ -18,7 +18,7 @@ from segscale.bench.measure.ddp_runs import (
     without_key,
 )
 from segscale.bench.measure.timing import summarize_steps
-from segscale.bench.progress import Progress
+from segscale.progress import Progress
 from tests.conftest import compose_config, tiny_overrides
 from tests.helpers.in_process import run_in_process
 
@@ -100,7 +100,7 @@ def test_each_scaling_run_gets_the_config_options_and_the_composed_sync_batchnor
     monkeypatch.setattr(ddp_runs, "run_scaling_point", run)
     monkeypatch.setattr(ddp_runs, "measure_allreduce", lambda *_: None)
     compute = {"gradient_bytes": 1000}
-    progress = Progress(3)
+    progress = Progress(3, "bench", None)
     measured, _ = measure_scaling(cfg, [], THEIR_CONFIG, [1, 2], 1, compute, progress)
     progress.close()
     assert all(command[3:6] == THEIR_CONFIG for command in commands)

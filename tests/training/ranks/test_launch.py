@@ -8,6 +8,7 @@ import time
 from typing import ClassVar
 
 import pytest
+import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
@@ -19,6 +20,7 @@ from segscale.training.ranks.launch import (
     job_ranks,
     must_start_ranks,
     rank_command,
+    single_device_strategy,
     warn_if_restarts_may_hang,
 )
 
@@ -258,3 +260,11 @@ def test_on_windows_the_ranks_store_is_the_one_without_libuv(monkeypatch):
     assert not rendezvous._get_use_libuv_from_query_dict({})
     monkeypatch.setattr(sys, "platform", "linux")
     assert rendezvous._get_use_libuv_from_query_dict({})  # elsewhere libuv, the default
+
+
+def test_single_device_strategy_refuses_several_devices():
+    assert single_device_strategy("cpu", 1).root_device == torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"trainer\.devices=2.*use strategy=ddp"):
+        single_device_strategy("cpu", 2)
+    with pytest.raises(ConfigError, match=r"trainer\.devices=\[0, 1\].*use strategy=ddp"):
+        single_device_strategy("cpu", OmegaConf.create([0, 1]))

@@ -50,10 +50,10 @@ from segscale.bench.measure.compute import StepPlan
 from segscale.bench.measure.timing import Timing, summarize_steps
 from segscale.bench.predict.interconnects import Interconnect, Published, from_published
 from segscale.bench.predict.step_model import efficiency, speedup
-from segscale.bench.progress import Progress
 from segscale.command_line import TRAIN_COMMAND, UTF8_OUTPUT
-from segscale.platforms.process_groups import default_process_group_backend
+from segscale.platforms.parallel import default_process_group_backend
 from segscale.platforms.processes import end_process_tree
+from segscale.progress import Progress
 from segscale.training.ranks.launch import free_port
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from segscale.bench.measure.compute import BareLoopResult, StepPlan, bare_loop
-from segscale.bench.progress import Progress
 from segscale.errors import ConfigError
 from segscale.models.module import SegmentationModule
+from segscale.progress import Progress
 from segscale.runs.builders import build_module
 
 OPTIONS = ("precision", "channels_last", "compile", "cudnn_benchmark")

@@ -191,7 +191,7 @@ class GpuBackend:
 def gpu_backend(value: object, platform: str | None = None) -> GpuBackend:
     """The backend GPU ranks use with ``strategy.process_group_backend=value`` on ``platform``.
 
-    The choice and its checks are training's (``segscale.platforms.process_groups``,
+    The choice and its checks are training's (``segscale.platforms.parallel``,
     through ``segscale.devices.process_group_backend``), so bench predicts the backend
     its ddp runs and the user's own runs take, for CUDA GPUs whatever this machine has:
     null is NCCL on Linux, gloo elsewhere; a backend the platform lacks, or anything but

@@ -31,7 +31,7 @@ from segscale.data.checks.validation_cache import ValidationCache
 from segscale.data.classes.labels import LabelMap
 from segscale.data.sampling.valid_windows import Validity
 from segscale.data.storage.sources import ImageMaskPair
-from segscale.devices import cpus_available
+from segscale.platforms.cores import cpus_available
 from segscale.progress import Progress
 from segscale.recorded_lock import LockHeldError, RecordedLock, flock_works
 

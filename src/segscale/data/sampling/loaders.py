@@ -18,8 +18,9 @@ import numpy as np
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, Sampler
 
-from segscale.devices import core_share, cpus_available
+from segscale.devices import core_share
 from segscale.errors import ConfigError
+from segscale.platforms.cores import cpus_available
 from segscale.platforms.processes import end_with_parent
 from segscale.platforms.signals import ignore_stop_signals
 

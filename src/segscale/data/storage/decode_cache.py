@@ -61,8 +61,7 @@ from segscale.atomic_files import (
 from segscale.data.storage.caches import cache_folder, private_folder, source_identity
 from segscale.data.storage.mapped_arrays import mapped_array
 from segscale.data.storage.rasters import UnreadableWindowError
-from segscale.disk_full import FULL
-from segscale.errors import ConfigError, require
+from segscale.errors import FULL, ConfigError, require
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from segscale.atomic_files import write_atomically
-from segscale.disk_full import FULL
-from segscale.errors import ConfigError
+from segscale.errors import FULL, ConfigError
 from segscale.models.weights import LOAD_ERRORS, read_weights
 
 DIGEST_KEY = "segscale_sha256"

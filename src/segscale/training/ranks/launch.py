@@ -1,4 +1,7 @@
-"""The extra ranks of a DDP job: started, watched, stopped; what torchrun or SLURM started.
+"""A run's processes: a DDP job's extra ranks, strategy=single's one, the workers' end.
+
+The extra ranks are started, watched and stopped here; those that torchrun or SLURM
+started are recognised.
 
 Lightning's own ``ddp`` launcher re-executes ``sys.argv`` for every extra rank. Under a
 Hydra multirun that re-runs the whole sweep in each rank. We start the ranks ourselves
@@ -8,11 +11,26 @@ variables (``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). Li
 sees ``LOCAL_RANK`` and does not launch anything itself. Ranks started by ``torchrun``
 or by SLURM's ``srun`` (one task per device) are started already, and then nothing is
 started here either.
+
+``strategy=single`` (``single_device_strategy``) is one process on one device: more
+devices are an error that names ``strategy=ddp``.
+
+A run's DataLoader worker processes end with the run, however it ends
+(``WorkersEndWithRun``). Lightning shuts the workers down when a stage ends, and on an
+exception only those of the loop it takes for the active one: a failure during the
+validation inside ``fit`` (a non-finite validation loss, say) leaves the training
+loader's persistent workers running. At exit torch no longer shuts them down (its own
+exit hook has run by then), and multiprocessing terminates and joins them with a
+``SIGTERM`` that workers ignore (``segscale.data.loader_workers.init_worker``): the
+process would wait for them forever. So on leaving the run, the fit loop is torn down
+whatever happened, which shuts its loaders' workers down, and any worker process the
+run started that is still alive after that is killed: a worker holds no state of its own.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -20,16 +38,27 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import cast
+from types import TracebackType
+from typing import Any, cast
 
+import lightning as L
 import torch
+from lightning.pytorch.strategies import SingleDeviceStrategy
 from omegaconf import DictConfig
 
 from segscale.command_line import config_options, program_command, quoted_override
-from segscale.devices import slurm_task_rank
+from segscale.devices import (
+    available_devices,
+    devices_count,
+    is_device_list,
+    resolve_accelerator,
+    shown_devices,
+    slurm_task_rank,
+)
 from segscale.errors import ConfigError, RunStopped
 from segscale.models.nonfinite import NonFiniteError
 from segscale.platforms.processes import end_this_process
+from segscale.platforms.signals import child_exits_unwatched
 
 log = logging.getLogger(__name__)
 
@@ -286,3 +315,71 @@ def free_port() -> int:
 def _destroy_process_group() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def single_device_strategy(accelerator: str = "auto", devices: Any = 1) -> SingleDeviceStrategy:
+    """One process on one device; an error that names ``strategy=ddp`` for more."""
+    count = devices_count(devices, available_devices(accelerator))
+    if count != 1:
+        raise ConfigError(
+            f"strategy=single runs one process on one device, but "
+            f"trainer.devices={shown_devices(devices)} asks for {count}; use strategy=ddp "
+            "(or strategy=ddp_spawn) to train on several devices"
+        )
+    kind = resolve_accelerator(accelerator)
+    if kind == "cpu":
+        return SingleDeviceStrategy(device=torch.device("cpu"))
+    index = next(iter(devices)) if is_device_list(devices) else 0
+    return SingleDeviceStrategy(device=torch.device(kind, index))
+
+
+KILL_WAIT_S = 5.0
+"""Seconds to wait for a killed worker to be gone (the kernel's part; instant in practice)."""
+
+
+class WorkersEndWithRun:
+    """Context: every worker process started inside it is gone when it is left.
+
+    ``follow`` names the trainer whose loops' workers to shut down first, the way
+    Lightning does at the end of a stage.
+    """
+
+    def __init__(self) -> None:
+        self.trainer: L.Trainer | None = None
+        self._before: set[int | None] = set()
+
+    def __enter__(self) -> WorkersEndWithRun:
+        self._before = {process.pid for process in multiprocessing.active_children()}
+        return self
+
+    def follow(self, trainer: L.Trainer) -> None:
+        """Shut down the workers of ``trainer``'s loops on leaving."""
+        self.trainer = trainer
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.trainer is not None:
+            # Tears down the training loader and the validation loop's: harmless where
+            # Lightning did it already (each loop forgets its fetcher once torn down).
+            self.trainer.fit_loop.teardown()
+        left = [p for p in multiprocessing.active_children() if p.pid not in self._before]
+        if left:
+            log.warning("stopping %d DataLoader worker(s) that outlived the run", len(left))
+            _kill(left)
+
+
+def _kill(processes: list[Any]) -> None:
+    """Kill ``processes`` (multiprocessing children) and reap them.
+
+    A worker still registered with torch's ``SIGCHLD`` handler would make it raise in
+    this thread ("worker exited unexpectedly"): the handler is set aside meanwhile.
+    """
+    with child_exits_unwatched():
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.join(timeout=KILL_WAIT_S)

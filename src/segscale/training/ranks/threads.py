@@ -8,7 +8,7 @@ thread trained 1.6× slower than 2.
 
 So ``auto`` gives each rank its share of the cores this process may use: those of its
 affinity mask that other processes are not keeping busy when the run starts, within its
-cgroup's CPU quota (``segscale.devices.cpus_available``: a container limited to 4 CPUs
+cgroup's CPU quota (``segscale.platforms.cores.cpus_available``: a container limited to 4 CPUs
 on a 64-core host has all 64 in its mask), and never below 1. The busy cores are
 measured (the kernel's per-core counters over a fraction of a second, less this
 process's own time: ``segscale.platforms.cores``), not assumed. The rank's own
@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from segscale.devices import CoreShare, affinity_cores, core_share, within_quota
+from segscale.devices import CoreShare, core_share
 from segscale.platforms import cores as platform_cores
 from segscale.training.ranks.launch import started_by_launcher
 
@@ -80,7 +80,7 @@ class MachineShare:
 
     def count(self, busy: float | None) -> int:
         """The threads of this rank when other processes keep ``busy`` cores busy."""
-        return self.share.of(within_quota(self._free(busy), self.quota))
+        return self.share.of(platform_cores.within_quota(self._free(busy), self.quota))
 
     def _free(self, busy: float | None) -> int:
         """The mask's cores that ``busy`` other processes leave (``None``: all of them)."""
@@ -90,7 +90,7 @@ class MachineShare:
     def threads(self, busy: float | None) -> Threads:
         """``count(busy)``, and where it came from (``busy`` ``None``: not measured)."""
         free = self._free(busy)
-        cores = within_quota(free, self.quota)
+        cores = platform_cores.within_quota(free, self.quota)
         parts = [
             f"{self.mask} core(s) in its affinity mask",
             "busy cores not measured (torchrun or SLURM started this rank: every rank "
@@ -148,7 +148,7 @@ def resolve_threads(
     if setting != "auto":
         return Threads(int(setting), f"{KEY}={setting}")
     from_environment = _environment_threads()
-    mask = cpus or affinity_cores()
+    mask = cpus or len(platform_cores.affinity())
     if from_environment is not None:
         variable = os.environ["OMP_NUM_THREADS"]
         if os.environ.get(AUTO_VARIABLE) != variable.strip():

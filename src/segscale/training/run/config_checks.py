@@ -24,7 +24,7 @@ from segscale.devices import devices_count
 from segscale.errors import ConfigError, integer_at_least, require
 from segscale.models.networks import check_input_side
 from segscale.models.optim import SOLVERS
-from segscale.platforms.start_methods import KEY as START_METHOD_KEY
+from segscale.platforms.parallel import KEY as START_METHOD_KEY
 from segscale.runs.builders import check_data_source, strategy_backend
 from segscale.training.callbacks.encoder_freeze import KEY as FREEZE_KEY
 from segscale.training.callbacks.encoder_freeze import EncoderFreeze

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from segscale.config_schema import check_schema
 from segscale.devices import available_devices, check_devices, devices_count
 from segscale.models.checkpoint.files import SafeCheckpointIO
-from segscale.platforms.memory import keep_freed_memory
+from segscale.platforms.processes import keep_freed_memory
 from segscale.runs.builders import (
     build,
     build_datamodule,
@@ -45,8 +45,7 @@ from segscale.training.callbacks.run_summary import LaunchRecord, RunSummary
 from segscale.training.callbacks.threads_follow_machine import ThreadsFollowMachine
 from segscale.training.callbacks.trial_pruning import trial_pruning
 from segscale.training.callbacks.unreadable_tiles import LeftOutTiles, UnreadableTileStop
-from segscale.training.ranks.dataloader_workers import WorkersEndWithRun
-from segscale.training.ranks.launch import job_ranks
+from segscale.training.ranks.launch import WorkersEndWithRun, job_ranks
 from segscale.training.ranks.preemption import (
     PreemptionSignals,
     without_lightning_signal_handlers,

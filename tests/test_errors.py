@@ -1,7 +1,7 @@
 import errno
 import os
 
-from segscale.disk_full import disk_full_error, disk_full_message
+from segscale.errors import disk_full_error, disk_full_message
 from segscale.models.checkpoint.files import CheckpointWriteError
 
 
