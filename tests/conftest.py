@@ -272,7 +272,7 @@ def run_with_oracle(script: str) -> None:
     runpy.run_path(str(REPO / script), run_name="__main__")
 
 
-ORACLE_DATA = {"_target_": "segscale.data.folder.FolderTiles", "root": "/nowhere/oracle"}
+ORACLE_DATA = {"_target_": "segscale.data.datasets.folder.FolderTiles", "root": "/nowhere/oracle"}
 """The data ``oracle_checkpoint`` records it was trained on: none that a test holds."""
 
 

@@ -65,7 +65,7 @@ def default_checkpoint(path: Path) -> dict:
         "segscale_version": segscale.__version__,
         "label_ids": None,
         "ignore_ids": [],
-        "data_source": {"_target_": "segscale.data.synthetic.SyntheticTiles"},
+        "data_source": {"_target_": "segscale.data.datasets.synthetic.SyntheticTiles"},
         "validation_inference": grid_inference(256),
         "value_range": None,
     }

@@ -255,7 +255,7 @@ SCHEMA: Mapping[str, Rule] = {
     "datamodule.patch_size": integer(1),
     "datamodule.patches_per_image": integer(1),
     "datamodule.batch_size": integer(1),
-    "datamodule.shuffle": names_in("segscale.data.samplers.SHUFFLE_MODES"),
+    "datamodule.shuffle": names_in("segscale.data.sampling.loaders.SHUFFLE_MODES"),
     "datamodule.num_workers": either(
         one_of("auto"),
         integer(0),

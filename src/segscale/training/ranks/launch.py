@@ -21,7 +21,7 @@ exception only those of the loop it takes for the active one: a failure during t
 validation inside ``fit`` (a non-finite validation loss, say) leaves the training
 loader's persistent workers running. At exit torch no longer shuts them down (its own
 exit hook has run by then), and multiprocessing terminates and joins them with a
-``SIGTERM`` that workers ignore (``segscale.data.loader_workers.init_worker``): the
+``SIGTERM`` that workers ignore (``segscale.data.sampling.loaders.init_worker``): the
 process would wait for them forever. So on leaving the run, the fit loop is torn down
 whatever happened, which shuts its loaders' workers down, and any worker process the
 run started that is still alive after that is killed: a worker holds no state of its own.
