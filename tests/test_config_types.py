@@ -144,7 +144,7 @@ def test_kwargs_are_checked_against_the_callable_that_receives_them(make_config)
         ("datamodule.mean=[0.5,x,0.5]", "datamodule.mean=[0.5, 'x', 0.5] is not allowed"),
         ("datamodule.augmentation.rotation=20", "datamodule.augmentation.rotation=20 is not"),
         ("datamodule.source.num_train=many", "datamodule.source.num_train='many' is not"),
-        ("loss.dice=yes", "loss.dice='yes' is not allowed: expected a number"),
+        ("loss.dice=yes", "loss.dice='yes' is not allowed: expected a finite term weight >= 0"),
         ("scheduler.power=abc", "scheduler.power='abc' is not allowed: expected a number"),
         ("scaling.worker_load=[1,a]", "scaling.worker_load=[1, 'a'] is not allowed"),
         ("callbacks.early_stopping.patience=abc", "callbacks.early_stopping.patience='abc'"),
