@@ -31,6 +31,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
+import natsort
+
 from segscale.data.datasets.lists import (
     QUOTES,
     ListedLine,
@@ -40,7 +42,6 @@ from segscale.data.datasets.lists import (
 )
 from segscale.data.datasets.name_pairing import Naming, pair_folders
 from segscale.data.storage.sources import IMAGE_SUFFIXES, FileProblem, ImageMaskPair
-from segscale.natural_order import natural_key
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def tree_pairs(
                 continue
             image_path = (where / images / relative.with_suffix("")).as_posix()
             found[key] = TreePair(key, pair, image_path)
-    ordered = [found[key] for key in sorted(found, key=natural_key)]
+    ordered = [found[key] for key in sorted(found, key=natsort.natsort_key)]
     return ordered, problems, folders
 
 
@@ -95,7 +96,7 @@ def _pair_folders(top: Path, images: str, masks: str) -> Iterator[Path]:
     """
     for folder, subfolders, _ in os.walk(top):
         subfolders[:] = sorted(
-            (name for name in subfolders if not name.startswith(".")), key=natural_key
+            (name for name in subfolders if not name.startswith(".")), key=natsort.natsort_key
         )
         if images in subfolders or masks in subfolders:
             yield Path(folder)

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import natsort
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, Timer
 from lightning.pytorch.utilities import rank_zero_only
 
 from segscale.errors import RunStopped
-from segscale.natural_order import natural_key
 from segscale.runs.folder import write_launch_record, write_summary
 from segscale.training.callbacks.unreadable_tiles import LeftOutTiles
 from segscale.training.reporting.run_times import RunClock, RunTimes
@@ -217,7 +217,7 @@ class RunSummary(Timer):
             "error": None,
             "metrics": {
                 k: _number(v)
-                for k, v in sorted(metrics, key=lambda item: natural_key(item[0]))
+                for k, v in sorted(metrics, key=lambda item: natsort.natsort_key(item[0]))
                 if k not in rates
             },
             # How validation predicted whole images: evaluate.py's default inference.

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlparse
 
 import lightning as L
+import natsort
 import torch
 from hydra.utils import get_class
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
@@ -34,7 +35,6 @@ from omegaconf import DictConfig
 from segscale.atomic_files import write_csv_atomically
 from segscale.errors import ConfigError
 from segscale.models.checkpoint.files import written_step
-from segscale.natural_order import natural_key
 from segscale.output_folder_check import unwritable_reason
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ class _AppendingWriter(ExperimentWriter):
 
     def _record_new_keys(self) -> set[str]:
         new_keys = super()._record_new_keys()
-        self.metrics_keys.sort(key=natural_key)
+        self.metrics_keys.sort(key=natsort.natsort_key)
         return new_keys
 
     def _check_log_dir_exists(self) -> None:
