@@ -21,7 +21,7 @@ from segscale.models.checkpoint.trained import load_trained
 from tests.helpers.in_process import run_in_process
 from tests.inference.export.test_run import _deeplab_checkpoint
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "prediction.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "prediction.md"
 
 
 def onnx_example() -> str:
