@@ -85,19 +85,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return cpus_available()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules that hold a slow test first, each module's tests kept together.
-
-    The workers take tests in this order (``--dist worksteal``, pyproject's addopts), so
-    the long ones start early and the short ones fill the workers' last minutes: in
-    collection order the longest tests (torch.compile's, the DDP host-sync runs) came
-    last, and one worker ran them while the other waited. A module stays in one piece
-    so that its module-scoped fixtures are set up no more often than before.
-    """
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_modules)
-
-
 def threads_per_worker() -> int:
     """The cores divided among the pytest-xdist workers (all of them without xdist).
 
