@@ -256,6 +256,9 @@ def _of_format(path: Path, tmp_path: Path, found: object) -> Path:
         (CHECKPOINT_FORMAT + 1, f"checkpoint_format={CHECKPOINT_FORMAT + 1}"),
         (None, "no checkpoint_format"),
         ("1", "checkpoint_format='1'"),
+        # equal to 1 in Python, but not the number segscale writes
+        (True, "checkpoint_format=True"),
+        (1.0, "checkpoint_format=1.0"),
     ],
 )
 def test_a_checkpoint_of_another_format_or_none_is_refused_naming_both(
