@@ -39,6 +39,12 @@ def test_a_refusal_names_the_full_key_the_value_and_what_is_allowed():
         ("training.ema.start_step=-1", "training.ema.start_step"),
         ("+training.ema.warmup=3", "training.ema"),
         ("training.output_network=best", "training.output_network"),
+        # built to slip past: a bool is an int in Python, a quoted number is text
+        ("training.threads=true", "training.threads"),
+        ("training.threads='2'", "training.threads"),
+        ("training.gradient_threshold=true", "training.gradient_threshold"),
+        ("scaling.batch=true", "scaling.batch"),
+        ("training.output_network=' best-validation'", "training.output_network"),
     ],
 )
 def test_values_of_the_wrong_kind_or_range_are_refused(override, key):
